@@ -1,0 +1,1 @@
+"""Data half of the project: TFRecord schema, writer, and the tf.data reading pipelines."""

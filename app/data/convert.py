@@ -1,0 +1,79 @@
+"""Turn one source file into upright RGB JPEG bytes, or say why it cannot be used.
+
+A JPEG that is already upright RGB and small enough is kept byte for byte (no re-encode loss);
+everything else (PNG, GIF, BMP, WebP, TIFF, grayscale, palette, CMYK, alpha, EXIF-rotated)
+is converted once here, so readers only ever decode RGB JPEG.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, ImageOps
+
+JPEG_QUALITY = 95
+# Pillow's own default bomb threshold (~89 Mpx). Above it we refuse rather than decode.
+DEFAULT_MAX_PIXELS = 89_478_485
+_EXIF_ORIENTATION = 0x0112
+
+
+class ImageRejected(Exception):
+    """The file is not a usable image; the message is the reason recorded in dataset.json."""
+
+
+@dataclass(frozen=True)
+class ConvertedImage:
+    jpeg: bytes
+    height: int
+    width: int
+    reencoded: bool
+
+
+def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            if image.width * image.height > max_pixels:
+                raise ImageRejected(f"decompression bomb: {image.width}x{image.height} exceeds {max_pixels} pixels")
+            image.load()  # full decode: catches truncated and corrupt files
+    except ImageRejected:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageRejected(f"decompression bomb: {err}") from None
+    except Image.UnidentifiedImageError:
+        raise ImageRejected("not an image (unrecognised format)") from None
+    except (OSError, SyntaxError, ValueError) as err:
+        raise ImageRejected(f"undecodable: {err}") from None
+    return image
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """Flatten alpha onto white (black fringes look like a class cue), palette/CMYK/L to RGB."""
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def convert_image(data: bytes, max_side: int | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> ConvertedImage:
+    """Validate and normalise one encoded image. Raises ImageRejected with the reason."""
+    if not data:
+        raise ImageRejected("zero-byte file")
+    image = _open_checked(data, max_pixels)
+    orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
+    too_big = max_side is not None and max(image.size) > max_side
+    if image.format == "JPEG" and image.mode == "RGB" and orientation == 1 and not too_big:
+        return ConvertedImage(jpeg=data, height=image.height, width=image.width, reencoded=False)
+    if getattr(image, "n_frames", 1) > 1:
+        image.seek(0)  # animated GIF/WebP/TIFF: first frame
+    image = ImageOps.exif_transpose(image)
+    image = _to_rgb(image)
+    if too_big:
+        image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=JPEG_QUALITY)
+    return ConvertedImage(jpeg=out.getvalue(), height=image.height, width=image.width, reencoded=True)

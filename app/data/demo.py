@@ -1,0 +1,103 @@
+"""A small synthetic photo-like dataset, drawn by code so nothing is ever downloaded.
+
+Four classes of shapes (circle, square, triangle, star) in random colours, sizes, positions and
+rotations, on textured backgrounds (gradients, noise, clutter strokes), at varied image sizes.
+A few files are deliberately awkward (PNG, grayscale JPEG, corrupt, zero-byte, hidden) so the
+writer's conversion and skip paths run on the demo too. Same seed → same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+CLASSES = ("circle", "square", "star", "triangle")
+DEFAULT_PER_CLASS = 60
+
+
+def _background(rng: np.random.Generator, width: int, height: int) -> Image.Image:
+    """Two-colour gradient + per-pixel noise + blurred clutter strokes: photo-ish texture."""
+    c0, c1 = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+    angle = rng.uniform(0, 2 * math.pi)
+    yy, xx = np.mgrid[0:height, 0:width]
+    t = (np.cos(angle) * xx / width + np.sin(angle) * yy / height + 1) / 2
+    pixels = c0[None, None, :] * (1 - t[..., None]) + c1[None, None, :] * t[..., None]
+    pixels += rng.normal(0, rng.uniform(4, 20), pixels.shape)
+    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    for _ in range(int(rng.integers(3, 12))):
+        xy = [tuple(rng.integers(0, [width, height])) for _ in range(2)]
+        draw.line(xy, fill=tuple(int(v) for v in rng.integers(0, 256, 3)), width=int(rng.integers(1, 6)))
+    return image.filter(ImageFilter.GaussianBlur(rng.uniform(0.5, 2.0)))
+
+
+def _shape_points(kind: str, cx: float, cy: float, r: float, rot: float) -> list[tuple[float, float]]:
+    if kind == "square":
+        angles, radii = [rot + k * math.pi / 2 + math.pi / 4 for k in range(4)], [r] * 4
+    elif kind == "triangle":
+        angles, radii = [rot + k * 2 * math.pi / 3 for k in range(3)], [r] * 3
+    elif kind == "star":
+        angles = [rot + k * math.pi / 5 for k in range(10)]
+        radii = [r if k % 2 == 0 else r * 0.45 for k in range(10)]
+    else:
+        raise ValueError(kind)
+    return [(cx + rad * math.cos(a), cy + rad * math.sin(a)) for a, rad in zip(angles, radii)]
+
+
+def draw_image(kind: str, rng: np.random.Generator) -> Image.Image:
+    width, height = (int(v) for v in rng.integers(160, 480, 2))
+    image = _background(rng, width, height)
+    draw = ImageDraw.Draw(image)
+    r = rng.uniform(0.2, 0.4) * min(width, height)
+    cx, cy = rng.uniform(r, width - r), rng.uniform(r, height - r)
+    color = tuple(int(v) for v in rng.integers(0, 256, 3))
+    outline = tuple(255 - v for v in color)
+    if kind == "circle":
+        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=color, outline=outline, width=3)
+    else:
+        draw.polygon(_shape_points(kind, cx, cy, r, rng.uniform(0, 2 * math.pi)), fill=color, outline=outline, width=3)
+    return image.filter(ImageFilter.GaussianBlur(0.7))
+
+
+def _encode(image: Image.Image, fmt: str) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format=fmt, quality=90) if fmt == "JPEG" else image.save(out, format=fmt)
+    return out.getvalue()
+
+
+def generate_demo_images(out: Path, per_class: int = DEFAULT_PER_CLASS, seed: int = 0) -> Path:
+    """Write `out/<class>/*.{jpg,png}` plus a few bad files. Written to a temp dir, then renamed."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        for class_index, kind in enumerate(CLASSES):
+            class_dir = staging / kind
+            class_dir.mkdir()
+            rng = np.random.default_rng([seed, class_index])
+            for i in range(per_class):
+                image = draw_image(kind, rng)
+                if i % 15 == 7:
+                    (class_dir / f"{kind}_{i:03d}.png").write_bytes(_encode(image, "PNG"))
+                elif i % 15 == 11:
+                    (class_dir / f"{kind}_{i:03d}.jpg").write_bytes(_encode(image.convert("L"), "JPEG"))
+                else:
+                    (class_dir / f"{kind}_{i:03d}.jpg").write_bytes(_encode(image, "JPEG"))
+        good = (staging / CLASSES[0] / f"{CLASSES[0]}_000.jpg").read_bytes()
+        (staging / CLASSES[0] / "truncated.jpg").write_bytes(good[: len(good) // 3])
+        (staging / CLASSES[1] / "not_an_image.jpg").write_bytes(b"this is a text file, not a JPEG\n")
+        (staging / CLASSES[2] / "empty.jpg").write_bytes(b"")
+        (staging / CLASSES[3] / ".DS_Store").write_bytes(b"\0hidden")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out

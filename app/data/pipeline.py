@@ -1,0 +1,215 @@
+"""tf.data pipelines from a TFRecord folder: one for training, one for evaluation.
+
+Both yield (images float32 [B, S, S, 3] in 0..255, labels int32 [B]). Pixel normalisation
+belongs to the model. Corrupt records are skipped by default; `strict=True` raises instead,
+naming the shard. Pass a `tf.distribute.InputContext` to shard per worker.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import tensorflow as tf
+
+from app.data import schema
+from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, augment_batch, decode_for_eval, decode_random_crop
+from app.errors import UserError
+
+AUTOTUNE = tf.data.AUTOTUNE
+PARSE_BATCH = 64  # records per tf.io.parse_example call
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What dataset.json says about a TFRecord folder."""
+
+    root: Path
+    classes: list[str]
+    counts: dict[str, dict[str, int]]
+    shards: dict[str, list[str]]
+    shard_records: dict[str, int]
+
+    def num_examples(self, split: str) -> int:
+        return sum(self.counts.get(split, {}).values())
+
+    def shard_paths(self, split: str) -> list[str]:
+        if split not in self.shards:
+            raise UserError(f"{self.root}: no '{split}' split (has: {', '.join(sorted(self.shards))})")
+        return [str(self.root / name) for name in self.shards[split]]
+
+
+def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
+    root = Path(data_dir)
+    meta_path = root / schema.METADATA_FILE
+    if not meta_path.is_file():
+        raise UserError(f"{root}: no {schema.METADATA_FILE}; create it with scripts/make_tfrecords.py")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{meta_path}: not valid JSON ({err})") from None
+    if meta.get("schema_version") != schema.SCHEMA_VERSION:
+        raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")
+    return DatasetInfo(root, meta["classes"], meta["counts"], meta["shards"], meta.get("shard_records", {}))
+
+
+class RecordCounter:
+    """Counts records read and records decoded, so skipped ones are visible, not silent.
+
+    Optional: its variables live on the host and are updated from inside tf.data functions.
+    """
+
+    def __init__(self) -> None:
+        self.read = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.decoded = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    @property
+    def skipped_undecodable(self) -> int:
+        return int(self.read.numpy() - self.decoded.numpy())
+
+
+def verify_shards(paths: list[str]) -> None:
+    """Read every record's CRC (no decoding) and raise UserError naming the first bad shard."""
+    for path in paths:
+        try:
+            for _ in tf.data.TFRecordDataset(path):
+                pass
+        except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as err:
+            raise UserError(f"{path}: corrupt shard ({err.message.strip()})") from None
+
+
+def _assert_complete_jpeg(encoded: tf.Tensor, shard: tf.Tensor) -> tf.Tensor:
+    """Strict mode: a truncated or non-JPEG payload raises with its shard's name."""
+    ok = tf.logical_and(tf.io.is_jpeg(encoded), tf.equal(tf.strings.substr(encoded, -2, 2), b"\xff\xd9"))
+    with tf.control_dependencies([tf.debugging.Assert(ok, ["Undecodable JPEG record in shard", shard])]):
+        return tf.identity(encoded)
+
+
+def _shard_files(files: list[str], input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
+    """Per-worker sharding: by file when there are enough files, else every worker reads all."""
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if input_context and input_context.num_input_pipelines > 1 and len(files) >= input_context.num_input_pipelines:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return ds
+
+
+def _records(
+    files: tf.data.Dataset, *, strict: bool, deterministic: bool, cycle_length: int | None = None
+) -> tf.data.Dataset:
+    """(serialized, shard_path) pairs, read from several shards at once."""
+
+    def read(path: tf.Tensor) -> tf.data.Dataset:
+        records = tf.data.TFRecordDataset(path, buffer_size=8 * 2**20)
+        if not strict:
+            records = records.ignore_errors(log_warning=True)  # the rest of a corrupt shard is lost
+        return records.map(lambda r: (r, path))
+
+    return files.interleave(
+        read, cycle_length=cycle_length, num_parallel_calls=AUTOTUNE, deterministic=deterministic
+    )
+
+
+def _parse(records: tf.data.Dataset, counter: RecordCounter | None) -> tf.data.Dataset:
+    """Batched parse (one parse_example per PARSE_BATCH records), then back to single examples."""
+
+    def parse(serialized: tf.Tensor, shards: tf.Tensor) -> dict[str, tf.Tensor]:
+        features = schema.parse_batch(serialized)
+        if counter is not None:
+            counter.read.assign_add(tf.cast(tf.size(serialized), tf.int64))
+        return {"encoded": features[schema.ENCODED], "label": tf.cast(features[schema.LABEL], tf.int32),
+                "filename": features[schema.FILENAME], "shard": shards}
+
+    return records.batch(PARSE_BATCH).map(parse, num_parallel_calls=AUTOTUNE).unbatch()
+
+
+def _decoded(
+    examples: tf.data.Dataset, decode, *, strict: bool, deterministic: bool, counter: RecordCounter | None
+) -> tf.data.Dataset:
+    def fn(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> dict[str, tf.Tensor]:
+        encoded = example["encoded"]
+        if strict:
+            encoded = _assert_complete_jpeg(encoded, example["shard"])
+        image = decode(encoded, *seed)
+        return {"image": image, "label": example["label"], "filename": example["filename"]}
+
+    ds = examples.map(fn, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if not strict:
+        ds = ds.ignore_errors(log_warning=True)
+    if counter is not None:
+        ds = ds.map(lambda e: (counter.decoded.assign_add(1), e)[1])
+    return ds
+
+
+def make_train_dataset(
+    data_dir: str | Path,
+    *,
+    split: str = "train",
+    image_size: int = 224,
+    batch_size: int = 32,
+    augment: Augment = Augment(),
+    shuffle_buffer: int = 2048,
+    seed: int | None = None,
+    deterministic: bool = False,
+    repeat: bool = False,
+    strict: bool = False,
+    input_context: tf.distribute.InputContext | None = None,
+    counter: RecordCounter | None = None,
+) -> tf.data.Dataset:
+    """Shuffled, augmented batches for training. `batch_size` is the batch this dataset yields
+    (per replica under a distribution strategy). `deterministic=True` (with a seed) gives the
+    same stream every time, for tests; otherwise order is traded for speed."""
+    info = load_dataset_info(data_dir)
+    files = info.shard_paths(split)
+    if strict:
+        verify_shards(files)
+    if deterministic and seed is None:
+        seed = 0
+    file_ds = _shard_files(files, input_context).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        file_ds = file_ds.repeat()
+    ds = _records(file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8))
+    if input_context and input_context.num_input_pipelines > len(files):
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    ds = _parse(ds, counter)
+    seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
+    ds = tf.data.Dataset.zip(ds, seeds)
+    if augment.random_crop:
+        decode = lambda encoded, s: decode_random_crop(encoded, image_size, s, augment)  # noqa: E731
+    else:
+        decode = lambda encoded, s: decode_for_eval(encoded, image_size)  # noqa: E731
+    ds = _decoded(ds, decode, strict=strict, deterministic=deterministic, counter=counter)
+    ds = ds.batch(batch_size, drop_remainder=repeat)
+    if augment.flip or augment.color_jitter > 0:
+        ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2))
+        ds = ds.map(lambda e, s: {**e, "image": augment_batch(e["image"], s, augment)},
+                    num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    return ds.map(lambda e: (e["image"], e["label"])).prefetch(AUTOTUNE)
+
+
+def make_eval_dataset(
+    data_dir: str | Path,
+    *,
+    split: str = "val",
+    image_size: int = 224,
+    batch_size: int = 32,
+    crop_fraction: float = DEFAULT_CROP_FRACTION,
+    strict: bool = False,
+    with_filenames: bool = False,
+    input_context: tf.distribute.InputContext | None = None,
+    counter: RecordCounter | None = None,
+) -> tf.data.Dataset:
+    """Deterministic, unaugmented batches: decode, centre crop, resize (`decode_for_eval`).
+    With `with_filenames=True` it yields (images, labels, filenames)."""
+    info = load_dataset_info(data_dir)
+    files = info.shard_paths(split)
+    if strict:
+        verify_shards(files)
+    ds = _records(_shard_files(files, input_context), strict=strict, deterministic=True, cycle_length=1)
+    ds = _parse(ds, counter)
+    decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
+    ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)
+    if with_filenames:
+        return ds.map(lambda e: (e["image"], e["label"], e["filename"])).prefetch(AUTOTUNE)
+    return ds.map(lambda e: (e["image"], e["label"])).prefetch(AUTOTUNE)

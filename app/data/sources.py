@@ -1,0 +1,193 @@
+"""Find the images to convert and assign each to a split, before any file is written.
+
+Three source layouts are accepted: a folder of class folders (split here, stratified and
+seeded), a folder already split into train/val[/test], or a CSV manifest `path,label[,split]`.
+Everything that can be checked without decoding images is checked here, so a bad SRC fails
+in a second instead of after an hour of conversion.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.errors import UserError
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class SourceImage:
+    path: Path  # absolute path of the source file
+    relpath: str  # path relative to SRC (stored as image/filename)
+    class_name: str
+    split: str
+
+
+@dataclass(frozen=True)
+class Source:
+    images: list[SourceImage]
+    classes: list[str]  # sorted; index = label id
+    skipped: list[dict[str, str]]  # {path, reason} for files rejected before conversion
+    layout: str  # "folders", "presplit" or "manifest"
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _list_files(folder: Path) -> list[Path]:
+    """Regular, non-hidden files below `folder` (recursively), sorted for determinism."""
+    files = []
+    for path in sorted(folder.rglob("*")):
+        if any(_is_hidden(part) for part in path.relative_to(folder).parts):
+            continue
+        if path.is_file():
+            files.append(path)
+    return files
+
+
+def _class_dirs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not _is_hidden(p.name))
+
+
+def _screen(path: Path, root: Path, skipped: list[dict[str, str]]) -> bool:
+    """Cheap pre-checks; content checks (decodability, size) happen at conversion."""
+    if path.stat().st_size == 0:
+        skipped.append({"path": str(path.relative_to(root)), "reason": "zero-byte file"})
+        return False
+    return True
+
+
+def split_stratified(
+    by_class: dict[str, list[Path]], val_fraction: float, test_fraction: float, seed: int
+) -> dict[str, dict[str, list[Path]]]:
+    """Split each class on its own, so every split keeps the class balance of the whole.
+
+    The shuffle is seeded per class by name, so adding a class does not reshuffle the others.
+    """
+    splits: dict[str, dict[str, list[Path]]] = {s: {} for s in SPLITS}
+    for name, paths in sorted(by_class.items()):
+        paths = sorted(paths)
+        random.Random(f"{seed}:{name}").shuffle(paths)
+        n_val = round(len(paths) * val_fraction)
+        n_test = round(len(paths) * test_fraction)
+        splits["val"][name] = paths[:n_val]
+        splits["test"][name] = paths[n_val : n_val + n_test]
+        splits["train"][name] = paths[n_val + n_test :]
+    return splits
+
+
+def _check_fractions(val_fraction: float, test_fraction: float) -> None:
+    for flag, value in (("--val-fraction", val_fraction), ("--test-fraction", test_fraction)):
+        if not 0.0 <= value < 1.0:
+            raise UserError(f"{flag} must be in [0, 1), got {value}")
+    if val_fraction + test_fraction >= 1.0:
+        raise UserError("--val-fraction + --test-fraction must leave images for training")
+
+
+def _check_classes(by_split: dict[str, dict[str, list[Path]]], src: Path) -> list[str]:
+    """Every class must have images in every split that was asked for."""
+    classes = sorted({c for per_class in by_split.values() for c in per_class})
+    if len(classes) < 2:
+        raise UserError(f"{src}: found {len(classes)} class(es) {classes}; a classifier needs at least 2")
+    for split, per_class in by_split.items():
+        if not any(per_class.values()):
+            continue  # split not requested
+        for name in classes:
+            if not per_class.get(name):
+                raise UserError(
+                    f"{src}: class '{name}' gets no images in split '{split}'"
+                    " (add images, or change --val-fraction/--test-fraction)"
+                )
+    return classes
+
+
+def _from_folders(src: Path, class_root: Path, skipped: list[dict[str, str]]) -> dict[str, list[Path]]:
+    by_class: dict[str, list[Path]] = {}
+    for class_dir in _class_dirs(class_root):
+        files = [p for p in _list_files(class_dir) if _screen(p, src, skipped)]
+        if not files:
+            raise UserError(f"{class_dir}: class folder holds no usable files")
+        by_class[class_dir.name] = files
+    return by_class
+
+
+def _from_manifest(csv_path: Path, skipped: list[dict[str, str]]) -> tuple[dict[str, dict[str, list[Path]]], bool]:
+    """Returns {split: {class: paths}} (split '' when the manifest has no split column)."""
+    with csv_path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or [h.strip() for h in rows[0]] not in (["path", "label"], ["path", "label", "split"]):
+        raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'")
+    has_split = len(rows[0]) == 3
+    by_split: dict[str, dict[str, list[Path]]] = {}
+    for line_no, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(rows[0]):
+            raise UserError(f"{csv_path}:{line_no}: expected {len(rows[0])} columns, got {len(row)}")
+        path = (csv_path.parent / row[0].strip()).resolve()
+        label = row[1].strip()
+        split = row[2].strip() if has_split else ""
+        if has_split and split not in SPLITS:
+            raise UserError(f"{csv_path}:{line_no}: split must be one of {SPLITS}, got '{split}'")
+        if not label:
+            raise UserError(f"{csv_path}:{line_no}: empty label")
+        if not path.is_file():
+            raise UserError(f"{csv_path}:{line_no}: no such file {path}")
+        if _screen(path, path.parent, skipped):
+            by_split.setdefault(split, {}).setdefault(label, []).append(path)
+    return by_split, has_split
+
+
+def _relpath(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0) -> Source:
+    """Resolve SRC into a list of images with class and split. Raises UserError on bad input."""
+    src = Path(src)
+    _check_fractions(val_fraction, test_fraction)
+    skipped: list[dict[str, str]] = []
+    if not src.exists():
+        raise UserError(f"{src}: no such file or folder")
+    if src.is_file():
+        if src.suffix.lower() != ".csv":
+            raise UserError(f"{src}: expected a folder of class folders or a .csv manifest")
+        root = src.parent.resolve()
+        manifest, has_split = _from_manifest(src, skipped)
+        if not manifest:
+            raise UserError(f"{src}: the manifest lists no images")
+        if has_split:
+            by_split = {s: manifest.get(s, {}) for s in SPLITS}
+        else:
+            by_split = split_stratified(manifest[""], val_fraction, test_fraction, seed)
+        layout = "manifest"
+    else:
+        root = src
+        subdirs = {p.name for p in _class_dirs(src)}
+        if not subdirs:
+            raise UserError(f"{src}: empty; expected one subfolder per class (or train/ and val/)")
+        if subdirs <= set(SPLITS) and subdirs & {"train", "val"}:
+            if not {"train", "val"} <= subdirs:
+                raise UserError(f"{src}: looks pre-split ({sorted(subdirs)}) but needs both train/ and val/")
+            by_split = {s: (_from_folders(src, src / s, skipped) if s in subdirs else {}) for s in SPLITS}
+            layout = "presplit"
+        else:
+            by_split = split_stratified(_from_folders(src, src, skipped), val_fraction, test_fraction, seed)
+            layout = "folders"
+    if not any(by_split["train"].values()):
+        raise UserError(f"{src}: no training images")
+    classes = _check_classes(by_split, src)
+    images = [
+        SourceImage(path=p.resolve(), relpath=_relpath(p, root), class_name=name, split=split)
+        for split in SPLITS
+        for name, paths in sorted(by_split[split].items())
+        for p in paths
+    ]
+    return Source(images=images, classes=classes, skipped=skipped, layout=layout)

@@ -1,0 +1,234 @@
+"""Folder/manifest of images → sharded JPEG TFRecords + labels.txt + dataset.json.
+
+Shards are written by worker processes into a hidden temporary folder inside OUT and moved
+into place only when every shard is complete; dataset.json is written last. Readers list
+shards from dataset.json, so an interrupted run never leaves a shard a reader would pick up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import os
+import queue
+import random
+import shutil
+import tempfile
+from collections import Counter
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from app.data import schema
+from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
+from app.data.sources import SPLITS, Source, SourceImage, scan_source
+from app.errors import UserError
+
+DEFAULT_TARGET_SHARD_MB = 150  # big enough to stream efficiently, small enough to parallelise
+# Below this many images a worker process costs more to start (it imports TensorFlow) than it saves.
+MIN_IMAGES_FOR_WORKERS = 1000
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    split: str
+    name: str
+    images: list[SourceImage]
+    labels: dict[str, int]
+    max_side: int | None
+    max_pixels: int
+
+
+@dataclass
+class ShardResult:
+    name: str
+    split: str
+    counts: Counter = field(default_factory=Counter)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    reencoded: int = 0
+    bytes_written: int = 0
+
+    @property
+    def records(self) -> int:
+        return sum(self.counts.values())
+
+
+_progress: "mp.Queue | None" = None
+
+
+def _init_worker(progress: "mp.Queue") -> None:
+    global _progress
+    _progress = progress
+
+
+def write_shard(task: ShardTask, directory: Path) -> ShardResult:
+    """Convert and write one shard. Bad images are skipped and reported, never written."""
+    import tensorflow as tf  # imported here so `spawn`ed workers pay for it once, lazily
+
+    result = ShardResult(name=task.name, split=task.split)
+    with tf.io.TFRecordWriter(str(directory / task.name)) as writer:
+        for image in task.images:
+            try:
+                converted = convert_image(image.path.read_bytes(), task.max_side, task.max_pixels)
+            except ImageRejected as err:
+                result.skipped.append({"path": image.relpath, "reason": str(err)})
+            else:
+                example = schema.make_example(
+                    converted.jpeg,
+                    task.labels[image.class_name],
+                    image.class_name,
+                    converted.height,
+                    converted.width,
+                    image.relpath,
+                )
+                writer.write(example.SerializeToString())
+                result.counts[image.class_name] += 1
+                result.reencoded += converted.reencoded
+                result.bytes_written += len(converted.jpeg)
+            if _progress is not None:
+                _progress.put(1)
+    return result
+
+
+def plan_shards(
+    source: Source, num_shards: int | None, target_shard_mb: float, seed: int, max_side: int | None, max_pixels: int
+) -> list[ShardTask]:
+    """Mix classes within each shard (seeded shuffle, round-robin) and size shards by bytes."""
+    labels = {name: i for i, name in enumerate(source.classes)}
+    tasks = []
+    for split in SPLITS:
+        images = [im for im in source.images if im.split == split]
+        if not images:
+            continue
+        random.Random(f"{seed}:{split}").shuffle(images)
+        if num_shards is None:
+            total_mb = sum(im.path.stat().st_size for im in images) / 2**20
+            count = max(1, math.ceil(total_mb / target_shard_mb))
+        else:
+            count = num_shards
+        count = min(count, len(images))
+        for index in range(count):
+            name = schema.shard_name(split, index, count)
+            tasks.append(ShardTask(split, name, images[index::count], labels, max_side, max_pixels))
+    return tasks
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a folder")
+    if out.is_dir() and not overwrite:
+        existing = sorted(p.name for p in out.iterdir() if p.suffix == ".tfrecord" or p.name == schema.METADATA_FILE)
+        if existing:
+            raise UserError(f"{out}: already holds {existing[0]} (and {len(existing) - 1} more); pass --overwrite to replace")
+
+
+def _run_tasks(tasks: list[ShardTask], directory: Path, workers: int) -> list[ShardResult]:
+    total = sum(len(t.images) for t in tasks)
+    bar = tqdm(total=total, unit="img", desc="Writing shards", dynamic_ncols=True)
+    if workers <= 1:
+        results = []
+        for task in tasks:
+            results.append(write_shard(task, directory))
+            bar.update(len(task.images))
+        bar.close()
+        return results
+    ctx = mp.get_context("spawn")  # TensorFlow is not fork-safe
+    progress = ctx.Queue()
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(progress,)) as pool:
+        futures: list[Future] = [pool.submit(write_shard, task, directory) for task in tasks]
+        while not all(f.done() for f in futures) or bar.n < total:
+            try:
+                bar.update(progress.get(timeout=0.2))
+            except queue.Empty:
+                if any(f.done() and f.exception() for f in futures):
+                    break
+        bar.close()
+        return [f.result() for f in futures]
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _install(results: list[ShardResult], staging: Path, out: Path, metadata: dict, classes: list[str]) -> None:
+    """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards."""
+    old_meta = out / schema.METADATA_FILE
+    old_shards = set()
+    if old_meta.exists():
+        old_shards = {n for names in json.loads(old_meta.read_text()).get("shards", {}).values() for n in names}
+        old_meta.unlink()
+    for result in results:
+        os.replace(staging / result.name, out / result.name)
+    for stale in old_shards - {r.name for r in results}:
+        (out / stale).unlink(missing_ok=True)
+    _atomic_write_text(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
+    _atomic_write_text(out / schema.METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
+
+
+def write_tfrecords(
+    src: Path,
+    out: Path,
+    *,
+    val_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+    num_shards: int | None = None,
+    target_shard_mb: float = DEFAULT_TARGET_SHARD_MB,
+    max_side: int | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    workers: int | None = None,
+    overwrite: bool = False,
+) -> dict:
+    """Convert SRC into shards in OUT and return the dataset.json contents."""
+    src, out = Path(src), Path(out)
+    if num_shards is not None and num_shards < 1:
+        raise UserError(f"--num-shards must be >= 1, got {num_shards}")
+    if max_side is not None and max_side < 16:
+        raise UserError(f"--max-side must be >= 16, got {max_side}")
+    _check_out(out, overwrite)
+    source = scan_source(src, val_fraction, test_fraction, seed)
+    tasks = plan_shards(source, num_shards, target_shard_mb, seed, max_side, max_pixels)
+    if workers is None:
+        workers = 1 if len(source.images) < MIN_IMAGES_FOR_WORKERS else os.cpu_count() or 1
+    elif workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    workers = min(workers, len(tasks))
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".incomplete-", dir=out))
+    try:
+        results = _run_tasks(tasks, staging, workers)
+        metadata = _metadata(source, results, src, dict(
+            val_fraction=val_fraction, test_fraction=test_fraction, seed=seed, num_shards=num_shards,
+            target_shard_mb=target_shard_mb, max_side=max_side, max_pixels=max_pixels, layout=source.layout,
+        ))
+        _install(results, staging, out, metadata, source.classes)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return metadata
+
+
+def _metadata(source: Source, results: list[ShardResult], src: Path, options: dict) -> dict:
+    counts: dict[str, dict[str, int]] = {}
+    shards: dict[str, list[str]] = {}
+    for result in sorted(results, key=lambda r: r.name):
+        per_class = counts.setdefault(result.split, {c: 0 for c in source.classes})
+        for name, n in result.counts.items():
+            per_class[name] += n
+        shards.setdefault(result.split, []).append(result.name)
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "source": str(src),
+        "classes": source.classes,
+        "counts": counts,
+        "shards": shards,
+        "shard_records": {r.name: r.records for r in sorted(results, key=lambda r: r.name)},
+        "reencoded": sum(r.reencoded for r in results),
+        "bytes": sum(r.bytes_written for r in results),
+        "options": options,
+        "skipped": source.skipped + [s for r in results for s in r.skipped],
+    }
