@@ -1,0 +1,23 @@
+"""What every script shares: turning UserError into a one-line message and exit status 2."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the CLI
+
+
+def run_cli(main: Callable[[], int | None]) -> None:
+    """Run a script's main(); bad input exits 2 with `error: ...` on stderr instead of a traceback."""
+    from app.errors import UserError
+
+    try:
+        sys.exit(main() or 0)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,40 @@
+"""Human-readable summary of a dataset.json: the table make_tfrecords prints at the end."""
+
+from __future__ import annotations
+
+
+def format_table(rows: list[list[str]]) -> str:
+    """Left-align the first column, right-align the rest."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_summary(meta: dict, out_dir: str) -> str:
+    splits = [s for s in ("train", "val", "test") if s in meta["counts"]]
+    rows = [["class"] + splits + ["total"]]
+    for name in meta["classes"]:
+        per_split = [meta["counts"][s].get(name, 0) for s in splits]
+        rows.append([name] + [str(n) for n in per_split] + [str(sum(per_split))])
+    totals = [sum(meta["counts"][s].values()) for s in splits]
+    rows.append(["TOTAL"] + [str(n) for n in totals] + [str(sum(totals))])
+    shards = ", ".join(f"{s}: {len(meta['shards'][s])}" for s in splits)
+    lines = [
+        format_table(rows),
+        "",
+        f"shards: {shards}; {meta['bytes'] / 2**20:.1f} MiB of JPEG; {meta['reencoded']} images re-encoded,"
+        f" the rest stored byte for byte",
+    ]
+    empty = [f"{name} in {s}" for s in splits for name in meta["classes"] if meta["counts"][s].get(name, 0) == 0]
+    if empty:
+        lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
+    if meta["skipped"]:
+        lines.append(f"skipped {len(meta['skipped'])} file(s):")
+        lines += [f"  {s['path']}: {s['reason']}" for s in meta["skipped"]]
+    lines.append(f"wrote {out_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""Convert a folder of photos (one subfolder per class) or a CSV manifest into sharded TFRecords.
+
+    python scripts/make_tfrecords.py photos/ data/ --val-fraction 0.1 --test-fraction 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.cli import run_cli
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("src", type=Path, help="folder of class folders, a folder with train/ val/ [test/], or a CSV 'path,label[,split]'")
+    p.add_argument("out", type=Path, help="output folder for shards, labels.txt and dataset.json")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="share of each class for validation when SRC is not pre-split (default 0.1)")
+    p.add_argument("--test-fraction", type=float, default=0.1, help="share of each class for test when SRC is not pre-split (default 0.1)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the split and the order within shards (default 0)")
+    p.add_argument("--num-shards", type=int, default=None, help="shards per split (default: enough for ~150 MB each)")
+    p.add_argument("--max-side", type=int, default=None, help="downsize images whose longer side exceeds N pixels (default: keep size)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores for >=1000 images, else 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace shards already in OUT")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    from app.data.summary import format_summary
+    from app.data.writer import write_tfrecords
+
+    meta = write_tfrecords(
+        args.src, args.out, val_fraction=args.val_fraction, test_fraction=args.test_fraction, seed=args.seed,
+        num_shards=args.num_shards, max_side=args.max_side, workers=args.workers, overwrite=args.overwrite,
+    )
+    print(format_summary(meta, str(args.out)))
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,146 @@
+"""Reading pipelines: preprocessing parity, corrupt-record handling, determinism, sharding."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.data import schema
+from app.data.pipeline import (
+    RecordCounter,
+    load_dataset_info,
+    make_eval_dataset,
+    make_train_dataset,
+)
+from app.data.preprocess import Augment, augment_batch, decode_for_eval, decode_random_crop
+from app.errors import UserError
+
+
+def _first_encoded(records: Path) -> tf.Tensor:
+    path = load_dataset_info(records).shard_paths("val")[0]
+    raw = next(iter(tf.data.TFRecordDataset(path)))
+    return tf.io.parse_single_example(raw, schema.FEATURE_SPEC)[schema.ENCODED]
+
+
+def test_eval_preprocessing_is_the_same_eagerly_in_tf_function_and_in_tf_data(demo_records: Path):
+    encoded = _first_encoded(demo_records)
+    eager = decode_for_eval(encoded, 64).numpy()
+    graph = tf.function(lambda x: decode_for_eval(x, 64))(encoded).numpy()
+    in_data = next(iter(tf.data.Dataset.from_tensors(encoded).map(lambda x: decode_for_eval(x, 64)))).numpy()
+    assert eager.shape == (64, 64, 3) and eager.dtype == np.float32
+    assert 0 <= eager.min() and eager.max() <= 255
+    np.testing.assert_allclose(graph, eager, atol=1e-4)
+    np.testing.assert_allclose(in_data, eager, atol=1e-4)
+
+
+def test_eval_pipeline_uses_decode_for_eval(demo_records: Path):
+    images, _ = next(iter(make_eval_dataset(demo_records, split="val", image_size=48, batch_size=1)))
+    np.testing.assert_allclose(images[0].numpy(), decode_for_eval(_first_encoded(demo_records), 48).numpy(), atol=1e-4)
+
+
+def test_random_crop_is_seeded_and_in_range(demo_records: Path):
+    encoded, seed = _first_encoded(demo_records), tf.constant([1, 2])
+    a = decode_random_crop(encoded, 40, seed, Augment())
+    b = decode_random_crop(encoded, 40, seed, Augment())
+    c = decode_random_crop(encoded, 40, tf.constant([3, 4]), Augment())
+    assert a.shape == (40, 40, 3)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not np.array_equal(a.numpy(), c.numpy())
+
+
+def test_augment_batch_changes_images_but_keeps_range():
+    images = tf.random.stateless_uniform([8, 16, 16, 3], [0, 0], 0, 255)
+    out = augment_batch(images, tf.constant([5, 6]), Augment(color_jitter=0.4))
+    assert out.shape == images.shape
+    assert float(tf.reduce_min(out)) >= 0 and float(tf.reduce_max(out)) <= 255
+    assert not np.allclose(out.numpy(), images.numpy())
+
+
+def test_train_batches_have_the_promised_form(demo_records: Path):
+    images, labels = next(iter(make_train_dataset(demo_records, image_size=56, batch_size=4, seed=0)))
+    assert images.shape == (4, 56, 56, 3) and images.dtype == tf.float32
+    assert labels.dtype == tf.int32 and labels.shape == (4,)
+    assert 0.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 255.0
+
+
+def test_deterministic_mode_repeats_exactly(demo_records: Path):
+    def stream():
+        ds = make_train_dataset(demo_records, image_size=32, batch_size=8, seed=7, deterministic=True)
+        return [(x.numpy(), y.numpy()) for x, y in ds.take(3)]
+
+    for (xa, ya), (xb, yb) in zip(stream(), stream()):
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+
+
+def test_augmentation_off_gives_eval_style_images(demo_records: Path):
+    ds = make_train_dataset(demo_records, image_size=32, batch_size=64, augment=Augment.off(), seed=0)
+    train_images = sorted(x.numpy().sum() for batch, _ in ds for x in batch)
+    eval_images = sorted(x.numpy().sum() for batch, _ in make_eval_dataset(demo_records, split="train", image_size=32) for x in batch)
+    np.testing.assert_allclose(train_images, eval_images, rtol=1e-5)
+
+
+def test_input_context_shards_by_file(demo_records: Path):
+    def filenames(pipeline_id: int) -> list[bytes]:
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id)
+        ds = make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True, input_context=ctx)
+        return [f for _, _, files in ds for f in files.numpy()]
+
+    first, second = filenames(0), filenames(1)
+    everything = [f for _, _, files in make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True) for f in files.numpy()]
+    assert first and second and not set(first) & set(second)
+    assert sorted(first + second) == sorted(everything)
+
+
+def _corrupt_copy(src: Path, dst: Path, how: str) -> str:
+    """Copy the dataset and corrupt the first val shard; returns that shard's name."""
+    shutil.copytree(src, dst)
+    name = load_dataset_info(dst).shards["val"][0]
+    path = dst / name
+    if how == "crc":
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    else:  # a well-formed record whose JPEG payload is truncated
+        raws = list(tf.data.TFRecordDataset(str(path)).as_numpy_iterator())
+        example = tf.train.Example.FromString(raws[0])
+        jpeg = example.features.feature[schema.ENCODED].bytes_list.value[0]
+        example.features.feature[schema.ENCODED].bytes_list.value[0] = jpeg[: len(jpeg) // 2]
+        with tf.io.TFRecordWriter(str(path)) as w:
+            w.write(example.SerializeToString())
+            for raw in raws[1:]:
+                w.write(raw)
+    return name
+
+
+def test_undecodable_record_is_skipped_and_counted_or_raises_in_strict_mode(demo_records: Path, tmp_path: Path):
+    data = tmp_path / "data"
+    shard = _corrupt_copy(demo_records, data, "jpeg")
+    expected = load_dataset_info(data).num_examples("val")
+    counter = RecordCounter()
+    seen = sum(len(y) for _, y in make_eval_dataset(data, split="val", image_size=16, counter=counter))
+    assert seen == expected - 1 and counter.skipped_undecodable == 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match=shard):
+        for _ in make_eval_dataset(data, split="val", image_size=16, strict=True):
+            pass
+
+
+def test_crc_corruption_is_skipped_or_named_in_strict_mode(demo_records: Path, tmp_path: Path):
+    data = tmp_path / "data"
+    shard = _corrupt_copy(demo_records, data, "crc")
+    info = load_dataset_info(data)
+    seen = sum(len(y) for _, y in make_eval_dataset(data, split="val", image_size=16))
+    assert 0 < seen < info.num_examples("val")  # the rest of the bad shard is lost, the other shard is read
+    with pytest.raises(UserError, match=shard):
+        make_train_dataset(data, split="val", image_size=16, strict=True)
+
+
+def test_missing_dataset_json_or_split_is_a_clear_error(demo_records: Path, tmp_path: Path):
+    with pytest.raises(UserError, match="dataset.json"):
+        make_train_dataset(tmp_path)
+    with pytest.raises(UserError, match="no 'holdout' split"):
+        make_eval_dataset(demo_records, split="holdout")

@@ -1,0 +1,101 @@
+"""scan_source: layouts, the stratified split, and every bad SRC caught before anything is written."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from app.data.sources import scan_source
+from app.errors import UserError
+
+
+def _jpeg() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(out, format="JPEG")
+    return out.getvalue()
+
+
+def _make_tree(root: Path, layout: dict[str, int]) -> Path:
+    """layout: {"class" or "split/class": number of images}."""
+    for folder, n in layout.items():
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            (root / folder / f"{i:03d}.jpg").write_bytes(_jpeg())
+    return root
+
+
+def _counts(source) -> dict[str, Counter]:
+    out: dict[str, Counter] = {}
+    for image in source.images:
+        out.setdefault(image.split, Counter())[image.class_name] += 1
+    return out
+
+
+def test_split_is_stratified_and_seeded(tmp_path: Path):
+    src = _make_tree(tmp_path, {"a": 100, "b": 40})
+    source = scan_source(src, val_fraction=0.1, test_fraction=0.2, seed=3)
+    assert _counts(source) == {
+        "train": Counter(a=70, b=28), "val": Counter(a=10, b=4), "test": Counter(a=20, b=8)
+    }
+    assert source.classes == ["a", "b"]
+    again = scan_source(src, val_fraction=0.1, test_fraction=0.2, seed=3)
+    other = scan_source(src, val_fraction=0.1, test_fraction=0.2, seed=4)
+    assert again.images == source.images
+    assert {i.relpath for i in other.images if i.split == "val"} != {i.relpath for i in source.images if i.split == "val"}
+
+
+def test_presplit_folders_are_kept_as_given(tmp_path: Path):
+    src = _make_tree(tmp_path, {"train/a": 5, "train/b": 6, "val/a": 2, "val/b": 1})
+    source = scan_source(src, val_fraction=0.5)
+    assert source.layout == "presplit"
+    assert _counts(source) == {"train": Counter(a=5, b=6), "val": Counter(a=2, b=1)}
+    assert all(i.relpath.startswith(i.split + "/") for i in source.images)
+
+
+def test_manifest_with_and_without_split(tmp_path: Path):
+    _make_tree(tmp_path / "img", {"x": 4})
+    rows = [f"img/x/{i:03d}.jpg" for i in range(4)]
+    (tmp_path / "m.csv").write_text("path,label,split\n" + "".join(
+        f"{p},{'cat' if i % 2 else 'dog'},{'train' if i < 2 else 'val'}\n" for i, p in enumerate(rows)))
+    source = scan_source(tmp_path / "m.csv")
+    assert source.layout == "manifest"
+    assert _counts(source) == {"train": Counter(cat=1, dog=1), "val": Counter(cat=1, dog=1)}
+    (tmp_path / "n.csv").write_text("path,label\n" + "".join(f"{p},{'cat' if i % 2 else 'dog'}\n" for i, p in enumerate(rows)))
+    assert _counts(scan_source(tmp_path / "n.csv", val_fraction=0, test_fraction=0)) == {"train": Counter(cat=2, dog=2)}
+
+
+def test_hidden_and_zero_byte_files(tmp_path: Path):
+    src = _make_tree(tmp_path, {"a": 3, "b": 3})
+    (src / "a" / ".DS_Store").write_bytes(b"junk")
+    (src / ".hidden_class").mkdir()
+    (src / "b" / "empty.jpg").write_bytes(b"")
+    source = scan_source(src, val_fraction=0, test_fraction=0)
+    assert source.classes == ["a", "b"] and len(source.images) == 6
+    assert source.skipped == [{"path": "b/empty.jpg", "reason": "zero-byte file"}]
+
+
+@pytest.mark.parametrize(
+    "layout,kwargs,message",
+    [
+        ({}, {}, "empty"),
+        ({"only": 5}, {}, "at least 2"),
+        ({"a": 5, "b": 0}, {}, "holds no usable files"),
+        ({"a": 20, "b": 3}, {"val_fraction": 0.1, "test_fraction": 0.0}, "class 'b' gets no images in split 'val'"),
+        ({"train/a": 2, "test/a": 2}, {}, "needs both train/ and val/"),
+        ({"a": 5, "b": 5}, {"val_fraction": 0.6, "test_fraction": 0.5}, "must leave images for training"),
+    ],
+)
+def test_bad_sources_fail_with_clear_message(tmp_path: Path, layout, kwargs, message):
+    src = _make_tree(tmp_path / "src", layout)
+    src.mkdir(exist_ok=True)
+    with pytest.raises(UserError, match=message):
+        scan_source(src, **kwargs)
+
+
+def test_missing_src(tmp_path: Path):
+    with pytest.raises(UserError, match="no such file or folder"):
+        scan_source(tmp_path / "nope")

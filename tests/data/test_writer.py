@@ -1,0 +1,134 @@
+"""write_tfrecords: round trip, pixel fidelity, parallel workers, and nothing half-written."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from app.data import schema, writer
+from app.data.pipeline import load_dataset_info, make_eval_dataset, make_train_dataset
+from app.data.writer import write_tfrecords
+from app.errors import UserError
+
+
+def _read_all(out: Path) -> list[dict]:
+    """Every record of every split, parsed directly (no pipeline in between)."""
+    info = load_dataset_info(out)
+    records = []
+    for split in info.shards:
+        for path in info.shard_paths(split):
+            for raw in tf.data.TFRecordDataset(path):
+                ex = tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
+                records.append({"split": split, **{k: ex[k].numpy() for k in ex}})
+    return records
+
+
+def _source_files(images: Path) -> dict[str, str]:
+    """relpath → class for every file the writer should accept."""
+    bad = {"circle/truncated.jpg", "square/not_an_image.jpg", "star/empty.jpg"}
+    return {
+        str(p.relative_to(images)): p.parent.name
+        for p in images.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and str(p.relative_to(images)) not in bad
+    }
+
+
+def test_every_image_lands_once_with_its_label(demo_images: Path, demo_records: Path):
+    records = _read_all(demo_records)
+    classes = (demo_records / schema.LABELS_FILE).read_text().split()
+    names = [r[schema.FILENAME].decode() for r in records]
+    assert Counter(names) == Counter(_source_files(demo_images).keys())  # each exactly once
+    expected = _source_files(demo_images)
+    for r in records:
+        name = r[schema.FILENAME].decode()
+        assert classes[r[schema.LABEL]] == r[schema.TEXT].decode() == expected[name]
+
+
+def test_pipelines_see_each_record_once_per_epoch(demo_images: Path, demo_records: Path):
+    info = load_dataset_info(demo_records)
+    seen = Counter()
+    for split in info.shards:
+        for _, labels, files in make_eval_dataset(demo_records, split=split, image_size=32, with_filenames=True):
+            seen.update(f.decode() for f in files.numpy())
+    assert seen == Counter(_source_files(demo_images).keys())
+    train = make_train_dataset(demo_records, image_size=32, batch_size=5)
+    labels = np.concatenate([y.numpy() for _, y in train])
+    expected = Counter({info.classes.index(c): n for c, n in info.counts["train"].items()})
+    assert Counter(labels.tolist()) == expected
+
+
+def test_skipped_files_are_reported(demo_records: Path):
+    meta = json.loads((demo_records / schema.METADATA_FILE).read_text())
+    reasons = {s["path"]: s["reason"] for s in meta["skipped"]}
+    assert set(reasons) == {"circle/truncated.jpg", "square/not_an_image.jpg", "star/empty.jpg"}
+    assert "truncated" in reasons["circle/truncated.jpg"]
+    assert meta["shards"]["train"] == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+    assert sum(meta["shard_records"].values()) == sum(sum(c.values()) for c in meta["counts"].values())
+
+
+def test_stored_images_decode_to_source_pixels(demo_images: Path, demo_records: Path):
+    by_name = {r[schema.FILENAME].decode(): r for r in _read_all(demo_records)}
+    checked = Counter()
+    for name, record in by_name.items():
+        source_bytes = (demo_images / name).read_bytes()
+        source = np.asarray(Image.open(io.BytesIO(source_bytes)).convert("RGB"), dtype=np.int16)
+        stored = tf.io.decode_jpeg(record[schema.ENCODED], channels=3).numpy().astype(np.int16)
+        assert stored.shape == source.shape
+        assert (record[schema.HEIGHT], record[schema.WIDTH]) == source.shape[:2]
+        if name.endswith(".png"):  # re-encoded once at quality 95, 4:2:0 chroma
+            assert np.abs(stored - source).mean() < 4.0
+            checked["png"] += 1
+        elif Image.open(io.BytesIO(source_bytes)).mode == "RGB":
+            assert record[schema.ENCODED] == source_bytes  # byte for byte
+            assert np.abs(stored - source).mean() < 1.5  # TF vs Pillow decoder: same file, ±few levels
+            checked["jpeg"] += 1
+        else:  # grayscale JPEG → RGB JPEG
+            assert np.abs(stored - source).mean() < 4.0
+            checked["gray"] += 1
+    assert checked["png"] and checked["jpeg"] and checked["gray"]
+
+
+def test_two_workers_write_the_same_records(demo_images: Path, demo_records: Path, tmp_path: Path):
+    write_tfrecords(demo_images, tmp_path, val_fraction=0.25, test_fraction=0.25, num_shards=2, workers=2)
+    def key(r): return (r["split"], r[schema.FILENAME], r[schema.ENCODED])  # noqa: E704
+    assert sorted(map(key, _read_all(tmp_path))) == sorted(map(key, _read_all(demo_records)))
+
+
+def test_refuses_to_overwrite_without_flag(demo_images: Path, tmp_path: Path):
+    write_tfrecords(demo_images, tmp_path, num_shards=1)
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    with pytest.raises(UserError, match="--overwrite"):
+        write_tfrecords(demo_images, tmp_path, num_shards=1)
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+    meta = write_tfrecords(demo_images, tmp_path, num_shards=2, overwrite=True)
+    assert sorted(p.name for p in tmp_path.glob("*.tfrecord")) == sorted(n for s in meta["shards"].values() for n in s)
+
+
+def test_crash_mid_write_leaves_nothing_a_reader_would_pick_up(demo_images: Path, tmp_path: Path, monkeypatch):
+    calls = Counter()
+    real = writer.convert_image
+
+    def failing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 20:
+            raise RuntimeError("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "convert_image", failing)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        write_tfrecords(demo_images, tmp_path / "out", workers=1)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_bad_options_fail_before_writing(demo_images: Path, tmp_path: Path):
+    for kwargs, message in [({"num_shards": 0}, "--num-shards"), ({"max_side": 4}, "--max-side"), ({"workers": 0}, "--workers")]:
+        with pytest.raises(UserError, match=message):
+            write_tfrecords(demo_images, tmp_path / "o", **kwargs)
+        assert not any((tmp_path / "o").glob("*.tfrecord"))
