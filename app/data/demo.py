@@ -51,8 +51,9 @@ def _shape_points(kind: str, cx: float, cy: float, r: float, rot: float) -> list
     return [(cx + rad * math.cos(a), cy + rad * math.sin(a)) for a, rad in zip(angles, radii)]
 
 
-def draw_image(kind: str, rng: np.random.Generator) -> Image.Image:
-    width, height = (int(v) for v in rng.integers(160, 480, 2))
+def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None = None) -> Image.Image:
+    """One image of `kind`; `size` (width, height) is random in 160..480 unless given."""
+    width, height = size or tuple(int(v) for v in rng.integers(160, 480, 2))
     image = _background(rng, width, height)
     draw = ImageDraw.Draw(image)
     r = rng.uniform(0.2, 0.4) * min(width, height)

@@ -14,7 +14,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from app.data import schema
-from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, augment_batch, decode_for_eval, decode_random_crop
+from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, color_jitter_batch, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -79,10 +79,20 @@ def verify_shards(paths: list[str]) -> None:
             raise UserError(f"{path}: corrupt shard ({err.message.strip()})") from None
 
 
+def _is_complete_jpeg(encoded: tf.Tensor) -> tf.Tensor:
+    """Cheap structural check (start and end markers): catches truncated and non-JPEG payloads.
+
+    Records that pass their CRC hold exactly the bytes the writer validated with a full decode,
+    so this check, not a try/except around decoding, is what guards the hot path: it keeps
+    map+batch fusable, where `ignore_errors` after decoding cost ~20% throughput.
+    """
+    return tf.logical_and(tf.io.is_jpeg(encoded), tf.equal(tf.strings.substr(encoded, -2, 2), b"\xff\xd9"))
+
+
 def _assert_complete_jpeg(encoded: tf.Tensor, shard: tf.Tensor) -> tf.Tensor:
     """Strict mode: a truncated or non-JPEG payload raises with its shard's name."""
-    ok = tf.logical_and(tf.io.is_jpeg(encoded), tf.equal(tf.strings.substr(encoded, -2, 2), b"\xff\xd9"))
-    with tf.control_dependencies([tf.debugging.Assert(ok, ["Undecodable JPEG record in shard", shard])]):
+    check = tf.debugging.Assert(_is_complete_jpeg(encoded), ["Undecodable JPEG record in shard", shard])
+    with tf.control_dependencies([check]):
         return tf.identity(encoded)
 
 
@@ -126,19 +136,32 @@ def _parse(records: tf.data.Dataset, counter: RecordCounter | None) -> tf.data.D
 def _decoded(
     examples: tf.data.Dataset, decode, *, strict: bool, deterministic: bool, counter: RecordCounter | None
 ) -> tf.data.Dataset:
+    """Decode each example; in skip mode bad payloads are filtered out (and counted) first."""
+    if not strict:
+        def keep(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> tf.Tensor:
+            return _is_complete_jpeg(example["encoded"])
+
+        examples = examples.filter(keep)
+
     def fn(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> dict[str, tf.Tensor]:
         encoded = example["encoded"]
         if strict:
             encoded = _assert_complete_jpeg(encoded, example["shard"])
-        image = decode(encoded, *seed)
-        return {"image": image, "label": example["label"], "filename": example["filename"]}
+        if counter is not None:
+            with tf.control_dependencies([counter.decoded.assign_add(1)]):
+                encoded = tf.identity(encoded)
+        return {"image": decode(encoded, *seed), "label": example["label"], "filename": example["filename"]}
 
-    ds = examples.map(fn, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    if not strict:
-        ds = ds.ignore_errors(log_warning=True)
-    if counter is not None:
-        ds = ds.map(lambda e: (counter.decoded.assign_add(1), e)[1])
-    return ds
+    return examples.map(fn, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+
+def _train_decoder(image_size: int, augment: Augment):
+    """(encoded, seed) → image: random-resized crop (+flip), or eval decoding (+optional flip)."""
+    if augment.random_crop:
+        return lambda encoded, seed: decode_random_crop(encoded, image_size, seed, augment)
+    if augment.flip:
+        return lambda encoded, seed: tf.image.stateless_random_flip_left_right(decode_for_eval(encoded, image_size), seed)
+    return lambda encoded, seed: decode_for_eval(encoded, image_size)
 
 
 def make_train_dataset(
@@ -175,15 +198,11 @@ def make_train_dataset(
     ds = _parse(ds, counter)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
     ds = tf.data.Dataset.zip(ds, seeds)
-    if augment.random_crop:
-        decode = lambda encoded, s: decode_random_crop(encoded, image_size, s, augment)  # noqa: E731
-    else:
-        decode = lambda encoded, s: decode_for_eval(encoded, image_size)  # noqa: E731
-    ds = _decoded(ds, decode, strict=strict, deterministic=deterministic, counter=counter)
+    ds = _decoded(ds, _train_decoder(image_size, augment), strict=strict, deterministic=deterministic, counter=counter)
     ds = ds.batch(batch_size, drop_remainder=repeat)
-    if augment.flip or augment.color_jitter > 0:
+    if augment.color_jitter > 0:
         ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2))
-        ds = ds.map(lambda e, s: {**e, "image": augment_batch(e["image"], s, augment)},
+        ds = ds.map(lambda e, s: {**e, "image": color_jitter_batch(e["image"], s, augment.color_jitter)},
                     num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     return ds.map(lambda e: (e["image"], e["label"])).prefetch(AUTOTUNE)
 

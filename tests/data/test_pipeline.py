@@ -16,7 +16,7 @@ from app.data.pipeline import (
     make_eval_dataset,
     make_train_dataset,
 )
-from app.data.preprocess import Augment, augment_batch, decode_for_eval, decode_random_crop
+from app.data.preprocess import Augment, color_jitter_batch, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 
@@ -52,12 +52,36 @@ def test_random_crop_is_seeded_and_in_range(demo_records: Path):
     assert not np.array_equal(a.numpy(), c.numpy())
 
 
-def test_augment_batch_changes_images_but_keeps_range():
-    images = tf.random.stateless_uniform([8, 16, 16, 3], [0, 0], 0, 255)
-    out = augment_batch(images, tf.constant([5, 6]), Augment(color_jitter=0.4))
-    assert out.shape == images.shape
-    assert float(tf.reduce_min(out)) >= 0 and float(tf.reduce_max(out)) <= 255
-    assert not np.allclose(out.numpy(), images.numpy())
+def _reference_jitter(image: np.ndarray, b: float, c: float, s: float) -> np.ndarray:
+    """The plain three-step definition the fused colour matrix must reproduce."""
+    x = image * b
+    x = (x - x.mean()) * c + x.mean()
+    gray = x @ np.array([0.2989, 0.5870, 0.1140])
+    x = (x - gray[..., None]) * s + gray[..., None]
+    return np.clip(x, 0, 255)
+
+
+def test_color_jitter_matches_brightness_contrast_saturation_applied_in_turn():
+    images = tf.random.stateless_uniform([4, 8, 8, 3], [0, 0], 0, 255)
+    seed = tf.constant([5, 6])
+    out = color_jitter_batch(images, seed, 0.4).numpy()
+    s_b, s_c, s_s = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    factors = [tf.random.stateless_uniform([4], s, 0.6, 1.4).numpy() for s in (s_b, s_c, s_s)]
+    for i in range(4):
+        expected = _reference_jitter(images[i].numpy(), factors[0][i], factors[1][i], factors[2][i])
+        np.testing.assert_allclose(out[i], expected, atol=1e-2)
+    assert not np.allclose(out, images.numpy())
+
+
+def test_flip_mirrors_the_crop():
+    image = tf.cast(tf.reshape(tf.range(8 * 8 * 3) % 251, [8, 8, 3]), tf.uint8)
+    encoded = tf.io.encode_jpeg(image, quality=100)
+    no_flip = Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0), flip=False)
+    always = [decode_random_crop(encoded, 8, tf.constant([k, 0]), Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0))) for k in range(8)]
+    plain = decode_random_crop(encoded, 8, tf.constant([0, 0]), no_flip).numpy()
+    mirrored = [a.numpy() for a in always if not np.allclose(a.numpy(), plain)]
+    assert mirrored, "no flip in 8 draws"
+    np.testing.assert_allclose(mirrored[0], plain[:, ::-1], atol=1e-3)
 
 
 def test_train_batches_have_the_promised_form(demo_records: Path):

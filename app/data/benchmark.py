@@ -1,0 +1,112 @@
+"""Input-pipeline throughput: this project's training pipeline vs the naive recipe vs decode alone.
+
+Variants run in alternation (A B C, A B C, ...) and the median per variant is reported,
+because this kind of machine drifts in speed; ratios are taken within the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from app.data import schema
+from app.data.pipeline import load_dataset_info, make_train_dataset
+from app.data.preprocess import Augment
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def seed_recipe(files: list[str], image_size: int, batch_size: int) -> tf.data.Dataset:
+    """The recipe users start from: per-record parse and full decode, float convert, resize."""
+
+    def parse(raw: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        ex = tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
+        image = tf.io.decode_jpeg(ex[schema.ENCODED], channels=3)
+        image = tf.image.convert_image_dtype(image, tf.float32)
+        return tf.image.resize(image, [image_size, image_size]), ex[schema.LABEL]
+
+    def augment(image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.image.random_brightness(tf.image.random_flip_left_right(image), 0.2), label
+
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, num_parallel_calls=AUTOTUNE
+    )
+    ds = ds.map(parse, num_parallel_calls=AUTOTUNE).map(augment, num_parallel_calls=AUTOTUNE)
+    return ds.shuffle(1024).batch(batch_size).prefetch(AUTOTUNE)
+
+
+def decode_only(files: list[str], batch_size: int) -> tf.data.Dataset:
+    """Lower bound on work: parse and full JPEG decode of the same records, nothing else."""
+
+    def decode(raw: tf.Tensor) -> tf.Tensor:
+        ex = tf.io.parse_single_example(raw, {schema.ENCODED: schema.FEATURE_SPEC[schema.ENCODED]})
+        image = tf.io.decode_jpeg(ex[schema.ENCODED], channels=3)
+        # Keep one pixel: every image is fully decoded, but no batching/copying of
+        # variable-size images is charged to the decoder.
+        return image[0, 0]
+
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, num_parallel_calls=AUTOTUNE
+    )
+    return ds.map(decode, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
+
+
+def images_per_second(ds: tf.data.Dataset, num_images: int, batch_size: int) -> float:
+    """Time `num_images` images through an already warmed-up, repeating dataset."""
+    iterator = iter(ds.repeat())
+    next(iterator)  # start-up (threads, autotune) is not throughput
+    batches = max(1, num_images // batch_size)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return batches * batch_size / (time.perf_counter() - start)
+
+
+def make_benchmark_records(out: Path, num_images: int, width: int = 500, height: int = 375) -> Path:
+    """Synthetic photo-like JPEGs at a typical photo size (default 500×375), as TFRecords."""
+    from app.data.demo import CLASSES, draw_image
+    from app.data.writer import write_tfrecords
+
+    src = out / "images"
+    for k in range(num_images):
+        kind = CLASSES[k % len(CLASSES)]
+        (src / kind).mkdir(parents=True, exist_ok=True)
+        image = draw_image(kind, np.random.default_rng([7, k]), size=(width, height))
+        image.save(src / kind / f"{k:05d}.jpg", quality=90)
+    write_tfrecords(src, out / "records", val_fraction=0.0, test_fraction=0.0, num_shards=8)
+    return out / "records"
+
+
+def run_input_benchmark(
+    data: Path | None, *, image_size: int = 224, batch_size: int = 32, num_images: int = 2048, rounds: int = 5,
+    synthetic_images: int = 1024, log: Callable[[str], None] = print,
+) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        if data is None:
+            log(f"no --data: writing {synthetic_images} synthetic 500x375 JPEGs")
+            data = make_benchmark_records(Path(tmp), synthetic_images)
+        files = load_dataset_info(data).shard_paths("train")
+        variants = {
+            "images_per_s": make_train_dataset(data, image_size=image_size, batch_size=batch_size),
+            # Same pipeline without colour jitter: shows what the jitter itself costs.
+            "no_jitter_images_per_s": make_train_dataset(
+                data, image_size=image_size, batch_size=batch_size, augment=Augment(color_jitter=0.0)
+            ),
+            "seed_images_per_s": seed_recipe(files, image_size, batch_size),
+            "decode_images_per_s": decode_only(files, batch_size),
+        }
+        samples: dict[str, list[float]] = {k: [] for k in variants}
+        for r in range(rounds):
+            for name, ds in variants.items():
+                samples[name].append(images_per_second(ds, num_images, batch_size))
+            log(f"round {r + 1}/{rounds}: " + ", ".join(f"{k}={v[-1]:.0f}" for k, v in samples.items()))
+    result = {k: round(statistics.median(v), 1) for k, v in samples.items()}
+    result["ratio_vs_seed"] = round(result["images_per_s"] / result["seed_images_per_s"], 3)
+    result["ratio_vs_decode"] = round(result["images_per_s"] / result["decode_images_per_s"], 3)
+    return result
