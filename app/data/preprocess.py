@@ -56,7 +56,7 @@ def decode_for_eval(encoded: tf.Tensor, image_size: int, crop_fraction: float = 
 
 
 def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, augment: Augment) -> tf.Tensor:
-    """Inception-style random-resized crop (and random flip), applied while decoding.
+    """Inception-style random-resized crop applied while decoding, then a random flip.
 
     Only the crop window is decoded (`decode_and_crop_jpeg`), and the flip is done on the small
     uint8 crop before resizing. `seed` is a shape-[2] int tensor; every op is stateless, so a
@@ -80,29 +80,32 @@ def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, aug
     if augment.flip:
         flip = tf.random.stateless_uniform([], flip_seed) < 0.5
         image = tf.cond(flip, lambda: tf.reverse(image, axis=[1]), lambda: image)
-    resized = tf.image.resize(image, [image_size, image_size], method="bilinear")
-    return tf.ensure_shape(resized, [image_size, image_size, 3])
+    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
+    return tf.ensure_shape(image, [image_size, image_size, 3])
 
 
-def color_jitter_batch(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tensor:
-    """Per-image random brightness, contrast and saturation on a float [B, H, W, 3] batch.
+def color_jitter(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tensor:
+    """Random brightness, contrast and saturation on float [..., H, W, 3] images in 0..255.
 
-    All three are linear in the pixels, so they are composed into one 3x3 colour matrix plus
-    an offset per image and applied in a single pass: GPU- and CPU-friendly.
+    Works on one image or a batch (independent factors per image). All three adjustments are
+    linear in the pixels, so they are composed into one 3x3 colour matrix plus an offset and
+    applied in a single pass. The training pipeline applies it to whole batches (measured ~10%
+    faster on CPU than per image, and the natural shape for a GPU).
     """
-    batch = tf.shape(images)[0]
+    batch_shape = tf.shape(images)[:-3]
     s_b, s_c, s_s = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-    brightness = tf.random.stateless_uniform([batch], s_b, 1.0 - strength, 1.0 + strength)
-    contrast = tf.random.stateless_uniform([batch], s_c, 1.0 - strength, 1.0 + strength)
-    saturation = tf.random.stateless_uniform([batch], s_s, 1.0 - strength, 1.0 + strength)
+
+    def factor(s: tf.Tensor) -> tf.Tensor:
+        return tf.random.stateless_uniform(batch_shape, s, 1.0 - strength, 1.0 + strength)
+
+    brightness, contrast, saturation = factor(s_b), factor(s_c), factor(s_s)
     luma = tf.constant([0.2989, 0.5870, 0.1140])
-    # saturation: x -> s*x + (1-s)*luma.x  ==  x @ (s*I + (1-s) * luma^T 1)
-    eye = tf.eye(3, batch_shape=[batch])
-    to_gray = tf.broadcast_to(tf.tile(luma[:, None], [1, 3])[None], [batch, 3, 3])
-    sat = saturation[:, None, None] * eye + (1.0 - saturation)[:, None, None] * to_gray
+    # saturation: x -> s*x + (1-s)*(luma.x)  ==  x @ (s*I + (1-s) * luma^T [1 1 1])
+    to_gray = tf.tile(luma[:, None], [1, 3])
+    sat = saturation[..., None, None] * tf.eye(3) + (1.0 - saturation)[..., None, None] * to_gray
     # contrast around the mean of the brightened image: x -> c*x + (1-c)*mean
-    mean = tf.reduce_mean(images, axis=[1, 2, 3]) * brightness
-    matrix = (brightness * contrast)[:, None, None] * sat
-    offset = ((1.0 - contrast) * mean)[:, None] * tf.reduce_sum(sat, axis=1)
-    out = tf.einsum("bhwc,bcd->bhwd", images, matrix) + offset[:, None, None, :]
+    mean = tf.reduce_mean(images, axis=[-3, -2, -1]) * brightness
+    matrix = (brightness * contrast)[..., None, None] * sat
+    offset = ((1.0 - contrast) * mean)[..., None] * tf.reduce_sum(sat, axis=-2)
+    out = tf.einsum("...hwc,...cd->...hwd", images, matrix) + offset[..., None, None, :]
     return tf.clip_by_value(out, 0.0, 255.0)

@@ -16,7 +16,7 @@ from app.data.pipeline import (
     make_eval_dataset,
     make_train_dataset,
 )
-from app.data.preprocess import Augment, color_jitter_batch, decode_for_eval, decode_random_crop
+from app.data.preprocess import Augment, color_jitter, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 
@@ -64,20 +64,24 @@ def _reference_jitter(image: np.ndarray, b: float, c: float, s: float) -> np.nda
 def test_color_jitter_matches_brightness_contrast_saturation_applied_in_turn():
     images = tf.random.stateless_uniform([4, 8, 8, 3], [0, 0], 0, 255)
     seed = tf.constant([5, 6])
-    out = color_jitter_batch(images, seed, 0.4).numpy()
+    out = color_jitter(images, seed, 0.4).numpy()
     s_b, s_c, s_s = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     factors = [tf.random.stateless_uniform([4], s, 0.6, 1.4).numpy() for s in (s_b, s_c, s_s)]
     for i in range(4):
         expected = _reference_jitter(images[i].numpy(), factors[0][i], factors[1][i], factors[2][i])
         np.testing.assert_allclose(out[i], expected, atol=1e-2)
     assert not np.allclose(out, images.numpy())
+    single = color_jitter(images[0], seed, 0.4).numpy()  # one image: same maths, scalar factors
+    s = [tf.random.stateless_uniform([], k, 0.6, 1.4).numpy() for k in (s_b, s_c, s_s)]
+    np.testing.assert_allclose(single, _reference_jitter(images[0].numpy(), *s), atol=1e-2)
 
 
 def test_flip_mirrors_the_crop():
     image = tf.cast(tf.reshape(tf.range(8 * 8 * 3) % 251, [8, 8, 3]), tf.uint8)
     encoded = tf.io.encode_jpeg(image, quality=100)
-    no_flip = Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0), flip=False)
-    always = [decode_random_crop(encoded, 8, tf.constant([k, 0]), Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0))) for k in range(8)]
+    no_flip = Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0), flip=False, color_jitter=0.0)
+    flip_only = Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0), color_jitter=0.0)
+    always = [decode_random_crop(encoded, 8, tf.constant([k, 0]), flip_only) for k in range(8)]
     plain = decode_random_crop(encoded, 8, tf.constant([0, 0]), no_flip).numpy()
     mirrored = [a.numpy() for a in always if not np.allclose(a.numpy(), plain)]
     assert mirrored, "no flip in 8 draws"
