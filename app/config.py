@@ -15,14 +15,11 @@ from pathlib import Path
 
 from app.errors import UserError
 
-DEMO_IMAGES = "datasets/demo/images"
-DEMO_DATA = "datasets/demo/tfrecords"
-
 
 @dataclass(frozen=True)
 class TrainConfig:
     # data
-    data: str = DEMO_DATA  # TFRecord folder from make_tfrecords.py (the demo is built if missing)
+    data: str = ""  # TFRecord folder from make_tfrecords.py; "" = the built-in demo (built if missing)
     out: str = "runs/demo"  # run directory: config, logs, checkpoints, metrics, export
     # model
     backbone: str = "mobilenet_v2"  # registry key; see app/models/backbones.py

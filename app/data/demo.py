@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 CLASSES = ("circle", "square", "star", "triangle")
 DEFAULT_PER_CLASS = 60
+DEMO_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "demo"  # in the project checkout
 
 
 def _background(rng: np.random.Generator, width: int, height: int) -> Image.Image:
@@ -102,3 +103,20 @@ def generate_demo_images(out: Path, per_class: int = DEFAULT_PER_CLASS, seed: in
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def ensure_demo_records(root: Path = DEMO_ROOT) -> Path:
+    """The demo TFRecords under `root`, generating images and shards first if they are missing."""
+    from app.data.schema import METADATA_FILE
+    from app.data.writer import write_tfrecords
+
+    records = root / "tfrecords"
+    if (records / METADATA_FILE).exists():
+        return records
+    images = root / "images"
+    if not images.exists():
+        print(f"Generating demo images in {images}", flush=True)
+        generate_demo_images(images)
+    print(f"Writing demo TFRecords to {records}", flush=True)
+    write_tfrecords(images, records, overwrite=True)
+    return records

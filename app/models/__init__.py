@@ -1,0 +1,1 @@
+"""Backbone registry and the classifier built around it."""

@@ -1,0 +1,140 @@
+"""Backbone registry: each entry knows its builder, input size, pixel normalisation and blocks.
+
+Register with `@register_backbone(...)` on a builder `(input_shape, weights) -> keras.Model`.
+Everything else (the head, freezing, unfreezing) is generic and lives in classifier.py, so
+adding an architecture is one short function.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import keras
+
+from app.errors import UserError
+from app.models.layers import PixelNormalization
+
+Builder = Callable[[tuple[int, int, int], "str | None"], keras.Model]
+
+# Normalisations, as PixelNormalization arguments. None: the Keras model normalises itself.
+SCALE_MINUS1_1 = {"mean": (127.5,) * 3, "std": (127.5,) * 3}
+CAFFE_BGR = {"mean": (103.939, 116.779, 123.68), "std": (1.0,) * 3, "bgr": True}
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    name: str
+    build: Builder
+    default_size: int
+    normalization: dict | None  # PixelNormalization kwargs, or None if built in
+    block_pattern: str  # regex whose group 1 names the block a layer belongs to
+    min_size: int = 32
+    imagenet_sizes: tuple[int, ...] = ()  # sizes with ImageNet weights, when the family is picky
+
+    def normalization_layer(self) -> keras.layers.Layer:
+        if self.normalization is None:
+            return keras.layers.Identity(name="normalize")
+        return PixelNormalization(**self.normalization, name="normalize")
+
+
+BACKBONES: dict[str, BackboneSpec] = {}
+
+
+def register_backbone(name: str, **spec_kwargs) -> Callable[[Builder], Builder]:
+    def wrap(build: Builder) -> Builder:
+        if name in BACKBONES:
+            raise ValueError(f"backbone '{name}' is already registered")
+        BACKBONES[name] = BackboneSpec(name=name, build=build, **spec_kwargs)
+        return build
+
+    return wrap
+
+
+def get_backbone(name: str) -> BackboneSpec:
+    if name not in BACKBONES:
+        raise UserError(f"unknown backbone '{name}'; known: {', '.join(sorted(BACKBONES))}")
+    return BACKBONES[name]
+
+
+def _apps(fn_name: str, **kwargs) -> Builder:
+    def build(input_shape: tuple[int, int, int], weights: str | None) -> keras.Model:
+        fn = getattr(keras.applications, fn_name)
+        return fn(input_shape=input_shape, include_top=False, weights=weights, **kwargs)
+
+    return build
+
+
+register_backbone(
+    "mobilenet_v2", default_size=224, normalization=SCALE_MINUS1_1, block_pattern=r"^(block_\d+)_",
+    imagenet_sizes=(96, 128, 160, 192, 224),
+)(_apps("MobileNetV2"))
+register_backbone(
+    "mobilenet_v3_small", default_size=224, normalization=None, block_pattern=r"^(expanded_conv(?:_\d+)?)_",
+    imagenet_sizes=(224,),
+)(_apps("MobileNetV3Small", include_preprocessing=True))
+register_backbone(
+    "mobilenet_v3_large", default_size=224, normalization=None, block_pattern=r"^(expanded_conv(?:_\d+)?)_",
+    imagenet_sizes=(224,),
+)(_apps("MobileNetV3Large", include_preprocessing=True))
+for _i, _size in enumerate((224, 240, 260, 300)):
+    register_backbone(
+        f"efficientnet_b{_i}", default_size=_size, normalization=None, block_pattern=r"^(block\d+[a-z])_"
+    )(_apps(f"EfficientNetB{_i}"))
+for _i, _size in enumerate((224, 240, 260, 300)):
+    register_backbone(
+        f"efficientnetv2_b{_i}", default_size=_size, normalization=None, block_pattern=r"^(block\d+[a-z])_"
+    )(_apps(f"EfficientNetV2B{_i}", include_preprocessing=True))
+register_backbone(
+    "resnet50", default_size=224, normalization=CAFFE_BGR, block_pattern=r"^(conv\d_block\d+)_"
+)(_apps("ResNet50"))
+register_backbone(
+    "convnext_tiny", default_size=224, normalization=None, block_pattern=r"^convnext_tiny_(stage_\d+_block_\d+)_"
+)(_apps("ConvNeXtTiny", include_preprocessing=True))
+
+
+def blocks(backbone: keras.Model, spec: BackboneSpec) -> list[tuple[str, int]]:
+    """(block name, index of its first layer) in layer order."""
+    found: list[tuple[str, int]] = []
+    for index, layer in enumerate(backbone.layers):
+        match = re.match(spec.block_pattern, layer.name)
+        if match and (not found or found[-1][0] != match.group(1)):
+            found.append((match.group(1), index))
+    return found
+
+
+def load_backbone(spec: BackboneSpec, image_size: int, weights: str) -> tuple[keras.Model, str]:
+    """Build the backbone with `weights` = imagenet | none | PATH. Returns (model, what was loaded).
+
+    Raises UserError for a missing/incompatible file or an unavailable download; never falls
+    back silently (resolve `auto` first, with `resolve_weights`).
+    """
+    if image_size < spec.min_size:
+        raise UserError(f"image size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
+    shape = (image_size, image_size, 3)
+    if weights == "none":
+        return spec.build(shape, None), "none (random initialisation)"
+    if weights == "imagenet":
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return spec.build(shape, "imagenet"), "imagenet"
+        except Exception as err:  # download or cache failure: keras raises plain Exception
+            raise UserError(f"--weights imagenet: could not get ImageNet weights for {spec.name} ({err})") from None
+    path = Path(weights)
+    if not path.is_file():
+        raise UserError(f"--weights: no such file {path}")
+    if not path.name.endswith(".h5"):
+        raise UserError(f"--weights: {path} is not a .h5 or .weights.h5 file")
+    model = spec.build(shape, None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.load_weights(str(path))
+    except Exception as err:
+        first_line = str(err).strip().splitlines()[0]
+        raise UserError(f"--weights: {path} does not fit {spec.name}: {first_line}") from None
+    return model, str(path)

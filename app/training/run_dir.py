@@ -1,0 +1,89 @@
+"""The run directory: one run's config, logs, checkpoints, metrics and export, and its guard rails.
+
+A run dir belongs to one config. Starting the same command again resumes it; a different config
+is refused unless --overwrite is given, so two runs are never mixed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.config import TrainConfig, read_saved_config, save_config
+from app.errors import UserError
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.json"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def export(self) -> Path:
+        return self.root / "export"
+
+    @property
+    def state(self) -> Path:
+        """Facts fixed at the start of a run (classes, image size, weights) that a resume must match."""
+        return self.root / "run_state.json"
+
+    def is_complete(self) -> bool:
+        return self.metrics.exists()
+
+
+def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
+    run = RunDir(Path(cfg.out))
+    if run.root.exists() and not run.root.is_dir():
+        raise UserError(f"--out: {run.root} exists and is not a folder")
+    if run.config.exists() and not overwrite:
+        saved = read_saved_config(run.config)
+        if saved != cfg:
+            changed = sorted(k for k, v in cfg.to_dict().items() if saved.to_dict().get(k) != v)
+            raise UserError(
+                f"{run.root} holds a run with a different config (changed: {', '.join(changed)});"
+                " pass --overwrite to replace it, or choose another --out"
+            )
+    elif run.root.exists() and any(run.root.iterdir()) and not overwrite:
+        raise UserError(f"--out: {run.root} is not empty and holds no run; pass --overwrite or choose another --out")
+    if overwrite and run.root.exists():
+        shutil.rmtree(run.root)
+    run.checkpoints.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run.config)
+    return run
+
+
+def check_run_state(run: RunDir, facts: dict) -> None:
+    """First start: record `facts`. Resume: they must match (e.g. the class count of a checkpoint)."""
+    if run.state.exists():
+        saved = json.loads(run.state.read_text())
+        for key, value in facts.items():
+            if key in saved and saved[key] != value:
+                raise UserError(
+                    f"{run.root}: checkpoint was trained with {key}={saved[key]!r}, the data now gives {value!r};"
+                    " pass --overwrite to start over"
+                )
+        return
+    write_json_atomic(run.state, facts)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,84 @@
+"""Compiled train and eval steps: `strategy.run` over distributed datasets, for every strategy.
+
+Keras 3's `model.fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585), so
+training does not use it anywhere: the same custom step serves one CPU, several GPUs and
+several workers. Each replica returns sums (loss, correct, count) that are reduced across
+replicas, so metrics are exact whatever the replica count.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+class Steps:
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        model: keras.Model,  # inputs → logits
+        optimizer: keras.optimizers.Optimizer | None,
+        num_classes: int,
+        global_batch_size: int,
+        label_smoothing: float = 0.0,
+        class_weights: list[float] | None = None,
+    ) -> None:
+        self.strategy, self.model, self.optimizer = strategy, model, optimizer
+        self.num_classes, self.global_batch_size = num_classes, global_batch_size
+        self.label_smoothing = label_smoothing
+        self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
+        self._train = tf.function(self._train_steps)
+        self._eval = tf.function(self._eval_step)
+
+    def _per_example_loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        one_hot = tf.one_hot(labels, self.num_classes)
+        return keras.losses.categorical_crossentropy(
+            one_hot, tf.cast(logits, tf.float32), from_logits=True, label_smoothing=self.label_smoothing
+        )
+
+    def _sums(self, labels: tf.Tensor, logits: tf.Tensor, per_example: tf.Tensor) -> tf.Tensor:
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
+        return tf.stack([tf.reduce_sum(per_example), correct, tf.cast(tf.size(labels), tf.float32)])
+
+    def _replica_train(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = self.model(inputs, training=True)
+            per_example = self._per_example_loss(labels, logits)
+            weighted = per_example if self.class_weights is None else per_example * tf.gather(self.class_weights, labels)
+            loss = tf.nn.compute_average_loss(weighted, global_batch_size=self.global_batch_size)
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+                loss = self.optimizer.scale_loss(loss)
+        gradients = tape.gradient(loss, variables)
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        return self._sums(labels, logits, per_example)
+
+    def _train_steps(self, iterator, num_steps: tf.Tensor) -> tf.Tensor:
+        """`num_steps` steps in one call (steps_per_execution): fewer Python round trips."""
+        totals = tf.zeros([3])
+        for _ in tf.range(num_steps):
+            inputs, labels = next(iterator)
+            per_replica = self.strategy.run(self._replica_train, args=(inputs, labels))
+            totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return totals
+
+    def _eval_step(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        def replica(inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+            logits = self.model(inputs, training=False)
+            return self._sums(labels, logits, self._per_example_loss(labels, logits))
+
+        per_replica = self.strategy.run(replica, args=(inputs, labels))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    def train(self, iterator, num_steps: int) -> tf.Tensor:
+        return self._train(iterator, tf.constant(num_steps))
+
+    def evaluate(self, dataset) -> dict[str, float]:
+        """Mean loss and accuracy over a finite distributed dataset."""
+        totals = tf.zeros([3])
+        for inputs, labels in dataset:
+            totals += self._eval(inputs, labels)
+        loss_sum, correct, count = (float(v) for v in totals.numpy())
+        if count == 0:
+            return {"loss": float("nan"), "accuracy": float("nan"), "count": 0}
+        return {"loss": loss_sum / count, "accuracy": correct / count, "count": int(count)}

@@ -1,0 +1,58 @@
+"""Distribution strategy and mixed precision, decided once per run from the config and hardware."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+from app.config import TrainConfig
+from app.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+def make_strategy(cfg: TrainConfig) -> tf.distribute.Strategy:
+    """auto: MultiWorkerMirrored when TF_CONFIG names several workers, Mirrored for several GPUs,
+    else the default (single-device) strategy."""
+    kind = cfg.strategy
+    if kind == "auto":
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+        workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+        gpus = tf.config.list_physical_devices("GPU")
+        kind = "multiworker" if workers > 1 else "mirrored" if len(gpus) > 1 else "default"
+    if kind == "default":
+        return tf.distribute.get_strategy()
+    if kind == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if kind == "multiworker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if kind == "tpu":
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except (ValueError, tf.errors.NotFoundError) as err:
+            raise UserError(f"strategy=tpu: no TPU found ({err})") from None
+        return tf.distribute.TPUStrategy(resolver)
+    raise UserError(f"unknown strategy '{kind}'")
+
+
+def set_precision(cfg: TrainConfig) -> str:
+    """auto: mixed_float16 on GPU, float32 on CPU (where float16 is slower, not faster)."""
+    on = cfg.mixed_precision == "on" or (cfg.mixed_precision == "auto" and tf.config.list_physical_devices("GPU"))
+    policy = ("mixed_bfloat16" if cfg.strategy == "tpu" else "mixed_float16") if on else "float32"
+    keras.mixed_precision.set_global_policy(policy)
+    return policy
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Only the chief writes the run dir under multi-worker training."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict())

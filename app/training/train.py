@@ -1,0 +1,239 @@
+"""Two-phase fine-tuning, end to end: data → model → phase 1 → phase 2 → test → export → metrics.
+
+Phase 1 trains a new head on a frozen backbone; phase 2 unfreezes the top of the backbone at a
+low learning rate (warmup + cosine), BatchNorm kept frozen. Used by scripts/fine_tune.py, the
+notebook and the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from app.config import TrainConfig
+from app.data.pipeline import DatasetInfo, load_dataset_info, make_eval_dataset, make_train_dataset
+from app.data.preprocess import Augment
+from app.errors import UserError
+from app.models.backbones import get_backbone
+from app.models.classifier import Classifier, build_classifier, freeze_backbone, unfreeze_top
+from app.models.weights import resolve_backbone
+from app.training.history import History, plot_learning_curves
+from app.training.phase import PhaseResult, PhaseSpec, run_phase
+from app.training.run_dir import RunDir, check_run_state, prepare_run_dir, write_json_atomic
+from app.training.steps import Steps
+from app.training.strategy import is_chief, make_strategy, set_precision
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Context:
+    cfg: TrainConfig
+    info: DatasetInfo
+    run: RunDir
+    strategy: tf.distribute.Strategy
+    clf: Classifier
+    image_size: int
+    history: History
+
+    @property
+    def replicas(self) -> int:
+        return self.strategy.num_replicas_in_sync
+
+    @property
+    def global_batch(self) -> int:
+        return self.cfg.batch_size * self.replicas
+
+    @property
+    def steps_per_epoch(self) -> int:
+        steps = self.info.num_examples("train") // self.global_batch
+        return min(steps, self.cfg.max_steps_per_epoch) if self.cfg.max_steps_per_epoch else steps
+
+
+def class_weights(info: DatasetInfo) -> list[float]:
+    """Inverse class frequency, normalised so a balanced dataset gets all 1.0."""
+    counts = np.array([info.counts["train"].get(c, 0) for c in info.classes], dtype=float)
+    return (counts.sum() / (len(counts) * np.maximum(counts, 1))).round(6).tolist()
+
+
+def _optimizer(cfg: TrainConfig, learning_rate, policy: str) -> keras.optimizers.Optimizer:
+    opt = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=cfg.weight_decay)
+    opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return keras.optimizers.LossScaleOptimizer(opt) if policy == "mixed_float16" else opt
+
+
+def _distribute(ctx: Context, make) -> object:
+    """make(input_context) → per-replica dataset; sharded per worker by TensorFlow's input contexts."""
+    return ctx.strategy.distribute_datasets_from_function(make)
+
+
+def _image_datasets(ctx: Context):
+    cfg = ctx.cfg
+    augment = Augment(color_jitter=cfg.color_jitter) if cfg.augment else Augment.off()
+
+    def train_iterator():
+        return iter(_distribute(ctx, lambda ic: make_train_dataset(
+            cfg.data, image_size=ctx.image_size, batch_size=cfg.batch_size, augment=augment, seed=cfg.seed,
+            repeat=True, input_context=ic,
+        )))
+
+    def val_dataset():
+        return _distribute(ctx, lambda ic: make_eval_dataset(
+            cfg.data, split="val", image_size=ctx.image_size, batch_size=cfg.batch_size, input_context=ic,
+        ))
+
+    return train_iterator, val_dataset
+
+
+def _feature_datasets(ctx: Context):
+    """Cached-features mode: backbone features computed once per split, then only the head trains."""
+    cfg, cache = ctx.cfg, {}
+
+    def features(split: str) -> tuple[np.ndarray, np.ndarray]:
+        if split not in cache:
+            start = time.perf_counter()
+            feats, labels = [], []
+            for images, y in make_eval_dataset(cfg.data, split=split, image_size=ctx.image_size, batch_size=cfg.batch_size):
+                feats.append(ctx.clf.features_model(images, training=False).numpy())
+                labels.append(y.numpy())
+            cache[split] = (np.concatenate(feats), np.concatenate(labels))
+            log.info("cached %s features %s in %.1fs", split, cache[split][0].shape, time.perf_counter() - start)
+        return cache[split]
+
+    def train_iterator():
+        x, y = features("train")
+        return iter(_distribute(ctx, lambda ic: tf.data.Dataset.from_tensor_slices((x, y))
+                                .shuffle(len(x), seed=cfg.seed).repeat().batch(cfg.batch_size, drop_remainder=True)))
+
+    def val_dataset():
+        x, y = features("val")
+        return _distribute(ctx, lambda ic: tf.data.Dataset.from_tensor_slices((x, y)).batch(cfg.batch_size))
+
+    return train_iterator, val_dataset
+
+
+def run_phase1(ctx: Context, policy: str) -> PhaseResult:
+    cfg = ctx.cfg
+    freeze_backbone(ctx.clf)
+    model = ctx.clf.head_model if cfg.cache_features else ctx.clf.logits_model
+    datasets = _feature_datasets(ctx) if cfg.cache_features else _image_datasets(ctx)
+    with ctx.strategy.scope():
+        optimizer = _optimizer(cfg, cfg.lr_head, policy)
+    steps = Steps(ctx.strategy, model, optimizer, len(ctx.info.classes), ctx.global_batch, cfg.label_smoothing,
+                  class_weights(ctx.info) if cfg.class_weights else None)
+    spec = PhaseSpec(1, cfg.epochs_head, ctx.steps_per_epoch, cfg.steps_per_execution, cfg.early_stopping_patience, 0)
+    return run_phase(spec, steps, *datasets, ctx.clf.model, optimizer, ctx.run.checkpoints / "phase1",
+                     ctx.history, ctx.global_batch)
+
+
+def run_phase2(ctx: Context, policy: str, epoch_offset: int) -> PhaseResult:
+    cfg = ctx.cfg
+    trained = unfreeze_top(ctx.clf, cfg.unfreeze)
+    log.info("phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen", len(trained),
+             trained[0] if trained else "-", trained[-1] if trained else "-")
+    total = max(1, cfg.epochs_finetune * ctx.steps_per_epoch)
+    warmup = int(total * cfg.warmup_fraction)
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0 if warmup else cfg.lr_finetune, decay_steps=max(1, total - warmup),
+        warmup_target=cfg.lr_finetune if warmup else None, warmup_steps=warmup,
+    )
+    with ctx.strategy.scope():
+        optimizer = _optimizer(cfg, schedule, policy)
+    steps = Steps(ctx.strategy, ctx.clf.logits_model, optimizer, len(ctx.info.classes), ctx.global_batch,
+                  cfg.label_smoothing, class_weights(ctx.info) if cfg.class_weights else None)
+    spec = PhaseSpec(2, cfg.epochs_finetune, ctx.steps_per_epoch, cfg.steps_per_execution,
+                     cfg.early_stopping_patience, epoch_offset)
+    return run_phase(spec, steps, *_image_datasets(ctx), ctx.clf.model, optimizer, ctx.run.checkpoints / "phase2",
+                     ctx.history, ctx.global_batch)
+
+
+def evaluate_split(ctx: Context, split: str) -> dict[str, float]:
+    steps = Steps(ctx.strategy, ctx.clf.logits_model, None, len(ctx.info.classes), ctx.global_batch)
+    dataset = _distribute(ctx, lambda ic: make_eval_dataset(
+        ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size, input_context=ic))
+    return steps.evaluate(dataset)
+
+
+def export_model(ctx: Context, name: str) -> Path:
+    """Until the serving export lands: Keras' SavedModel export into export/<name>/1, atomically."""
+    final = ctx.run.export / name / "1"
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=".incomplete-") as tmp:
+        staging = Path(tmp) / "model"
+        ctx.clf.model.export(str(staging), format="tf_saved_model", verbose=False)
+        staging.rename(final)
+    return final
+
+
+def _check_data(cfg: TrainConfig, info: DatasetInfo, global_batch: int) -> None:
+    for split in ("train", "val"):
+        if info.num_examples(split) == 0:
+            raise UserError(f"{cfg.data}: the '{split}' split is empty; phase training needs train and val")
+    if info.num_examples("train") < global_batch:
+        raise UserError(
+            f"batch size {global_batch} is larger than the train split ({info.num_examples('train')} images);"
+            " lower --batch-size"
+        )
+    if cfg.cache_features and cfg.strategy == "multiworker":
+        raise UserError("cache_features is not supported with strategy=multiworker")
+
+
+def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
+    """Run (or resume) both phases, evaluate, export. Returns the metrics.json contents."""
+    info = load_dataset_info(cfg.data)
+    spec = get_backbone(cfg.backbone)
+    image_size = cfg.image_size or spec.default_size
+    if image_size < spec.min_size:
+        raise UserError(f"--image-size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
+    policy = set_precision(cfg)
+    strategy = make_strategy(cfg)
+    _check_data(cfg, info, cfg.batch_size * strategy.num_replicas_in_sync)
+    with strategy.scope():  # before the run dir is touched: a bad weights file leaves nothing behind
+        backbone, weights_used, warning = resolve_backbone(spec, image_size, cfg.weights)
+        clf = build_classifier(spec, backbone, len(info.classes), image_size, cfg.dropout)
+    chief = is_chief(strategy)
+    run = prepare_run_dir(cfg, overwrite) if chief else RunDir(Path(tempfile.mkdtemp(prefix="worker-run-")))
+    if chief and run.is_complete():
+        log.info("%s is already complete; pass --overwrite to train again", run.root)
+        return json.loads(run.metrics.read_text())
+    if warning:
+        log.warning("WARNING: %s", warning)
+    check_run_state(run, {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": weights_used})
+    log.info("backbone %s at %dx%d, weights: %s; precision %s; strategy %s with %d replica(s); global batch %d",
+             spec.name, image_size, image_size, weights_used, policy, type(strategy).__name__,
+             strategy.num_replicas_in_sync, cfg.batch_size * strategy.num_replicas_in_sync)
+    clf.model.summary(show_trainable=True, line_length=100)
+    ctx = Context(cfg, info, run, strategy, clf, image_size, History(run.root, enabled=chief))
+    metrics: dict = {"weights": weights_used, "weights_warning": warning, "backbone": spec.name,
+                     "image_size": image_size, "classes": info.classes}
+    phase1 = run_phase1(ctx, policy) if cfg.epochs_head else None
+    metrics["phase1"] = phase1.to_dict() if phase1 else None
+    phase2 = run_phase2(ctx, policy, phase1.epochs if phase1 else 0) if cfg.epochs_finetune else None
+    metrics["phase2"] = phase2.to_dict() if phase2 else None
+    if info.num_examples("test"):
+        metrics["test"] = evaluate_split(ctx, "test")
+    metrics["export"] = str(export_model(ctx, run.root.name or "model"))
+    if chief:
+        plot_learning_curves(run.root / "history.csv", run.root / "learning_curves.png")
+        write_json_atomic(run.metrics, metrics)
+    return metrics
+
+
+def train_main(cfg: TrainConfig, overwrite: bool = False) -> dict:
+    """`train`, with `data=""` meaning the built-in demo (generated on first use)."""
+    if not cfg.data:
+        from app.data.demo import ensure_demo_records
+
+        cfg = cfg.replace(data=str(ensure_demo_records()))
+    return train(cfg, overwrite)
