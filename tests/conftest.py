@@ -25,3 +25,27 @@ def demo_records(demo_images: Path, tmp_path_factory: pytest.TempPathFactory) ->
     out = tmp_path_factory.mktemp("records")
     write_tfrecords(demo_images, out, val_fraction=0.25, test_fraction=0.25, num_shards=2, workers=1)
     return out
+
+
+SHARED_WEIGHTS_HINT = "set PHOTOCLF_WEIGHTS to ../shared/weights/mobilenet_v2_1.0_no_top.weights.h5 (.ci/run does)"
+
+
+@pytest.fixture(scope="session")
+def pretrained_weights() -> Path:
+    """The real pretrained MobileNetV2 backbone; tests that need it skip, saying why, without it."""
+    path = os.environ.get("PHOTOCLF_WEIGHTS")
+    if not path or not Path(path).is_file():
+        pytest.skip(f"no pretrained weights file: {SHARED_WEIGHTS_HINT}")
+    return Path(path)
+
+
+@pytest.fixture
+def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A fast config: random-init MobileNetV2 at 64px, 2 steps per epoch."""
+    from app.config import TrainConfig
+
+    monkeypatch.delenv("PHOTOCLF_WEIGHTS", raising=False)
+    return TrainConfig(
+        data=str(demo_records), out=str(tmp_path / "run"), weights="none", image_size=64, batch_size=8,
+        epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, early_stopping_patience=5,
+    )

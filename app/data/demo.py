@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 CLASSES = ("circle", "square", "star", "triangle")
-DEFAULT_PER_CLASS = 60
+DEFAULT_PER_CLASS = 100
 DEMO_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "demo"  # in the project checkout
 
 
@@ -33,7 +33,7 @@ def _background(rng: np.random.Generator, width: int, height: int) -> Image.Imag
     pixels += rng.normal(0, rng.uniform(4, 20), pixels.shape)
     image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(image)
-    for _ in range(int(rng.integers(3, 12))):
+    for _ in range(int(rng.integers(2, 8))):
         xy = [tuple(rng.integers(0, [width, height])) for _ in range(2)]
         draw.line(xy, fill=tuple(int(v) for v in rng.integers(0, 256, 3)), width=int(rng.integers(1, 6)))
     return image.filter(ImageFilter.GaussianBlur(rng.uniform(0.5, 2.0)))
@@ -57,7 +57,7 @@ def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None
     width, height = size or tuple(int(v) for v in rng.integers(160, 480, 2))
     image = _background(rng, width, height)
     draw = ImageDraw.Draw(image)
-    r = rng.uniform(0.2, 0.4) * min(width, height)
+    r = rng.uniform(0.25, 0.42) * min(width, height)
     cx, cy = rng.uniform(r, width - r), rng.uniform(r, height - r)
     color = tuple(int(v) for v in rng.integers(0, 256, 3))
     outline = tuple(255 - v for v in color)

@@ -64,7 +64,14 @@ def run_phase(
     checkpoint_dir: Path,
     history: History,
     images_per_step: int,
+    baseline: PhaseResult | None = None,
 ) -> PhaseResult:
+    """Train up to spec.epochs, keep the weights with the lowest val_loss, return their metrics.
+
+    With a `baseline` (phase 1's result, whose weights are loaded at the start), an epoch must
+    beat it to count as best; if none does, the phase ends with the baseline's weights. So
+    phase 2 can never leave the model worse on validation than phase 1 did.
+    """
     state = {
         "epoch": tf.Variable(0, dtype=tf.int64, trainable=False),
         "best_val_loss": tf.Variable(math.inf, dtype=tf.float64, trainable=False),
@@ -73,10 +80,17 @@ def run_phase(
         "wait": tf.Variable(0, dtype=tf.int64, trainable=False),
         "seconds": tf.Variable(0.0, dtype=tf.float64, trainable=False),
     }
+    if baseline is not None:
+        state["best_val_loss"].assign(baseline.val_loss)
+        state["best_val_accuracy"].assign(baseline.val_accuracy)
     checkpoint = tf.train.Checkpoint(model=weights_model, optimizer=optimizer, **state)
     manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep=1)
     def best_path(epoch: int) -> Path:
         return checkpoint_dir.parent / f"phase{spec.phase}_best_epoch{epoch:03d}.weights.h5"
+
+    baseline_weights = None
+    if baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
+        baseline_weights = checkpoint_dir.parent / f"phase{spec.phase - 1}_best_epoch{baseline.best_epoch:03d}.weights.h5"
 
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
@@ -126,6 +140,9 @@ def run_phase(
             log.info("early stopping: val_loss has not improved for %d epochs", spec.patience)
     if int(state["best_epoch"]):
         weights_model.load_weights(str(best_path(int(state["best_epoch"]))))
+    elif baseline_weights is not None:
+        log.info("phase %d did not beat phase %d on val_loss; keeping phase %d's weights", spec.phase, spec.phase - 1, spec.phase - 1)
+        weights_model.load_weights(str(baseline_weights))
     epochs = int(state["epoch"])
     total_seconds = float(state["seconds"])
     return PhaseResult(

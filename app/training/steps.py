@@ -28,7 +28,7 @@ class Steps:
         self.label_smoothing = label_smoothing
         self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
         self._train = tf.function(self._train_steps)
-        self._eval = tf.function(self._eval_step)
+        self._eval = tf.function(self._eval_step, reduce_retracing=True)  # last batch may be smaller
 
     def _per_example_loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
         one_hot = tf.one_hot(labels, self.num_classes)

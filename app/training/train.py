@@ -44,6 +44,10 @@ class Context:
     clf: Classifier
     image_size: int
     history: History
+    policy: str
+    weights_used: str
+    weights_warning: str | None
+    chief: bool
 
     @property
     def replicas(self) -> int:
@@ -121,13 +125,13 @@ def _feature_datasets(ctx: Context):
     return train_iterator, val_dataset
 
 
-def run_phase1(ctx: Context, policy: str) -> PhaseResult:
+def run_phase1(ctx: Context) -> PhaseResult:
     cfg = ctx.cfg
     freeze_backbone(ctx.clf)
     model = ctx.clf.head_model if cfg.cache_features else ctx.clf.logits_model
     datasets = _feature_datasets(ctx) if cfg.cache_features else _image_datasets(ctx)
     with ctx.strategy.scope():
-        optimizer = _optimizer(cfg, cfg.lr_head, policy)
+        optimizer = _optimizer(cfg, cfg.lr_head, ctx.policy)
     steps = Steps(ctx.strategy, model, optimizer, len(ctx.info.classes), ctx.global_batch, cfg.label_smoothing,
                   class_weights(ctx.info) if cfg.class_weights else None)
     spec = PhaseSpec(1, cfg.epochs_head, ctx.steps_per_epoch, cfg.steps_per_execution, cfg.early_stopping_patience, 0)
@@ -135,7 +139,8 @@ def run_phase1(ctx: Context, policy: str) -> PhaseResult:
                      ctx.history, ctx.global_batch)
 
 
-def run_phase2(ctx: Context, policy: str, epoch_offset: int) -> PhaseResult:
+def run_phase2(ctx: Context, phase1: PhaseResult | None) -> PhaseResult:
+    """Starts from phase 1's best weights, which also stay the result unless phase 2 beats them."""
     cfg = ctx.cfg
     trained = unfreeze_top(ctx.clf, cfg.unfreeze)
     log.info("phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen", len(trained),
@@ -147,13 +152,13 @@ def run_phase2(ctx: Context, policy: str, epoch_offset: int) -> PhaseResult:
         warmup_target=cfg.lr_finetune if warmup else None, warmup_steps=warmup,
     )
     with ctx.strategy.scope():
-        optimizer = _optimizer(cfg, schedule, policy)
+        optimizer = _optimizer(cfg, schedule, ctx.policy)
     steps = Steps(ctx.strategy, ctx.clf.logits_model, optimizer, len(ctx.info.classes), ctx.global_batch,
                   cfg.label_smoothing, class_weights(ctx.info) if cfg.class_weights else None)
     spec = PhaseSpec(2, cfg.epochs_finetune, ctx.steps_per_epoch, cfg.steps_per_execution,
-                     cfg.early_stopping_patience, epoch_offset)
+                     cfg.early_stopping_patience, phase1.epochs if phase1 else 0)
     return run_phase(spec, steps, *_image_datasets(ctx), ctx.clf.model, optimizer, ctx.run.checkpoints / "phase2",
-                     ctx.history, ctx.global_batch)
+                     ctx.history, ctx.global_batch, baseline=phase1)
 
 
 def evaluate_split(ctx: Context, split: str) -> dict[str, float]:
@@ -189,8 +194,9 @@ def _check_data(cfg: TrainConfig, info: DatasetInfo, global_batch: int) -> None:
         raise UserError("cache_features is not supported with strategy=multiworker")
 
 
-def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
-    """Run (or resume) both phases, evaluate, export. Returns the metrics.json contents."""
+def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
+    """Validate everything, build the model, claim the run dir. Bad input fails here, before
+    anything is written (the model is built before the run dir is touched)."""
     info = load_dataset_info(cfg.data)
     spec = get_backbone(cfg.backbone)
     image_size = cfg.image_size or spec.default_size
@@ -199,34 +205,41 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
     policy = set_precision(cfg)
     strategy = make_strategy(cfg)
     _check_data(cfg, info, cfg.batch_size * strategy.num_replicas_in_sync)
-    with strategy.scope():  # before the run dir is touched: a bad weights file leaves nothing behind
+    keras.utils.set_random_seed(cfg.seed)
+    with strategy.scope():
         backbone, weights_used, warning = resolve_backbone(spec, image_size, cfg.weights)
         clf = build_classifier(spec, backbone, len(info.classes), image_size, cfg.dropout)
     chief = is_chief(strategy)
     run = prepare_run_dir(cfg, overwrite) if chief else RunDir(Path(tempfile.mkdtemp(prefix="worker-run-")))
-    if chief and run.is_complete():
-        log.info("%s is already complete; pass --overwrite to train again", run.root)
-        return json.loads(run.metrics.read_text())
-    if warning:
-        log.warning("WARNING: %s", warning)
     check_run_state(run, {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": weights_used})
+    return Context(cfg, info, run, strategy, clf, image_size, History(run.root, enabled=chief), policy, weights_used,
+                   warning, chief)
+
+
+def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
+    """Run (or resume) both phases, evaluate, export. Returns the metrics.json contents."""
+    ctx = setup(cfg, overwrite)
+    if ctx.chief and ctx.run.is_complete():
+        log.info("%s is already complete; pass --overwrite to train again", ctx.run.root)
+        return json.loads(ctx.run.metrics.read_text())
+    if ctx.weights_warning:
+        log.warning("WARNING: %s", ctx.weights_warning)
     log.info("backbone %s at %dx%d, weights: %s; precision %s; strategy %s with %d replica(s); global batch %d",
-             spec.name, image_size, image_size, weights_used, policy, type(strategy).__name__,
-             strategy.num_replicas_in_sync, cfg.batch_size * strategy.num_replicas_in_sync)
-    clf.model.summary(show_trainable=True, line_length=100)
-    ctx = Context(cfg, info, run, strategy, clf, image_size, History(run.root, enabled=chief))
-    metrics: dict = {"weights": weights_used, "weights_warning": warning, "backbone": spec.name,
-                     "image_size": image_size, "classes": info.classes}
-    phase1 = run_phase1(ctx, policy) if cfg.epochs_head else None
+             ctx.clf.spec.name, ctx.image_size, ctx.image_size, ctx.weights_used, ctx.policy,
+             type(ctx.strategy).__name__, ctx.replicas, ctx.global_batch)
+    ctx.clf.model.summary(show_trainable=True, line_length=100)
+    metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
+                     "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes}
+    phase1 = run_phase1(ctx) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
-    phase2 = run_phase2(ctx, policy, phase1.epochs if phase1 else 0) if cfg.epochs_finetune else None
+    phase2 = run_phase2(ctx, phase1) if cfg.epochs_finetune else None
     metrics["phase2"] = phase2.to_dict() if phase2 else None
-    if info.num_examples("test"):
+    if ctx.info.num_examples("test"):
         metrics["test"] = evaluate_split(ctx, "test")
-    metrics["export"] = str(export_model(ctx, run.root.name or "model"))
-    if chief:
-        plot_learning_curves(run.root / "history.csv", run.root / "learning_curves.png")
-        write_json_atomic(run.metrics, metrics)
+    metrics["export"] = str(export_model(ctx, ctx.run.root.name or "model"))
+    if ctx.chief:
+        plot_learning_curves(ctx.run.root / "history.csv", ctx.run.root / "learning_curves.png")
+        write_json_atomic(ctx.run.metrics, metrics)
     return metrics
 
 
