@@ -1,0 +1,148 @@
+"""Whole runs: config round trip, resume after SIGKILL, and bad input failing before any work."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import pytest
+
+from app.config import TrainConfig, load_config, parse_set, read_saved_config, save_config
+from app.errors import UserError
+from app.training.train import setup, train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_config_round_trip(tmp_path: Path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('[train]\nbackbone = "efficientnet_b0"\nepochs_head = 7\nclass_weights = true\nlr_head = 3e-4\n')
+    cfg = load_config(toml, parse_set(["batch-size=12", "label_smoothing=0"]))
+    assert (cfg.backbone, cfg.epochs_head, cfg.class_weights, cfg.lr_head, cfg.batch_size, cfg.label_smoothing) == (
+        "efficientnet_b0", 7, True, 3e-4, 12, 0.0)
+    save_config(cfg, tmp_path / "config.json")
+    assert read_saved_config(tmp_path / "config.json") == cfg
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [({"batch_size": "many"}, "'batch_size' must be int"), ({"no_such_key": "1"}, "unknown config key"),
+     ({"strategy": "magic"}, "must be one of"), ({"augment": "maybe"}, "must be bool"),
+     ({"unfreeze": "half"}, "unfreeze must be")],
+)
+def test_bad_config_values(overrides: dict, message: str):
+    with pytest.raises(UserError, match=message):
+        load_config(None, overrides)
+
+
+def _assert_nothing_written(cfg: TrainConfig):
+    assert not Path(cfg.out).exists(), f"{cfg.out} was created by a run that failed validation"
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"data": "/nonexistent/data"}, "dataset.json"),
+        ({"backbone": "vgg99"}, "known: .*mobilenet_v2"),
+        ({"image_size": 16}, "too small"),
+        ({"batch_size": 4096}, "larger than the train split"),
+    ],
+)
+def test_bad_input_fails_before_anything_is_written(tiny_config: TrainConfig, change: dict, message: str):
+    cfg = tiny_config.replace(**change)
+    with pytest.raises(UserError, match=message):
+        setup(cfg)
+    _assert_nothing_written(cfg)
+
+
+def test_weights_file_that_does_not_fit(tiny_config: TrainConfig, tmp_path: Path):
+    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    bogus = tmp_path / "other.weights.h5"
+    other.save_weights(str(bogus))
+    cfg = tiny_config.replace(weights=str(bogus))
+    with pytest.raises(UserError, match="does not fit mobilenet_v2"):
+        setup(cfg)
+    _assert_nothing_written(cfg)
+    with pytest.raises(UserError, match="no such file"):
+        setup(tiny_config.replace(weights=str(tmp_path / "missing.weights.h5")))
+
+
+def test_changed_config_in_existing_run_dir_is_refused(tiny_config: TrainConfig):
+    setup(tiny_config)
+    with pytest.raises(UserError, match="different config.*epochs_head"):
+        setup(tiny_config.replace(epochs_head=9))
+    setup(tiny_config.replace(epochs_head=9), overwrite=True)
+
+
+def test_class_count_that_does_not_match_the_checkpoint(tiny_config: TrainConfig, demo_records: Path, tmp_path: Path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(demo_records, data)
+    cfg = tiny_config.replace(data=str(data))
+    setup(cfg)
+    meta = json.loads((data / "dataset.json").read_text())
+    meta["classes"] = meta["classes"][:3] + ["extra", "more"]
+    (data / "dataset.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="checkpoint was trained with classes"):
+        setup(cfg)
+
+
+def test_full_run_writes_the_run_dir(tiny_config: TrainConfig):
+    metrics = train(tiny_config)
+    run = Path(tiny_config.out)
+    for name in ("config.json", "history.csv", "learning_curves.png", "metrics.json", "tensorboard"):
+        assert (run / name).exists(), name
+    saved = json.loads((run / "metrics.json").read_text())
+    assert saved["weights"].startswith("none") and saved["weights_warning"]
+    assert {"val_accuracy", "val_loss", "epochs", "seconds"} <= saved["phase1"].keys()
+    assert {"val_accuracy", "val_loss", "epochs", "seconds"} <= saved["phase2"].keys()
+    assert "accuracy" in saved["test"]
+    assert (Path(metrics["export"]) / "saved_model.pb").exists()
+    assert train(tiny_config)["export"] == metrics["export"]  # a finished run is not retrained
+
+
+def _history(run: Path) -> list[tuple[str, str]]:
+    with (run / "history.csv").open() as f:
+        return [(r["phase"], r["phase_epoch"]) for r in csv.DictReader(f)]
+
+
+def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
+    """Kill the real CLI mid-phase with SIGKILL; the same command continues and finishes."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--data", str(demo_records), "--out", str(run),
+           "--weights", "none", "--image-size", "64", "--batch-size", "8", "--epochs-head", "6",
+           "--epochs-finetune", "2", "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=10"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PHOTOCLF_WEIGHTS", None)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(_history(run) if (run / "history.csv").exists() else []) < 2:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(_history(run))
+    assert 2 <= done_before < 8, "the run was not killed mid-training"
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "resuming phase 1 after epoch" in out.stderr + out.stdout
+    assert _history(run) == [("1", str(e)) for e in range(1, 7)] + [("2", "1"), ("2", "2")]
+    assert (run / "metrics.json").exists()
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 2
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "dataset.json" in errors[0] and "Traceback" not in out.stderr
+    assert not (tmp_path / "r").exists()
