@@ -34,6 +34,12 @@ class BackboneSpec:
     block_pattern: str  # regex whose group 1 names the block a layer belongs to
     min_size: int = 32
     imagenet_sizes: tuple[int, ...] = ()  # sizes with ImageNet weights, when the family is picky
+    hub_handle: str | None = None  # TF-Hub/Kaggle handle or local SavedModel: weights come with it
+
+    @property
+    def model_name(self) -> str:
+        """A Keras-safe name (handles and paths contain '/')."""
+        return "hub" if self.hub_handle else self.name
 
     def normalization_layer(self) -> keras.layers.Layer:
         if self.normalization is None:
@@ -55,6 +61,15 @@ def register_backbone(name: str, **spec_kwargs) -> Callable[[Builder], Builder]:
 
 
 def get_backbone(name: str) -> BackboneSpec:
+    """A registry entry, or an ad-hoc spec for a TF-Hub handle URL / local SavedModel folder."""
+    from app.models.hub import build_hub_backbone, is_hub_handle
+
+    if name not in BACKBONES and is_hub_handle(name):
+        return BackboneSpec(
+            name=name, build=lambda shape, weights: build_hub_backbone(name, shape), default_size=224,
+            normalization={"mean": (0.0,) * 3, "std": (255.0,) * 3},  # TF-Hub image models take [0, 1]
+            block_pattern=r"^(hub_module)$", hub_handle=name,
+        )
     if name not in BACKBONES:
         raise UserError(f"unknown backbone '{name}'; known: {', '.join(sorted(BACKBONES))}")
     return BACKBONES[name]
@@ -115,6 +130,10 @@ def load_backbone(spec: BackboneSpec, image_size: int, weights: str) -> tuple[ke
     if image_size < spec.min_size:
         raise UserError(f"image size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
     shape = (image_size, image_size, 3)
+    if spec.hub_handle:
+        if weights not in ("auto", "imagenet"):
+            raise UserError(f"--weights {weights}: a TF-Hub/SavedModel backbone brings its own weights; use auto")
+        return spec.build(shape, None), f"SavedModel {spec.hub_handle}"
     if weights == "none":
         return spec.build(shape, None), "none (random initialisation)"
     if weights == "imagenet":

@@ -33,15 +33,17 @@ def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int
     x = spec.normalization_layer()(images)
     # training=False: BatchNorm always uses its pretrained statistics, in both phases.
     x = backbone(x, training=False)
-    features = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    # Feature-vector backbones (TF-Hub) are already pooled.
+    pool = keras.layers.GlobalAveragePooling2D(name="pool") if len(x.shape) == 4 else keras.layers.Identity(name="pool")
+    features = pool(x)
     dropout_layer = keras.layers.Dropout(dropout, name="dropout")
     logits_layer = keras.layers.Dense(num_classes, name="logits", dtype="float32")
     logits = logits_layer(dropout_layer(features))
     probabilities = keras.layers.Softmax(name="probabilities", dtype="float32")(logits)
     feature_input = keras.Input((features.shape[-1],), name="features")
     return Classifier(
-        model=keras.Model(images, probabilities, name=f"{spec.name}_classifier"),
-        logits_model=keras.Model(images, logits, name=f"{spec.name}_logits"),
+        model=keras.Model(images, probabilities, name=f"{spec.model_name}_classifier"),
+        logits_model=keras.Model(images, logits, name=f"{spec.model_name}_logits"),
         head_model=keras.Model(feature_input, logits_layer(dropout_layer(feature_input)), name="head"),
         features_model=keras.Model(images, features, name="features"),
         backbone=backbone,
@@ -63,6 +65,8 @@ def unfreeze_start(clf: Classifier, rule: str) -> int:
         count = int(value) if kind == "blocks" else math.ceil(float(value) * len(found))
     except ValueError:
         raise UserError(f"unfreeze: bad value '{rule}' (expected blocks:N, fraction:F or layer:NAME)") from None
+    if clf.spec.hub_handle:
+        count = min(count, 1)  # a SavedModel is one opaque block: any non-zero rule trains all of it
     if kind == "fraction" and not 0.0 <= float(value) <= 1.0:
         raise UserError(f"unfreeze: fraction must be in [0, 1], got {value}")
     if count < 0 or count > len(found):

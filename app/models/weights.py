@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 def resolve_backbone(spec: BackboneSpec, image_size: int, weights: str) -> tuple[keras.Model, str, str | None]:
     """Returns (backbone, description of the weights used, warning or None)."""
-    if weights != "auto":
+    if weights != "auto" or spec.hub_handle:
         model, used = load_backbone(spec, image_size, weights)
         return model, used, ("training from random initialisation (--weights none)" if weights == "none" else None)
     reasons = []
