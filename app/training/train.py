@@ -101,13 +101,14 @@ def _image_datasets(ctx: Context):
 def _feature_datasets(ctx: Context):
     """Cached-features mode: backbone features computed once per split, then only the head trains."""
     cfg, cache = ctx.cfg, {}
+    extract = tf.function(lambda images: ctx.clf.features_model(images, training=False), reduce_retracing=True)
 
     def features(split: str) -> tuple[np.ndarray, np.ndarray]:
         if split not in cache:
             start = time.perf_counter()
             feats, labels = [], []
             for images, y in make_eval_dataset(cfg.data, split=split, image_size=ctx.image_size, batch_size=cfg.batch_size):
-                feats.append(ctx.clf.features_model(images, training=False).numpy())
+                feats.append(extract(images).numpy())
                 labels.append(y.numpy())
             cache[split] = (np.concatenate(feats), np.concatenate(labels))
             log.info("cached %s features %s in %.1fs", split, cache[split][0].shape, time.perf_counter() - start)
