@@ -27,11 +27,11 @@ class TrainConfig:
     image_size: int = 0  # 0 = the backbone's default input size
     dropout: float = 0.2  # before the logits layer
     # phase 1: frozen backbone, new head
-    epochs_head: int = 5
+    epochs_head: int = 10
     lr_head: float = 1e-3  # AdamW
     cache_features: bool = False  # phase 1 on backbone features computed once (no augmentation)
     # phase 2: top of the backbone unfrozen
-    epochs_finetune: int = 3
+    epochs_finetune: int = 5
     lr_finetune: float = 1e-4  # peak; linear warmup then cosine decay
     warmup_fraction: float = 0.1  # of phase-2 steps
     unfreeze: str = "blocks:2"  # blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)

@@ -25,8 +25,8 @@ FLAGS = {  # flag → (config key, type, help)
     "--weights": ("weights", str, "auto | imagenet | none | PATH to .h5/.weights.h5 (default auto)"),
     "--image-size": ("image_size", int, "input size in pixels (default: the backbone's own)"),
     "--batch-size": ("batch_size", int, "per-replica batch size (default 32)"),
-    "--epochs-head": ("epochs_head", int, "phase-1 epochs, frozen backbone (default 5)"),
-    "--epochs-finetune": ("epochs_finetune", int, "phase-2 epochs, top of backbone unfrozen (default 3)"),
+    "--epochs-head": ("epochs_head", int, "phase-1 epochs, frozen backbone (default 10; early stopping may end sooner)"),
+    "--epochs-finetune": ("epochs_finetune", int, "phase-2 epochs, top of backbone unfrozen (default 5)"),
 }
 
 

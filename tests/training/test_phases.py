@@ -72,3 +72,8 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     phase2 = run_phase2(ctx, phase1)
     assert phase2.val_loss <= phase1.val_loss
     assert phase2.val_accuracy >= phase1.val_accuracy - 0.05, (phase1, phase2)
+    # Cached-features mode is an optimisation, not a different method: a normal phase 1 on
+    # images (same settings, augmentation off) lands in the same place.
+    normal = run_phase1(setup(cfg.replace(cache_features=False, out=str(root / "normal"), epochs_finetune=0)))
+    assert abs(normal.val_accuracy - phase1.val_accuracy) <= 0.1, (normal, phase1)
+    assert abs(normal.val_loss - phase1.val_loss) <= 0.1, (normal, phase1)
