@@ -97,11 +97,20 @@ def _assert_complete_jpeg(encoded: tf.Tensor, shard: tf.Tensor) -> tf.Tensor:
 
 
 def _shard_files(files: list[str], input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
-    """Per-worker sharding: by file when there are enough files, else every worker reads all."""
+    """Per-worker sharding by file, when there are at least as many files as workers."""
     ds = tf.data.Dataset.from_tensor_slices(files)
     if input_context and input_context.num_input_pipelines > 1 and len(files) >= input_context.num_input_pipelines:
         ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     return ds
+
+
+def _shard_records(
+    records: tf.data.Dataset, files: list[str], input_context: tf.distribute.InputContext | None
+) -> tf.data.Dataset:
+    """Fewer files than workers: every worker reads all files and keeps every n-th record."""
+    if input_context and input_context.num_input_pipelines > len(files):
+        return records.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return records
 
 
 def _records(
@@ -192,8 +201,7 @@ def make_train_dataset(
     if repeat:
         file_ds = file_ds.repeat()
     ds = _records(file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8))
-    if input_context and input_context.num_input_pipelines > len(files):
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    ds = _shard_records(ds, files, input_context)
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = _parse(ds, counter)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
@@ -228,6 +236,7 @@ def make_eval_dataset(
     if strict:
         verify_shards(files)
     ds = _records(_shard_files(files, input_context), strict=strict, deterministic=True, cycle_length=1)
+    ds = _shard_records(ds, files, input_context)
     ds = _parse(ds, counter)
     decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)

@@ -3,7 +3,6 @@ else random initialisation with a loud warning that also lands in metrics.json."
 
 from __future__ import annotations
 
-import logging
 import os
 
 import keras
@@ -12,7 +11,6 @@ from app.errors import UserError
 from app.models.backbones import BackboneSpec, load_backbone
 
 WEIGHTS_ENV = "PHOTOCLF_WEIGHTS"  # path to a local backbone weights file used by `auto`
-log = logging.getLogger(__name__)
 
 
 def resolve_backbone(spec: BackboneSpec, image_size: int, weights: str) -> tuple[keras.Model, str, str | None]:

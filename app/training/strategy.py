@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import keras
@@ -11,8 +10,6 @@ import tensorflow as tf
 
 from app.config import TrainConfig
 from app.errors import UserError
-
-log = logging.getLogger(__name__)
 
 
 def make_strategy(cfg: TrainConfig) -> tf.distribute.Strategy:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import tempfile
 import time
 from dataclasses import dataclass

@@ -172,3 +172,14 @@ def test_missing_dataset_json_or_split_is_a_clear_error(demo_records: Path, tmp_
         make_train_dataset(tmp_path)
     with pytest.raises(UserError, match="no 'holdout' split"):
         make_eval_dataset(demo_records, split="holdout")
+
+
+def test_input_context_shards_by_record_when_files_are_fewer_than_workers(demo_records: Path):
+    def filenames(pipeline_id: int) -> list[bytes]:
+        ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=pipeline_id)  # 2 shards < 3
+        ds = make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True, input_context=ctx)
+        return [f for _, _, files in ds for f in files.numpy()]
+
+    parts = [filenames(i) for i in range(3)]
+    everything = [f for _, _, files in make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True) for f in files.numpy()]
+    assert all(parts) and sorted(sum(parts, [])) == sorted(everything)
