@@ -168,17 +168,15 @@ def evaluate_split(ctx: Context, split: str) -> dict[str, float]:
     return steps.evaluate(dataset)
 
 
-def export_model(ctx: Context, name: str) -> Path:
-    """Until the serving export lands: Keras' SavedModel export into export/<name>/1, atomically."""
-    final = ctx.run.export / name / "1"
-    if final.exists():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=".incomplete-") as tmp:
-        staging = Path(tmp) / "model"
-        ctx.clf.model.export(str(staging), format="tf_saved_model", verbose=False)
-        staging.rename(final)
-    return final
+def save_final_weights(ctx: Context) -> Path:
+    """The kept weights of the whole run: what scripts/export.py rebuilds the model from."""
+    from app.export.run_export import FINAL_WEIGHTS
+
+    path = ctx.run.root / FINAL_WEIGHTS
+    tmp = path.with_name(".model.tmp.weights.h5")
+    ctx.clf.model.save_weights(str(tmp))
+    tmp.replace(path)
+    return path
 
 
 def _check_data(cfg: TrainConfig, info: DatasetInfo, global_batch: int) -> None:
@@ -236,8 +234,11 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
     metrics["phase2"] = phase2.to_dict() if phase2 else None
     if ctx.info.num_examples("test"):
         metrics["test"] = evaluate_split(ctx, "test")
-    metrics["export"] = str(export_model(ctx, ctx.run.root.name or "model"))
     if ctx.chief:
+        from app.export.run_export import export_run
+
+        save_final_weights(ctx)
+        metrics["export"] = export_run(ctx.run.root, model=ctx.clf.model, metrics=metrics)["saved_model"]
         plot_learning_curves(ctx.run.root / "history.csv", ctx.run.root / "learning_curves.png")
         write_json_atomic(ctx.run.metrics, metrics)
     return metrics

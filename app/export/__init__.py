@@ -1,0 +1,1 @@
+"""Deployable artefacts: a TF Serving SavedModel that takes image bytes, and TFLite files."""

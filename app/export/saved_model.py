@@ -1,0 +1,106 @@
+"""SavedModel export in TF Serving's layout, with image-bytes and float-image signatures.
+
+The graph's preprocessing is `app.data.preprocess.decode_for_eval`, the same function the eval
+pipeline maps over TFRecords, so what is served is what was evaluated. Loading and calling the
+export needs only TensorFlow.
+
+Signatures (all return probabilities [N, C], class_ids/classes/scores [N, k]):
+- serving_default(image_bytes: string [N])            JPEG/PNG/GIF/BMP bytes
+- serving_keyed(image_bytes: string [N], key: string [N]) also returns `key` unchanged
+- predict_images(images: float32 [N, H, W, 3] in 0..255)
+An undecodable image fails the whole call with InvalidArgumentError (TF cannot flag one item
+without decoding it); the local server then retries items one by one to name the bad one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_for_eval
+from app.errors import UserError
+
+DEFAULT_TOP_K = 5
+
+
+class ServingModule(tf.Module):
+    def __init__(self, model: keras.Model, classes: list[str], image_size: int, crop_fraction: float, top_k: int,
+                 labels_file: Path, metadata_file: Path) -> None:
+        super().__init__()
+        self.model = model
+        self.class_names = tf.constant(classes)
+        self.image_size, self.crop_fraction, self.top_k = image_size, crop_fraction, min(top_k, len(classes))
+        self.labels_txt = tf.saved_model.Asset(str(labels_file))
+        self.metadata_json = tf.saved_model.Asset(str(metadata_file))
+        self.serving_default = tf.function(
+            self._from_bytes, input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+        self.serving_keyed = tf.function(
+            self._from_bytes_keyed,
+            input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes"), tf.TensorSpec([None], tf.string, name="key")])
+        self.predict_images = tf.function(
+            self._from_images, input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")])
+
+    def _decode(self, image_bytes: tf.Tensor) -> tf.Tensor:
+        return tf.map_fn(
+            lambda b: decode_for_eval(b, self.image_size, self.crop_fraction), image_bytes,
+            fn_output_signature=tf.TensorSpec([self.image_size, self.image_size, 3], tf.float32),
+        )
+
+    def _from_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        probabilities = tf.cast(self.model(images, training=False), tf.float32)
+        scores, class_ids = tf.math.top_k(probabilities, k=self.top_k)
+        return {"probabilities": probabilities, "class_ids": class_ids,
+                "classes": tf.gather(self.class_names, class_ids), "scores": scores}
+
+    def _from_bytes(self, image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._from_images(self._decode(image_bytes))
+
+    def _from_bytes_keyed(self, image_bytes: tf.Tensor, key: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {**self._from_bytes(image_bytes), "key": tf.identity(key)}
+
+
+def next_version(model_dir: Path) -> int:
+    versions = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()] if model_dir.is_dir() else []
+    return max(versions, default=0) + 1
+
+
+def export_saved_model(
+    model: keras.Model, classes: list[str], image_size: int, export_root: Path, name: str, *,
+    version: int | None = None, metadata: dict | None = None, top_k: int = DEFAULT_TOP_K,
+    crop_fraction: float = DEFAULT_CROP_FRACTION,
+) -> Path:
+    """Write EXPORT_ROOT/NAME/VERSION atomically (temp dir + rename); never overwrite a version."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise UserError(f"--name '{name}': use letters, digits, '_', '-', '.'")
+    model_dir = Path(export_root) / name
+    version = next_version(model_dir) if version is None else version
+    if version < 1:
+        raise UserError(f"--version must be >= 1, got {version}")
+    final = model_dir / str(version)
+    if final.exists():
+        raise UserError(f"{final} already exists; versions are never overwritten (omit --version for the next one)")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".incomplete-{version}-", dir=model_dir))  # hidden: servers skip it
+    try:
+        extra = staging / "extra"
+        extra.mkdir()
+        (extra / "labels.txt").write_text("".join(f"{c}\n" for c in classes))
+        (extra / "metadata.json").write_text(json.dumps(metadata or {}, indent=2, default=str) + "\n")
+        module = ServingModule(model, classes, image_size, crop_fraction, top_k, extra / "labels.txt", extra / "metadata.json")
+        saved = staging / "model"
+        tf.saved_model.save(module, str(saved), signatures={
+            "serving_default": module.serving_default,
+            "serving_keyed": module.serving_keyed,
+            "predict_images": module.predict_images,
+        })
+        os.replace(saved, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final

@@ -1,0 +1,36 @@
+"""Export a finished run as a TF Serving SavedModel (image bytes in), optionally also TFLite.
+
+    python scripts/export.py runs/demo                        # → runs/demo/export/demo/<next version>
+    python scripts/export.py runs/demo --export-dir /models --name shapes --tflite int8
+
+TF Serving layout: EXPORT_DIR/NAME/VERSION/{saved_model.pb, variables/, assets/}. Written to a
+hidden temp dir and renamed when complete; an existing version is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from app.cli import run_cli
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", type=Path, help="run directory written by fine_tune.py")
+    p.add_argument("--export-dir", type=Path, default=None, help="base folder (default RUN_DIR/export)")
+    p.add_argument("--name", default=None, help="model name (default: the run dir's name)")
+    p.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
+    p.add_argument("--top-k", type=int, default=5, help="classes returned per image (default 5)")
+    p.add_argument("--tflite", choices=["none", "float16", "int8"], default="none", help="also write a TFLite file (default none)")
+    args = p.parse_args()
+    from app.export.run_export import export_run
+
+    paths = export_run(args.run_dir, export_dir=args.export_dir, name=args.name, version=args.version,
+                       tflite=args.tflite, top_k=args.top_k)
+    print(json.dumps(paths, indent=2))
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,115 @@
+"""The serving export: signatures, raw-bytes parity with the eval pipeline, versions, TFLite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.config import TrainConfig
+from app.data import schema
+from app.data.pipeline import load_dataset_info, make_eval_dataset
+from app.errors import UserError
+from app.export.run_export import export_run, load_run
+from app.training.train import train
+
+
+@pytest.fixture(scope="module")
+def trained_run(demo_records: Path, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("export") / "shapes"
+    cfg = TrainConfig(data=str(demo_records), out=str(run), weights="none", image_size=64, batch_size=8,
+                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2)
+    train(cfg)
+    return run
+
+
+def _val_bytes(data: Path) -> tuple[list[bytes], list[int]]:
+    images, labels = [], []
+    for path in load_dataset_info(data).shard_paths("val"):
+        for raw in tf.data.TFRecordDataset(path):
+            ex = tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
+            images.append(ex[schema.ENCODED].numpy())
+            labels.append(int(ex[schema.LABEL]))
+    return images, labels
+
+
+def test_fine_tune_exports_with_all_signatures(trained_run: Path):
+    version = trained_run / "export" / "shapes" / "1"
+    assert (version / "saved_model.pb").exists() and (version / "variables").is_dir()
+    assets = sorted(p.name for p in (version / "assets").iterdir())
+    assert assets == ["labels.txt", "metadata.json"]
+    meta = json.loads((version / "assets" / "metadata.json").read_text())
+    assert {"backbone", "input_size", "classes", "training_metrics", "dataset_fingerprint", "created", "package_version"} <= meta.keys()
+    loaded = tf.saved_model.load(str(version))
+    assert set(loaded.signatures) == {"serving_default", "serving_keyed", "predict_images"}
+    out = subprocess.run([str(Path(sys.executable).parent / "saved_model_cli"), "show", "--dir", str(version), "--all"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0
+    for needle in ("serving_default", "predict_images", "image_bytes", "probabilities", "class_ids", "scores"):
+        assert needle in out.stdout
+
+
+def test_serving_bytes_match_the_eval_pipeline(trained_run: Path, demo_records: Path):
+    model, state, _, _ = load_run(trained_run)
+    serve = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1")).signatures["serving_default"]
+    images, labels = _val_bytes(demo_records)
+    served = serve(image_bytes=tf.constant(images))
+    in_memory = np.concatenate([model(x, training=False).numpy() for x, _ in make_eval_dataset(
+        demo_records, split="val", image_size=state["image_size"], batch_size=16)])
+    np.testing.assert_allclose(served["probabilities"].numpy(), in_memory, atol=1e-4)
+    classes = state["classes"]
+    top = served["class_ids"].numpy()
+    assert served["scores"].shape == top.shape == (len(images), min(5, len(classes)))
+    assert [c.decode() for c in served["classes"].numpy()[:, 0]] == [classes[i] for i in top[:, 0]]
+
+
+def test_keyed_signature_passes_keys_through_and_bad_images_fail_the_call(trained_run: Path, demo_records: Path):
+    loaded = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1"))
+    images, _ = _val_bytes(demo_records)
+    out = loaded.signatures["serving_keyed"](image_bytes=tf.constant(images[:3]), key=tf.constant([b"a", b"b", b"c"]))
+    assert out["key"].numpy().tolist() == [b"a", b"b", b"c"]
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        loaded.signatures["serving_default"](image_bytes=tf.constant([images[0], b"not an image"]))
+
+
+def test_loading_needs_only_tensorflow(trained_run: Path, demo_records: Path):
+    images, _ = _val_bytes(demo_records)
+    script = (
+        "import sys; sys.modules['app'] = None\n"  # any import of this package would now fail
+        "import tensorflow as tf\n"
+        f"m = tf.saved_model.load({str(trained_run / 'export' / 'shapes' / '1')!r})\n"
+        f"out = m.signatures['serving_default'](image_bytes=tf.constant([{images[0]!r}]))\n"
+        "print(out['classes'].numpy()[0][0].decode())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert out.stdout.strip().splitlines()[-1] in ("circle", "square", "star", "triangle")
+
+
+def test_versions_are_never_overwritten(trained_run: Path, tmp_path: Path):
+    first = export_run(trained_run, export_dir=tmp_path, name="m")["saved_model"]
+    second = export_run(trained_run, export_dir=tmp_path, name="m")["saved_model"]
+    assert (Path(first).name, Path(second).name) == ("1", "2")
+    with pytest.raises(UserError, match="never overwritten"):
+        export_run(trained_run, export_dir=tmp_path, name="m", version=1)
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["1", "2"]  # no half-written leftovers
+
+
+@pytest.mark.parametrize("mode", ["float16", "int8"])
+def test_tflite_export_with_parity_report(trained_run: Path, tmp_path: Path, demo_records: Path, mode: str):
+    paths = export_run(trained_run, export_dir=tmp_path, name="m", tflite=mode)
+    report = json.loads(Path(paths["tflite_parity"]).read_text())
+    assert report["images"] == load_dataset_info(demo_records).num_examples("val")
+    assert {"top1_agreement", "tflite_accuracy", "saved_model_accuracy"} <= report.keys()
+    assert (Path(paths["tflite"]).parent / "labels.txt").read_text().split() == ["circle", "square", "star", "triangle"]
+    from app.export.tflite import tflite_probabilities
+
+    model, state, _, _ = load_run(trained_run)
+    x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
+    lite = tflite_probabilities(Path(paths["tflite"]).read_bytes(), x)
+    np.testing.assert_allclose(lite, model(x).numpy(), atol=0.05 if mode == "int8" else 0.01)
