@@ -49,3 +49,16 @@ def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         data=str(demo_records), out=str(tmp_path / "run"), weights="none", image_size=64, batch_size=8,
         epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, early_stopping_patience=5,
     )
+
+
+@pytest.fixture(scope="session")
+def trained_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny finished run named "shapes" (random-init MobileNetV2 at 64 px), exported as version 1."""
+    from app.config import TrainConfig
+    from app.training.train import train
+
+    run = tmp_path_factory.mktemp("export") / "shapes"
+    cfg = TrainConfig(data=str(demo_records), out=str(run), weights="none", image_size=64, batch_size=8,
+                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2)
+    train(cfg)
+    return run

@@ -11,21 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.config import TrainConfig
 from app.data import schema
 from app.data.pipeline import load_dataset_info, make_eval_dataset
 from app.errors import UserError
 from app.export.run_export import export_run, load_run
-from app.training.train import train
-
-
-@pytest.fixture(scope="module")
-def trained_run(demo_records: Path, tmp_path_factory) -> Path:
-    run = tmp_path_factory.mktemp("export") / "shapes"
-    cfg = TrainConfig(data=str(demo_records), out=str(run), weights="none", image_size=64, batch_size=8,
-                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2)
-    train(cfg)
-    return run
 
 
 def _val_bytes(data: Path) -> tuple[list[bytes], list[int]]:

@@ -1,0 +1,1 @@
+"""Local HTTP server for exported SavedModels, speaking TF Serving's REST API."""

@@ -1,0 +1,228 @@
+"""TF Serving's REST API (the parts clients use) over a ModelStore, with aiohttp.
+
+GET  /v1/models/NAME[/versions/V]             status
+GET  /v1/models/NAME[/versions/V]/metadata    signatures
+POST /v1/models/NAME[/versions/V]:predict     {"instances": [...]} or {"inputs": ...}
+POST /v1/models/NAME:classify                 raw image body or multipart upload → top-k labels
+Bad input is a 4xx JSON {"error": "..."}, as TF Serving answers, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+from aiohttp import web
+
+from app.serving.batcher import Batcher, InferenceError
+from app.serving.store import LoadedModel, ModelStore
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 8 * 2**20
+    max_instances: int = 64
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _model(request: web.Request) -> LoadedModel:
+    store: ModelStore = request.app["store"]
+    name = request.match_info["name"]
+    if name != store.name:
+        raise ApiError(404, f"Servable not found for request: Latest({name})")
+    model = store.current
+    version = request.match_info.get("version")
+    if version is not None and int(version) != model.version:
+        raise ApiError(404, f"Servable not found for request: Specific({name}, {version}); serving version {model.version}")
+    return model
+
+
+def _signature_inputs(model: LoadedModel, name: str) -> dict[str, tf.TensorSpec]:
+    if name not in model.signatures:
+        raise ApiError(400, f"Serving signature name: \"{name}\" not found in signature def (have: {', '.join(sorted(model.signatures))})")
+    return model.signatures[name].structured_input_signature[1]
+
+
+def _value(spec: tf.TensorSpec, value, where: str):
+    if spec.dtype == tf.string:
+        if isinstance(value, dict):
+            if set(value) != {"b64"} or not isinstance(value["b64"], str):
+                raise ApiError(400, f"{where}: expected {{\"b64\": \"...\"}}")
+            try:
+                return base64.b64decode(value["b64"], validate=True)
+            except (binascii.Error, ValueError):
+                raise ApiError(400, f"{where}: invalid base64") from None
+        if isinstance(value, str):
+            return value.encode()
+        raise ApiError(400, f"{where}: expected a string or {{\"b64\": ...}}")
+    return value
+
+
+def _array(spec: tf.TensorSpec, values: list, name: str) -> np.ndarray:
+    if spec.dtype == tf.string:
+        return np.array([_value(spec, v, f"{name}[{i}]") for i, v in enumerate(values)], dtype=object)
+    try:
+        array = np.asarray(values, dtype=spec.dtype.as_numpy_dtype)
+    except (TypeError, ValueError):
+        raise ApiError(400, f"{name}: expected numbers of type {spec.dtype.name}") from None
+    if not spec.shape.is_compatible_with(array.shape):
+        raise ApiError(400, f"{name}: shape {list(array.shape)} does not match {spec.shape}")
+    return array
+
+
+def parse_predict(body: dict, specs: dict[str, tf.TensorSpec], max_instances: int) -> tuple[dict[str, np.ndarray], bool]:
+    """→ (inputs by name, row format?) from TF Serving's row ("instances") or columnar ("inputs") form."""
+    if ("instances" in body) == ("inputs" in body):
+        raise ApiError(400, "Request must have exactly one of \"instances\" (row format) or \"inputs\" (columnar format)")
+    names = sorted(specs)
+    if "instances" in body:
+        rows = body["instances"]
+        if not isinstance(rows, list) or not rows:
+            raise ApiError(400, "\"instances\" must be a non-empty list")
+        if len(names) == 1:
+            columns = {names[0]: [r[names[0]] if isinstance(r, dict) and names[0] in r else r for r in rows]}
+        else:
+            if not all(isinstance(r, dict) and set(r) == set(names) for r in rows):
+                raise ApiError(400, f"each instance must be an object with exactly the inputs {names}")
+            columns = {n: [r[n] for r in rows] for n in names}
+    else:
+        inputs = body["inputs"]
+        columns = inputs if isinstance(inputs, dict) and set(inputs) <= set(names) and inputs else {names[0]: inputs} if len(names) == 1 else None
+        if columns is None or set(columns) != set(names) or not all(isinstance(v, list) and v for v in columns.values()):
+            raise ApiError(400, f"\"inputs\" must give a non-empty list for each of {names}")
+    counts = {len(v) for v in columns.values()}
+    if len(counts) != 1:
+        raise ApiError(400, "all inputs must have the same number of instances")
+    if counts.pop() > max_instances:
+        raise ApiError(400, f"too many instances: at most {max_instances} per request")
+    return {n: _array(specs[n], columns[n], n) for n in names}, "instances" in body
+
+
+def _jsonable(array: np.ndarray) -> list:
+    if array.dtype == object:
+        return [_jsonable(a) if isinstance(a, np.ndarray) else a.decode("utf-8", "replace") for a in array]
+    return array.tolist()
+
+
+def format_predict(outputs: dict[str, np.ndarray], rows: bool) -> dict:
+    if not rows:
+        return {"outputs": {k: _jsonable(v) for k, v in outputs.items()}}
+    n = len(next(iter(outputs.values())))
+    if len(outputs) == 1:
+        return {"predictions": _jsonable(next(iter(outputs.values())))}
+    return {"predictions": [{k: _jsonable(v[i : i + 1])[0] for k, v in outputs.items()} for i in range(n)]}
+
+
+async def _json_body(request: web.Request) -> dict:
+    try:
+        body = await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError(400, "malformed JSON body") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the JSON body must be an object")
+    return body
+
+
+async def predict(request: web.Request) -> web.Response:
+    model = _model(request)
+    body = await _json_body(request)
+    signature = body.get("signature_name") or "serving_default"
+    inputs, rows = parse_predict(body, _signature_inputs(model, signature), request.app["limits"].max_instances)
+    outputs = await request.app["batcher"].submit(model, signature, inputs)
+    return web.json_response(format_predict(outputs, rows))
+
+
+async def classify(request: web.Request) -> web.Response:
+    """Convenience: the image as the raw body (any image/* type) or as a multipart file field."""
+    model = _model(request)
+    if request.content_type.startswith("multipart/"):
+        reader = await request.multipart()
+        part = await reader.next()
+        while part is not None and not part.filename:
+            part = await reader.next()
+        if part is None:
+            raise ApiError(400, "multipart upload holds no file")
+        data = bytes(await part.read(decode=True))
+    else:
+        data = await request.read()
+    if not data:
+        raise ApiError(400, "empty body: send the image bytes, or a multipart upload")
+    outputs = await request.app["batcher"].submit(model, "serving_default", {"image_bytes": np.array([data], dtype=object)})
+    labels = [c.decode() for c in outputs["classes"][0]]
+    return web.json_response({"model_version": model.version, "predictions": [
+        {"label": label, "score": float(score)} for label, score in zip(labels, outputs["scores"][0])]})
+
+
+async def status(request: web.Request) -> web.Response:
+    model = _model(request)
+    return web.json_response({"model_version_status": [
+        {"version": str(model.version), "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]})
+
+
+def _tensor_info(spec: tf.TensorSpec) -> dict:
+    dims = [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape]
+    return {"dtype": f"DT_{spec.dtype.name.upper()}", "tensor_shape": {"dim": dims, "unknown_rank": False}, "name": spec.name or ""}
+
+
+async def metadata(request: web.Request) -> web.Response:
+    model = _model(request)
+    defs = {}
+    for name, fn in model.signatures.items():
+        defs[name] = {
+            "inputs": {k: _tensor_info(v) for k, v in fn.structured_input_signature[1].items()},
+            "outputs": {k: _tensor_info(v) for k, v in fn.structured_outputs.items()},
+            "method_name": "tensorflow/serving/predict",
+        }
+    return web.json_response({
+        "model_spec": {"name": request.app["store"].name, "signature_name": "", "version": str(model.version)},
+        "metadata": {"signature_def": {"signature_def": defs}, "app": model.metadata()},
+    })
+
+
+@web.middleware
+async def errors_as_json(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return web.json_response({"error": str(err)}, status=err.status)
+    except InferenceError as err:
+        return web.json_response({"error": str(err)}, status=400)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app["limits"].max_body_bytes
+        return web.json_response({"error": f"request body too large (limit {limit} bytes)"}, status=413)
+    except web.HTTPException as err:
+        if err.status >= 400:
+            return web.json_response({"error": err.reason}, status=err.status)
+        raise
+
+
+def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> web.Application:
+    app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[errors_as_json])
+    app["store"], app["batcher"], app["limits"] = store, batcher, limits
+    name, version = r"{name:[^/:]+}", r"/versions/{version:\d+}"
+    for prefix in (f"/v1/models/{name}", f"/v1/models/{name}{version}"):
+        app.router.add_get(prefix, status)
+        app.router.add_get(prefix + "/metadata", metadata)
+        app.router.add_post(prefix + ":predict", predict)
+    app.router.add_post(f"/v1/models/{name}:classify", classify)
+
+    async def on_startup(app: web.Application) -> None:
+        await batcher.start()
+        store.start()
+
+    async def on_cleanup(app: web.Application) -> None:
+        store.stop()
+        await batcher.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app

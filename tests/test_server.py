@@ -1,0 +1,203 @@
+"""The local server as a client sees it: a real subprocess, real HTTP, TF Serving's REST shapes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.export.run_export import export_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model_dir: Path, *extra: str) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts/serve.py"), str(model_dir), "--port", str(self.port),
+             "--poll-seconds", "0.5", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                self.get("/v1/models/shapes")
+                return
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.3)
+        self.proc.kill()
+        raise RuntimeError("server did not start")
+
+    def request(self, path: str, body: bytes | None = None, content_type: str = "application/json") -> tuple[int, dict]:
+        req = urllib.request.Request(self.base + path, data=body, headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def get(self, path: str) -> dict:
+        status, body = self.request(path)
+        assert status == 200, body
+        return body
+
+    def predict(self, payload, path: str = "/v1/models/shapes:predict") -> tuple[int, dict]:
+        return self.request(path, payload if isinstance(payload, bytes) else json.dumps(payload).encode())
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+def _b64(data: bytes) -> dict:
+    return {"b64": base64.b64encode(data).decode()}
+
+
+@pytest.fixture(scope="module")
+def images(demo_images: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted(demo_images.glob("*/*_00[0-3].*"))]
+
+
+@pytest.fixture(scope="module")
+def model_dir(trained_run: Path, tmp_path_factory) -> Path:
+    """A private copy of the export folder, so hot-swap can add versions without touching others."""
+    target = tmp_path_factory.mktemp("serving") / "shapes"
+    shutil.copytree(trained_run / "export" / "shapes" / "1", target / "1")
+    return target
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path):
+    srv = Server(model_dir, "--max-instances", "16", "--max-body-mb", "0.5")
+    yield srv
+    assert srv.stop() == 0  # SIGTERM: clean shutdown, exit status 0
+
+
+@pytest.fixture(scope="module")
+def expected(model_dir: Path, images: list[bytes]) -> np.ndarray:
+    serve = tf.saved_model.load(str(model_dir / "1")).signatures["serving_default"]
+    return serve(image_bytes=tf.constant(images))["probabilities"].numpy()
+
+
+def test_status_and_metadata(server: Server):
+    status = server.get("/v1/models/shapes")
+    assert status["model_version_status"][0]["state"] == "AVAILABLE"
+    meta = server.get("/v1/models/shapes/metadata")
+    defs = meta["metadata"]["signature_def"]["signature_def"]
+    assert {"serving_default", "serving_keyed", "predict_images"} <= defs.keys()
+    assert defs["serving_default"]["inputs"]["image_bytes"]["dtype"] == "DT_STRING"
+
+
+def test_row_and_columnar_predict_match_the_savedmodel(server: Server, images: list[bytes], expected: np.ndarray):
+    status, rows = server.predict({"instances": [_b64(i) for i in images]})
+    assert status == 200
+    np.testing.assert_allclose([r["probabilities"] for r in rows["predictions"]], expected, atol=1e-5)
+    assert all(isinstance(c, str) for c in rows["predictions"][0]["classes"])
+    status, cols = server.predict({"inputs": {"image_bytes": [_b64(i) for i in images[:2]]}}, "/v1/models/shapes/versions/1:predict")
+    assert status == 200
+    np.testing.assert_allclose(cols["outputs"]["probabilities"], expected[:2], atol=1e-5)
+    status, keyed = server.predict({"signature_name": "serving_keyed", "instances": [
+        {"image_bytes": _b64(images[0]), "key": "a"}, {"image_bytes": _b64(images[1]), "key": "b"}]})
+    assert status == 200 and [p["key"] for p in keyed["predictions"]] == ["a", "b"]
+
+
+def test_classify_raw_and_multipart(server: Server, images: list[bytes]):
+    status, body = server.request("/v1/models/shapes:classify", images[0], "image/jpeg")
+    assert status == 200, body
+    assert len(body["predictions"]) == 4 and {"label", "score"} <= body["predictions"][0].keys()
+    boundary = "xYzBoUnDaRy"
+    multipart = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.jpg\"\r\n"
+                 f"Content-Type: image/jpeg\r\n\r\n").encode() + images[0] + f"\r\n--{boundary}--\r\n".encode()
+    status, up = server.request("/v1/models/shapes:classify", multipart, f"multipart/form-data; boundary={boundary}")
+    assert status == 200, up
+    assert up["predictions"] == body["predictions"]
+
+
+@pytest.mark.parametrize(
+    "path,payload,code,message",
+    [
+        (None, b"{not json", 400, "malformed JSON"),
+        (None, {"instances": [{"b64": "%%%not-base64"}]}, 400, "invalid base64"),
+        (None, {"instances": [_b64(b"JPEG? no, text")]}, 400, "instance 0"),
+        (None, {"signature_name": "nope", "instances": [_b64(b"x")]}, 400, "not found in signature def"),
+        ("/v1/models/other:predict", {"instances": [_b64(b"x")]}, 404, "Servable not found"),
+        ("/v1/models/shapes/versions/7:predict", {"instances": [_b64(b"x")]}, 404, "Specific"),
+        (None, {"instances": [_b64(b"x")] * 17}, 400, "too many instances"),
+        (None, {"instances": [_b64(b"x" * 600_000)]}, 413, "too large"),
+        (None, {"instances": [], "inputs": []}, 400, "exactly one of"),
+    ],
+)
+def test_bad_requests_get_clear_4xx_and_the_server_keeps_serving(server: Server, images, path, payload, code, message):
+    status, body = server.predict(payload, path or "/v1/models/shapes:predict")
+    assert status == code and message in body["error"], body
+    assert server.predict({"instances": [_b64(images[0])]})[0] == 200
+
+
+def test_one_bad_image_names_its_instance(server: Server, images: list[bytes]):
+    status, body = server.predict({"instances": [_b64(images[0]), _b64(b"garbage"), _b64(images[1])]})
+    assert status == 400 and body["error"].startswith("instance 1:")
+
+
+def test_eight_clients_fifty_requests_each(server: Server, images: list[bytes], expected: np.ndarray):
+    errors, wrong = [], []
+
+    def client(k: int) -> None:
+        for j in range(50):
+            i = (k * 50 + j) % len(images)
+            status, body = server.predict({"instances": [_b64(images[i])]})
+            if status != 200:
+                errors.append(body)
+            elif not np.allclose(body["predictions"][0]["probabilities"], expected[i], atol=1e-5):
+                wrong.append(i)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and wrong == []
+
+
+def test_new_version_is_picked_up_without_dropping_requests(server: Server, model_dir: Path, trained_run: Path, images):
+    stop, failures, served = threading.Event(), [], set()
+
+    def client() -> None:
+        while not stop.is_set():
+            status, body = server.predict({"instances": [_b64(images[0])]})
+            if status != 200:
+                failures.append(body)
+            served.add(server.get("/v1/models/shapes")["model_version_status"][0]["version"])
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        assert export_run(trained_run, export_dir=model_dir.parent, name="shapes")["saved_model"].endswith("/2")
+        deadline = time.monotonic() + 60
+        while "2" not in served and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+    assert "2" in served and failures == []
