@@ -1,0 +1,41 @@
+"""Measure serving latency (p50/p99) and throughput: local server vs direct SavedModel calls.
+
+    python scripts/benchmark_serving.py runs/demo/export/demo --images datasets/demo/images
+
+Starts scripts/serve.py on a free local port, alternates the variants over rounds and prints
+one JSON line with the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from app.cli import run_cli
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dir", type=Path, help="EXPORT_DIR/<name> with numbered versions")
+    p.add_argument("--images", type=Path, default=None, help="folder of JPEGs to send (default: the demo images)")
+    p.add_argument("--requests", type=int, default=200, help="requests per measurement (default 200)")
+    p.add_argument("--clients", type=int, default=8, help="concurrent clients for throughput (default 8)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    args = p.parse_args()
+    from app.data.demo import DEMO_ROOT
+    from app.errors import UserError
+    from app.serving.benchmark import run_serving_benchmark
+
+    folder = args.images or DEMO_ROOT / "images"
+    images = [f.read_bytes() for f in sorted(folder.rglob("*.jpg"))[:64]]
+    if not images:
+        raise UserError(f"--images: no .jpg files under {folder}")
+    result = run_serving_benchmark(args.model_dir, images, requests=args.requests, clients=args.clients,
+                                   rounds=args.rounds, log=lambda m: print(m, file=sys.stderr))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    run_cli(main)
