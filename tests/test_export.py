@@ -102,3 +102,17 @@ def test_tflite_export_with_parity_report(trained_run: Path, tmp_path: Path, dem
     x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     lite = tflite_probabilities(Path(paths["tflite"]).read_bytes(), x)
     np.testing.assert_allclose(lite, model(x).numpy(), atol=0.05 if mode == "int8" else 0.01)
+
+
+@pytest.mark.parametrize(
+    "script,args,message",
+    [("export.py", [], "not a finished run"), ("serve.py", [], "no such model folder"),
+     ("export.py", ["--tflite", "int4"], "invalid choice")],
+)
+def test_cli_bad_input(tmp_path: Path, script: str, args: list[str], message: str):
+    root = Path(__file__).resolve().parents[1]
+    target = tmp_path / "missing" if script == "serve.py" else tmp_path
+    out = subprocess.run([sys.executable, str(root / "scripts" / script), str(target), *args],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and message in out.stderr
+    assert "Traceback" not in out.stderr
