@@ -1,0 +1,90 @@
+"""Evaluation of an exported model: metrics, figures and an HTML report.
+
+One implementation behind two front ends (scripts/evaluate.py and notebooks/evaluate.ipynb):
+
+    from app.evaluation import evaluate
+    result = evaluate("runs/demo", "datasets/demo/tfrecords", split="test")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.errors import UserError
+from app.evaluation.figures import plot_confusion_matrix, plot_mistakes, plot_per_class, plot_reliability
+from app.evaluation.metrics import compute_metrics
+from app.evaluation.predict import (
+    Predictions, folder_examples, load_label_map, predict, resolve_model_dir, tfrecord_examples,
+)
+from app.evaluation.report import summary_table, write_html, write_metrics
+
+
+@dataclass
+class EvaluationResult:
+    metrics: dict
+    figures: dict[str, Path]
+    report_dir: Path
+    html: Path
+    predictions: Predictions
+
+    @property
+    def summary(self) -> str:
+        return summary_table(self.metrics)
+
+
+def demo_defaults() -> tuple[Path, Path]:
+    """(demo run dir, demo TFRecords) for the notebook's defaults; trains the demo model first
+    (about 2 minutes on 2 CPU cores, as `python scripts/fine_tune.py` does) if it is missing."""
+    from app.config import TrainConfig
+    from app.data.demo import DEMO_ROOT, ensure_demo_records
+    from app.training.train import train_main
+
+    run = DEMO_ROOT.parents[1] / "runs" / "demo"
+    if not (run / "metrics.json").exists():
+        print(f"No demo model at {run}: training it first (python scripts/fine_tune.py)", flush=True)
+        train_main(TrainConfig(out=str(run)))
+    return run, ensure_demo_records()
+
+
+def _examples(data: Path, split: str):
+    if (data / "dataset.json").exists():
+        return tfrecord_examples(data, split)
+    if data.is_dir():
+        return folder_examples(data)
+    raise UserError(f"--data {data}: neither a TFRecord folder (dataset.json) nor a folder of class folders")
+
+
+def _history_csv(version_dir: Path) -> Path | None:
+    """RUN_DIR/export/<name>/<version> → RUN_DIR/history.csv, when the export lives in its run dir."""
+    candidate = version_dir.parent.parent.parent / "history.csv"
+    return candidate if version_dir.parent.parent.name == "export" and candidate.exists() else None
+
+
+def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_dir: str | Path | None = None,
+             label_map: str | Path | dict | None = None, top_k: int = 5, batch_size: int = 32) -> EvaluationResult:
+    version_dir = resolve_model_dir(model)
+    data = Path(data)
+    data_classes, total, examples = _examples(data, split)
+    mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
+    predictions = predict(version_dir, data_classes, total, examples, label_map=mapping, batch_size=batch_size)
+    metrics = compute_metrics(predictions.labels, predictions.probabilities, predictions.classes, top_k)
+    metrics.update({"model": str(version_dir), "data": str(data), "split": split, "skipped": predictions.skipped})
+    out = Path(report_dir) if report_dir else Path("reports") / f"{version_dir.parent.name}-v{version_dir.name}-{split}"
+    out.mkdir(parents=True, exist_ok=True)
+    figures = {
+        "Confusion matrix": plot_confusion_matrix(metrics, predictions.classes, out / "confusion_matrix.png"),
+        "Per-class precision, recall, F1": plot_per_class(metrics, out / "per_class.png"),
+        "Reliability diagram": plot_reliability(metrics, out / "reliability.png"),
+    }
+    mistakes = plot_mistakes(predictions.mistakes, out / "mistakes.png")
+    if mistakes:
+        figures["Most confident mistakes"] = mistakes
+    history = _history_csv(version_dir)
+    if history:
+        from app.training.history import plot_learning_curves
+
+        figures["Learning curves"] = plot_learning_curves(history, out / "learning_curves.png")
+    write_metrics(metrics, out / "metrics.json")
+    page = write_html(metrics, figures, out / "report.html", f"{version_dir.parent.name} v{version_dir.name} on {data.name}/{split}")
+    return EvaluationResult(metrics, figures, out, page, predictions)

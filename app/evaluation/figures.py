@@ -1,0 +1,93 @@
+"""Evaluation figures (matplotlib, PNG), sized to stay readable with many classes."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_confusion_matrix(metrics: dict, classes: list[str], path: Path) -> Path:
+    """Row-normalised colours; counts written in the cells while there are few enough classes."""
+    counts = np.array(metrics["confusion_matrix"])
+    normalized = np.array(metrics["confusion_matrix_normalized"])
+    n = len(classes)
+    side = min(max(5.0, 0.45 * n + 2), 40.0)
+    fig, ax = plt.subplots(figsize=(side, side))
+    image = ax.imshow(normalized, cmap="Blues", vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, fraction=0.046, label="fraction of the true class")
+    ax.set_xticks(range(n), classes, rotation=90, fontsize=max(4, 10 - n // 15))
+    ax.set_yticks(range(n), classes, fontsize=max(4, 10 - n // 15))
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    if n <= 25:
+        for t in range(n):
+            for p in range(n):
+                if counts[t, p]:
+                    ax.text(p, t, str(counts[t, p]), ha="center", va="center", fontsize=8,
+                            color="white" if normalized[t, p] > 0.5 else "black")
+    ax.set_title("Confusion matrix")
+    return _save(fig, path)
+
+
+def plot_per_class(metrics: dict, path: Path) -> Path:
+    """Precision, recall and F1 per class, worst F1 first."""
+    per_class = sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"])
+    names = [k for k, _ in per_class]
+    height = max(3.0, 0.3 * len(names) + 1)
+    fig, ax = plt.subplots(figsize=(8, height))
+    y = np.arange(len(names))
+    for offset, key in zip((-0.27, 0.0, 0.27), ("precision", "recall", "f1")):
+        ax.barh(y + offset, [v[key] for _, v in per_class], height=0.27, label=key)
+    ax.set_yticks(y, names)
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()
+    ax.legend(loc="lower right")
+    ax.set_title("Per-class metrics (worst F1 at the top)")
+    return _save(fig, path)
+
+
+def plot_reliability(metrics: dict, path: Path) -> Path:
+    bins = [b for b in metrics["reliability"] if b["count"]]
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
+    ax.bar([b["low"] for b in bins], [b["accuracy"] for b in bins], width=[b["high"] - b["low"] for b in bins],
+           align="edge", alpha=0.7, edgecolor="black", label="accuracy in bin")
+    ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o", color="C3", label="mean confidence")
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Reliability (ECE {metrics['ece']:.3f})")
+    ax.legend(loc="upper left")
+    return _save(fig, path)
+
+
+def plot_mistakes(mistakes: list[dict], path: Path, columns: int = 4) -> Path | None:
+    """The most confident mistakes: image, true label, predicted label, confidence."""
+    if not mistakes:
+        return None
+    rows = (len(mistakes) + columns - 1) // columns
+    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3.3 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, m in zip(axes.flat, mistakes):
+        image = Image.open(io.BytesIO(m["image"])).convert("RGB")
+        image.thumbnail((256, 256))
+        ax.imshow(image)
+        ax.set_title(f"true: {m['true']}\npred: {m['predicted']} ({m['confidence']:.2f})", fontsize=9)
+    fig.suptitle("Most confident mistakes")
+    return _save(fig, path)

@@ -1,0 +1,88 @@
+"""Classification metrics from labels and predicted probabilities: plain numpy, no model needed.
+
+Kept independent of TensorFlow so it can be checked against a hand computation and reused on
+any predictions (a SavedModel's, a TFLite file's, another tool's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ECE_BINS = 15
+
+
+def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> np.ndarray:
+    """counts[true, predicted]."""
+    matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(matrix, (labels, predicted), 1)
+    return matrix
+
+
+def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = ECE_BINS) -> float:
+    """Mean |accuracy − confidence| over equal-width confidence bins, weighted by bin size."""
+    confidence = probabilities.max(axis=1)
+    correct = probabilities.argmax(axis=1) == labels
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    ece = 0.0
+    for low, high in zip(edges[:-1], edges[1:]):
+        in_bin = (confidence > low) & (confidence <= high)
+        if in_bin.any():
+            ece += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
+    return float(ece)
+
+
+def reliability_bins(labels: np.ndarray, probabilities: np.ndarray, bins: int = ECE_BINS) -> list[dict]:
+    confidence = probabilities.max(axis=1)
+    correct = probabilities.argmax(axis=1) == labels
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    out = []
+    for low, high in zip(edges[:-1], edges[1:]):
+        in_bin = (confidence > low) & (confidence <= high)
+        out.append({"low": float(low), "high": float(high), "count": int(in_bin.sum()),
+                    "accuracy": float(correct[in_bin].mean()) if in_bin.any() else None,
+                    "confidence": float(confidence[in_bin].mean()) if in_bin.any() else None})
+    return out
+
+
+def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list[str], top_k: int = 5) -> dict:
+    """Everything metrics.json holds. Precision of a never-predicted class is 0 (not NaN)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    num_classes = len(classes)
+    predicted = probabilities.argmax(axis=1)
+    matrix = confusion_matrix(labels, predicted, num_classes)
+    true_positive = np.diag(matrix).astype(float)
+    support = matrix.sum(axis=1).astype(float)
+    predicted_count = matrix.sum(axis=0).astype(float)
+    precision = np.divide(true_positive, predicted_count, out=np.zeros(num_classes), where=predicted_count > 0)
+    recall = np.divide(true_positive, support, out=np.zeros(num_classes), where=support > 0)
+    denominator = precision + recall
+    f1 = np.divide(2 * precision * recall, denominator, out=np.zeros(num_classes), where=denominator > 0)
+    k = min(top_k, num_classes)
+    top = np.argsort(-probabilities, axis=1)[:, :k]
+    eps = 1e-15
+    log_loss = float(-np.mean(np.log(np.clip(probabilities[np.arange(len(labels)), labels], eps, 1.0))))
+    row_sums = matrix.sum(axis=1, keepdims=True)
+    normalized = np.divide(matrix, row_sums, out=np.zeros_like(matrix, dtype=float), where=row_sums > 0)
+    weights = support / support.sum()
+    pairs = [(int(t), int(p), int(matrix[t, p])) for t in range(num_classes) for p in range(num_classes) if t != p and matrix[t, p]]
+    pairs.sort(key=lambda x: -x[2])
+    return {
+        "num_examples": int(len(labels)),
+        "accuracy": float((predicted == labels).mean()),
+        "top_k": k,
+        "top_k_accuracy": float((top == labels[:, None]).any(axis=1).mean()),
+        "log_loss": log_loss,
+        "ece": expected_calibration_error(labels, probabilities),
+        "per_class": {
+            name: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]), "support": int(support[i])}
+            for i, name in enumerate(classes)
+        },
+        "macro_avg": {"precision": float(precision.mean()), "recall": float(recall.mean()), "f1": float(f1.mean())},
+        "weighted_avg": {"precision": float((precision * weights).sum()), "recall": float((recall * weights).sum()),
+                         "f1": float((f1 * weights).sum())},
+        "confusion_matrix": matrix.tolist(),
+        "confusion_matrix_normalized": normalized.round(6).tolist(),
+        "most_confused": [{"true": classes[t], "predicted": classes[p], "count": n} for t, p, n in pairs[:10]],
+        "reliability": reliability_bins(labels, probabilities),
+    }

@@ -1,0 +1,149 @@
+"""Stream a dataset through an exported SavedModel's serving signature and collect predictions.
+
+It evaluates exactly what will be deployed: raw encoded bytes in, the export's own
+preprocessing, `serving_default` out. Only labels, probabilities and a handful of the most
+confident mistakes are kept, never the images, so any dataset size fits in memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import tensorflow as tf
+from tqdm import tqdm
+
+from app.data import schema
+from app.data.pipeline import load_dataset_info
+from app.errors import UserError
+
+Example = tuple[bytes, int, str]  # encoded image, dataset label id, filename
+
+
+@dataclass
+class Predictions:
+    labels: np.ndarray  # model label ids
+    probabilities: np.ndarray
+    filenames: list[str]
+    classes: list[str]  # the model's classes
+    mistakes: list[dict] = field(default_factory=list)  # most confident wrong predictions, with image bytes
+    skipped: list[dict] = field(default_factory=list)  # undecodable inputs
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """A version folder, a model folder (newest version) or a run dir (its newest export)."""
+    path = Path(path)
+    if (path / "saved_model.pb").exists():
+        return path
+    candidates = [path] + ([p for p in (path / "export").iterdir() if p.is_dir()] if (path / "export").is_dir() else [])
+    for folder in candidates:
+        versions = [p for p in folder.iterdir() if p.name.isdigit() and (p / "saved_model.pb").exists()] if folder.is_dir() else []
+        if versions:
+            return max(versions, key=lambda p: int(p.name))
+    raise UserError(f"{path}: no SavedModel found (give EXPORT_DIR/<name>[/<version>] or a run dir with export/)")
+
+
+def model_classes(version_dir: Path) -> list[str]:
+    labels = version_dir / "assets" / "labels.txt"
+    if not labels.exists():
+        raise UserError(f"{version_dir}: no assets/labels.txt; export it with scripts/export.py")
+    return labels.read_text().split("\n")[:-1]
+
+
+def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int, Iterator[Example]]:
+    info = load_dataset_info(data_dir)
+    paths = info.shard_paths(split)
+    total = info.num_examples(split)
+
+    def gen() -> Iterator[Example]:
+        spec = {k: schema.FEATURE_SPEC[k] for k in (schema.ENCODED, schema.LABEL, schema.FILENAME)}
+        for raw in tf.data.TFRecordDataset(paths).ignore_errors(log_warning=True):
+            ex = tf.io.parse_single_example(raw, spec)
+            yield ex[schema.ENCODED].numpy(), int(ex[schema.LABEL]), ex[schema.FILENAME].numpy().decode()
+
+    return info.classes, total, gen()
+
+
+def folder_examples(folder: str | Path) -> tuple[list[str], int, Iterator[Example]]:
+    folder = Path(folder)
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    files = [(f, i) for i, c in enumerate(classes) for f in sorted((folder / c).rglob("*"))
+             if f.is_file() and not f.name.startswith(".") and f.stat().st_size > 0]
+    return classes, len(files), ((f.read_bytes(), i, str(f.relative_to(folder))) for f, i in files)
+
+
+def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[str, str] | None) -> np.ndarray:
+    """dataset label id → model label id; by name, optionally renamed through `label_map`."""
+    label_map = label_map or {}
+    names = [label_map.get(c, c) for c in data_classes]
+    missing = [c for c, n in zip(data_classes, names) if n not in classes]
+    if missing:
+        raise UserError(
+            f"dataset classes {missing} are not among the model's classes {classes};"
+            " pass --label-map FILE with a JSON object {\"dataset class\": \"model class\"}"
+        )
+    return np.array([classes.index(n) for n in names])
+
+
+def load_label_map(path: str | Path | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    try:
+        mapping = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserError(f"--label-map {path}: {err}") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise UserError(f"--label-map {path}: expected a JSON object of strings")
+    return mapping
+
+
+def predict(version_dir: Path, data_classes: list[str], total: int, examples: Iterator[Example], *,
+            label_map: dict[str, str] | None = None, batch_size: int = 32, keep_mistakes: int = 16) -> Predictions:
+    if total == 0:
+        raise UserError("the evaluation data is empty")
+    classes = model_classes(version_dir)
+    mapping = label_mapping(data_classes, classes, label_map)
+    serve = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
+    labels, probs, names, skipped, mistakes = [], [], [], [], []
+    bar = tqdm(total=total, unit="img", desc="Evaluating", dynamic_ncols=True)
+
+    def run(batch: list[Example]) -> None:
+        try:
+            out = serve(image_bytes=tf.constant([b for b, _, _ in batch]))["probabilities"].numpy()
+        except tf.errors.InvalidArgumentError:
+            if len(batch) > 1:
+                for one in batch:
+                    run([one])
+                return
+            skipped.append({"path": batch[0][2], "reason": "undecodable"})
+            return
+        for (data, label, name), p in zip(batch, out):
+            label = int(mapping[label])
+            labels.append(label)
+            probs.append(p)
+            names.append(name)
+            guess = int(p.argmax())
+            if guess != label:
+                item = (float(p[guess]), len(names), {"filename": name, "image": data, "true": classes[label],
+                                                      "predicted": classes[guess], "confidence": float(p[guess])})
+                heapq.heappush(mistakes, item) if len(mistakes) < keep_mistakes else heapq.heappushpop(mistakes, item)
+
+    batch: list[Example] = []
+    for example in examples:
+        batch.append(example)
+        if len(batch) == batch_size:
+            run(batch)
+            bar.update(len(batch))
+            batch = []
+    if batch:
+        run(batch)
+        bar.update(len(batch))
+    bar.close()
+    if not labels:
+        raise UserError("no image in the evaluation data could be decoded")
+    return Predictions(np.array(labels), np.stack(probs), names, classes,
+                       [m[2] for m in sorted(mistakes, key=lambda m: -m[0])], skipped)

@@ -1,0 +1,39 @@
+"""Evaluate an exported model on a TFRecord split or an image folder: table, metrics, figures, HTML.
+
+    python scripts/evaluate.py runs/demo --data datasets/demo/tfrecords --split test
+    python scripts/evaluate.py exports/shapes/3 --data ~/new_photos --label-map names.json
+
+MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
+folder. The model is called through its serving signature on raw image bytes: what is measured
+is what is deployed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.cli import run_cli
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
+    p.add_argument("--data", type=Path, required=True, help="TFRecord folder (make_tfrecords.py) or a folder of class folders")
+    p.add_argument("--split", default="val", help="split of a TFRecord folder (default val)")
+    p.add_argument("--report", type=Path, default=None, help="report folder (default reports/<name>-v<version>-<split>)")
+    p.add_argument("--label-map", type=Path, default=None, help="JSON {dataset class: model class} when names differ")
+    p.add_argument("--top-k", type=int, default=5, help="k for top-k accuracy (default 5)")
+    args = p.parse_args()
+    from app.evaluation import evaluate
+
+    result = evaluate(args.model_dir, args.data, split=args.split, report_dir=args.report,
+                      label_map=args.label_map, top_k=args.top_k)
+    print(result.summary)
+    if result.metrics["skipped"]:
+        print(f"skipped {len(result.metrics['skipped'])} undecodable file(s)")
+    print(f"\nreport: {result.html}\nmetrics: {result.report_dir / 'metrics.json'}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,101 @@
+"""The evaluation module end to end on a real export, and the notebook run headless."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.data.pipeline import load_dataset_info
+from app.errors import UserError
+from app.evaluation import evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_evaluate_tfrecord_split_writes_metrics_figures_and_html(trained_run: Path, demo_records: Path, tmp_path: Path):
+    result = evaluate(trained_run, demo_records, split="val", report_dir=tmp_path)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert {"accuracy", "top_k_accuracy", "per_class", "confusion_matrix", "ece", "log_loss"} <= saved.keys()
+    assert saved["num_examples"] == load_dataset_info(demo_records).num_examples("val")
+    assert sum(map(sum, saved["confusion_matrix"])) == saved["num_examples"]
+    assert "Learning curves" in result.figures  # the export lives in its run dir
+    page = result.html.read_text()
+    embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(embedded) == len(result.figures) and all(len(e) > 1000 for e in embedded)
+    assert "accuracy" in result.summary
+
+
+def test_evaluate_image_folder_skips_bad_files(trained_run: Path, demo_images: Path, tmp_path: Path):
+    result = evaluate(trained_run / "export" / "shapes", demo_images, report_dir=tmp_path)
+    skipped = {s["path"] for s in result.metrics["skipped"]}
+    assert {"circle/truncated.jpg", "square/not_an_image.jpg"} <= skipped
+    assert result.metrics["num_examples"] == 4 * 12  # the good images: 12 per class
+
+
+def test_class_mismatch_needs_a_label_map(trained_run: Path, demo_images: Path, tmp_path: Path):
+    data = tmp_path / "data"
+    shutil.copytree(demo_images, data)
+    (data / "circle").rename(data / "round")
+    with pytest.raises(UserError, match=r"\['round'\] are not among the model's classes"):
+        evaluate(trained_run, data, report_dir=tmp_path / "r1")
+    (tmp_path / "map.json").write_text('{"round": "circle"}')
+    result = evaluate(trained_run, data, report_dir=tmp_path / "r2", label_map=tmp_path / "map.json")
+    assert result.metrics["per_class"]["circle"]["support"] == 12
+
+
+def test_empty_split_is_a_clear_error(trained_run: Path, demo_records: Path, tmp_path: Path):
+    with pytest.raises(UserError, match="no 'holdout' split"):
+        evaluate(trained_run, demo_records, split="holdout", report_dir=tmp_path)
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    (tmp_path / "empty" / "b").mkdir()
+    with pytest.raises(UserError, match="empty"):
+        evaluate(trained_run, tmp_path / "empty", report_dir=tmp_path)
+
+
+def test_cli_prints_the_summary(trained_run: Path, demo_records: Path, tmp_path: Path):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), str(trained_run), "--data", str(demo_records),
+                          "--split", "test", "--report", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert "accuracy" in out.stdout and "worst classes" in out.stdout and (tmp_path / "report.html").exists()
+
+
+def _image_outputs(notebook: dict) -> int:
+    return sum(1 for cell in notebook["cells"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {}))
+
+
+def test_notebook_runs_with_papermill_parameters(trained_run: Path, demo_records: Path, tmp_path: Path):
+    import papermill
+
+    out = tmp_path / "out.ipynb"
+    papermill.execute_notebook(
+        str(ROOT / "notebooks/evaluate.ipynb"), str(out), cwd=str(ROOT / "notebooks"), progress_bar=False,
+        parameters={"model_dir": str(trained_run), "data_dir": str(demo_records), "split": "val", "report_dir": str(tmp_path / "rep")},
+    )
+    executed = json.loads(out.read_text())
+    assert _image_outputs(executed) >= 4
+    assert (tmp_path / "rep" / "report.html").exists()
+
+
+def test_notebook_is_committed_without_outputs():
+    notebook = json.loads((ROOT / "notebooks/evaluate.ipynb").read_text())
+    assert all(not cell.get("outputs") for cell in notebook["cells"] if cell["cell_type"] == "code")
+    assert "parameters" in notebook["cells"][1]["metadata"].get("tags", [])
+
+
+def test_notebook_runs_as_is_on_the_demo(tmp_path: Path):
+    """nbclient, no parameters: the demo model and data (built first if missing, ~2 min)."""
+    if not os.environ.get("PHOTOCLF_WEIGHTS") and not (ROOT / "runs/demo/metrics.json").exists():
+        pytest.skip("the demo model would train from random weights; set PHOTOCLF_WEIGHTS (.ci/run does)")
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(str(ROOT / "notebooks/evaluate.ipynb"), as_version=4)
+    NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    assert _image_outputs(notebook) >= 4

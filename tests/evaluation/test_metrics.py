@@ -1,0 +1,75 @@
+"""compute_metrics against a plain, independent computation on a small known set."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.evaluation.metrics import compute_metrics
+
+CLASSES = ["a", "b", "c", "d"]
+# Imbalanced (a: 5, b: 3, c: 2, d: 1); class "c" is never predicted.
+LABELS = [0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 3]
+PROBS = np.array([
+    [0.9, 0.05, 0.03, 0.02], [0.6, 0.3, 0.05, 0.05], [0.4, 0.5, 0.05, 0.05], [0.7, 0.1, 0.1, 0.1], [0.2, 0.1, 0.3, 0.4],
+    [0.1, 0.8, 0.05, 0.05], [0.5, 0.4, 0.05, 0.05], [0.2, 0.7, 0.05, 0.05],
+    [0.5, 0.1, 0.35, 0.05], [0.1, 0.6, 0.25, 0.05],
+    [0.05, 0.05, 0.1, 0.8],
+])
+
+
+def _plain(labels, probs, k):
+    """Straight from the definitions, with loops."""
+    n, c = probs.shape
+    pred = [max(range(c), key=lambda j: probs[i][j]) for i in range(n)]
+    cm = [[sum(1 for i in range(n) if labels[i] == t and pred[i] == p) for p in range(c)] for t in range(c)]
+    out = {"accuracy": sum(pred[i] == labels[i] for i in range(n)) / n, "cm": cm}
+    out["topk"] = sum(labels[i] in sorted(range(c), key=lambda j: -probs[i][j])[:k] for i in range(n)) / n
+    out["log_loss"] = -sum(math.log(probs[i][labels[i]]) for i in range(n)) / n
+    per = {}
+    for j in range(c):
+        tp = cm[j][j]
+        col = sum(cm[t][j] for t in range(c))
+        row = sum(cm[j])
+        p = tp / col if col else 0.0
+        r = tp / row if row else 0.0
+        per[j] = (p, r, 2 * p * r / (p + r) if p + r else 0.0, row)
+    out["per"] = per
+    ece = 0.0
+    for b in range(15):
+        lo, hi = b / 15, (b + 1) / 15
+        members = [i for i in range(n) if lo < max(probs[i]) <= hi]
+        if members:
+            acc = sum(pred[i] == labels[i] for i in members) / len(members)
+            conf = sum(max(probs[i]) for i in members) / len(members)
+            ece += len(members) / n * abs(acc - conf)
+    out["ece"] = ece
+    return out
+
+
+def test_metrics_match_a_plain_computation():
+    m = compute_metrics(np.array(LABELS), PROBS, CLASSES, top_k=2)
+    ref = _plain(LABELS, PROBS, 2)
+    assert m["confusion_matrix"] == ref["cm"]
+    assert m["accuracy"] == pytest.approx(ref["accuracy"])
+    assert m["top_k_accuracy"] == pytest.approx(ref["topk"])
+    assert m["log_loss"] == pytest.approx(ref["log_loss"])
+    assert m["ece"] == pytest.approx(ref["ece"])
+    for j, name in enumerate(CLASSES):
+        p, r, f, s = ref["per"][j]
+        assert m["per_class"][name] == pytest.approx({"precision": p, "recall": r, "f1": f, "support": s})
+    assert m["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 2}  # never predicted
+    f1 = [ref["per"][j][2] for j in range(4)]
+    assert m["macro_avg"]["f1"] == pytest.approx(sum(f1) / 4)
+    assert m["weighted_avg"]["f1"] == pytest.approx(sum(f * s for f, s in zip(f1, [5, 3, 2, 1])) / 11)
+    assert m["confusion_matrix_normalized"][2] == pytest.approx([0.5, 0.5, 0.0, 0.0])
+    assert m["most_confused"][0]["count"] == max(ref["cm"][t][p] for t in range(4) for p in range(4) if t != p)
+
+
+def test_perfect_predictions():
+    labels = np.array([0, 1, 2, 1])
+    m = compute_metrics(labels, np.eye(3)[labels], ["x", "y", "z"])
+    assert m["accuracy"] == 1.0 and m["ece"] == pytest.approx(0.0) and m["most_confused"] == []
+    assert m["log_loss"] == pytest.approx(0.0, abs=1e-9)
