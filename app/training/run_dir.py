@@ -48,14 +48,26 @@ class RunDir:
         return self.metrics.exists()
 
 
+def config_changes(saved: TrainConfig, cfg: TrainConfig) -> list[str]:
+    """Keys that differ, ignoring `out`: a run dir may be named by a relative or absolute path."""
+    return sorted(k for k, v in cfg.to_dict().items() if k != "out" and saved.to_dict().get(k) != v)
+
+
+def completed_run(cfg: TrainConfig) -> RunDir | None:
+    """The run dir, if it already holds a finished run of this config."""
+    run = RunDir(Path(cfg.out))
+    if run.is_complete() and run.config.exists() and not config_changes(read_saved_config(run.config), cfg):
+        return run
+    return None
+
+
 def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
     run = RunDir(Path(cfg.out))
     if run.root.exists() and not run.root.is_dir():
         raise UserError(f"--out: {run.root} exists and is not a folder")
     if run.config.exists() and not overwrite:
-        saved = read_saved_config(run.config)
-        if saved != cfg:
-            changed = sorted(k for k, v in cfg.to_dict().items() if saved.to_dict().get(k) != v)
+        changed = config_changes(read_saved_config(run.config), cfg)
+        if changed:
             raise UserError(
                 f"{run.root} holds a run with a different config (changed: {', '.join(changed)});"
                 " pass --overwrite to replace it, or choose another --out"

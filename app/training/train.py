@@ -27,7 +27,7 @@ from app.models.classifier import Classifier, build_classifier, freeze_backbone,
 from app.models.weights import resolve_backbone
 from app.training.history import History, plot_learning_curves
 from app.training.phase import PhaseResult, PhaseSpec, run_phase
-from app.training.run_dir import RunDir, check_run_state, prepare_run_dir, write_json_atomic
+from app.training.run_dir import RunDir, check_run_state, completed_run, prepare_run_dir, write_json_atomic
 from app.training.steps import Steps
 from app.training.strategy import is_chief, make_strategy, set_precision
 
@@ -216,10 +216,11 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
 
 def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
     """Run (or resume) both phases, evaluate, export. Returns the metrics.json contents."""
+    done = None if overwrite else completed_run(cfg)
+    if done:  # before building anything: a finished run needs neither the model nor its weights
+        log.info("%s is already complete; pass --overwrite to train again", done.root)
+        return json.loads(done.metrics.read_text())
     ctx = setup(cfg, overwrite)
-    if ctx.chief and ctx.run.is_complete():
-        log.info("%s is already complete; pass --overwrite to train again", ctx.run.root)
-        return json.loads(ctx.run.metrics.read_text())
     if ctx.weights_warning:
         log.warning("WARNING: %s", ctx.weights_warning)
     log.info("backbone %s at %dx%d, weights: %s; precision %s; strategy %s with %d replica(s); global batch %d",

@@ -146,3 +146,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path):
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "dataset.json" in errors[0] and "Traceback" not in out.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_finished_run_is_reported_not_rebuilt_whatever_the_path_spelling(tiny_config: TrainConfig, monkeypatch):
+    metrics = train(tiny_config)
+    relative = os.path.relpath(tiny_config.out)
+    monkeypatch.setenv("PHOTOCLF_WEIGHTS", "/nonexistent.weights.h5")  # would fail if the model were rebuilt
+    assert train(tiny_config.replace(out=relative)) == json.loads((Path(tiny_config.out) / "metrics.json").read_text())
+    assert metrics["export"].endswith("/1")
