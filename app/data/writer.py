@@ -116,9 +116,19 @@ def plan_shards(
     return tasks
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
+def writer_part_name(index: int, count: int) -> str:
+    """Per-writer metadata in split-writer mode; scripts/merge_tfrecords.py combines them."""
+    return f"dataset.writer-{index:05d}-of-{count:05d}.json"
+
+
+def _check_out(out: Path, overwrite: bool, part: str | None = None) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a folder")
+    if part is not None:  # split-writer mode: other writers' shards are expected here
+        for name in (part, schema.METADATA_FILE):
+            if (out / name).exists() and not overwrite:
+                raise UserError(f"{out}: already holds {name}; pass --overwrite to replace")
+        return
     if out.is_dir() and not overwrite:
         existing = sorted(p.name for p in out.iterdir() if p.suffix == ".tfrecord" or p.name == schema.METADATA_FILE)
         if existing:
@@ -155,8 +165,17 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _install(results: list[ShardResult], staging: Path, out: Path, metadata: dict, classes: list[str]) -> None:
-    """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards."""
+def _install(results: list[ShardResult], staging: Path, out: Path, metadata: dict, classes: list[str],
+             part: str | None = None) -> None:
+    """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards.
+    In split-writer mode this writer's part file goes last instead, and dataset.json waits for the merge."""
+    if part is not None:
+        (out / schema.METADATA_FILE).unlink(missing_ok=True)  # stale after --overwrite until the merge
+        for result in results:
+            os.replace(staging / result.name, out / result.name)
+        _atomic_write_text(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
+        _atomic_write_text(out / part, json.dumps(metadata, indent=2) + "\n")
+        return
     old_meta = out / schema.METADATA_FILE
     old_shards = set()
     if old_meta.exists():
@@ -183,21 +202,33 @@ def write_tfrecords(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     workers: int | None = None,
     overwrite: bool = False,
+    num_writers: int = 1,
+    writer_index: int = 0,
 ) -> dict:
-    """Convert SRC into shards in OUT and return the dataset.json contents."""
+    """Convert SRC into shards in OUT and return the dataset.json contents.
+
+    With num_writers > 1, N machines run the same command with writer_index 0..N-1: each plans
+    the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT)."""
     src, out = Path(src), Path(out)
     if num_shards is not None and num_shards < 1:
         raise UserError(f"--num-shards must be >= 1, got {num_shards}")
     if max_side is not None and max_side < 16:
         raise UserError(f"--max-side must be >= 16, got {max_side}")
-    _check_out(out, overwrite)
+    if num_writers < 1 or not 0 <= writer_index < num_writers:
+        raise UserError(f"--writer-index must be in [0, --num-writers), got {writer_index} of {num_writers}")
+    part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
+    _check_out(out, overwrite, part)
     source = scan_source(src, val_fraction, test_fraction, seed)
     tasks = plan_shards(source, num_shards, target_shard_mb, seed, max_side, max_pixels)
+    if part is not None:
+        tasks = tasks[writer_index::num_writers]
+        if writer_index:  # files rejected by the scan are reported once, by writer 0
+            source = Source(source.images, source.classes, [], source.layout)
     if workers is None:
         workers = 1 if len(source.images) < MIN_IMAGES_FOR_WORKERS else os.cpu_count() or 1
     elif workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
-    workers = min(workers, len(tasks))
+    workers = max(1, min(workers, len(tasks)))
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".incomplete-", dir=out))
     try:
@@ -206,7 +237,9 @@ def write_tfrecords(
             val_fraction=val_fraction, test_fraction=test_fraction, seed=seed, num_shards=num_shards,
             target_shard_mb=target_shard_mb, max_side=max_side, max_pixels=max_pixels, layout=source.layout,
         ))
-        _install(results, staging, out, metadata, source.classes)
+        if part is not None:
+            metadata["writer"] = {"index": writer_index, "count": num_writers}
+        _install(results, staging, out, metadata, source.classes, part)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return metadata

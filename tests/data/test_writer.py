@@ -132,3 +132,24 @@ def test_bad_options_fail_before_writing(demo_images: Path, tmp_path: Path):
         with pytest.raises(UserError, match=message):
             write_tfrecords(demo_images, tmp_path / "o", **kwargs)
         assert not any((tmp_path / "o").glob("*.tfrecord"))
+
+
+def test_split_writers_produce_the_same_records_as_one_writer(demo_images: Path, demo_records: Path, tmp_path: Path):
+    from app.data.merge import merge_writers
+
+    out = tmp_path / "split"
+    for index in (1, 0):  # any order
+        write_tfrecords(demo_images, out, val_fraction=0.25, test_fraction=0.25, num_shards=2,
+                        workers=1, num_writers=2, writer_index=index)
+        if index == 1:
+            assert not (out / schema.METADATA_FILE).exists()
+            with pytest.raises(UserError, match=r"writer\(s\) \[0\] of 2 have not finished"):
+                merge_writers(out)
+    merged = merge_writers(out)
+    single = json.loads((demo_records / schema.METADATA_FILE).read_text())
+    assert merged["counts"] == single["counts"] and merged["shards"] == single["shards"]
+    assert sorted(s["path"] for s in merged["skipped"]) == sorted(s["path"] for s in single["skipped"])
+    def key(r): return (r["split"], r[schema.FILENAME], r[schema.ENCODED])  # noqa: E704
+    assert sorted(map(key, _read_all(out))) == sorted(map(key, _read_all(demo_records)))
+    with pytest.raises(UserError, match="--writer-index"):
+        write_tfrecords(demo_images, tmp_path / "x", num_writers=2, writer_index=2)

@@ -1,0 +1,58 @@
+"""Combine the per-writer metadata of a split-writer run into one dataset.json.
+
+Refuses to write dataset.json unless every writer finished and every planned shard is present,
+so readers never see a dataset with holes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from app.data import schema
+from app.data.writer import _atomic_write_text
+from app.errors import UserError
+
+PART = re.compile(r"^dataset\.writer-(\d{5})-of-(\d{5})\.json$")
+
+
+def merge_writers(out: str | Path) -> dict:
+    out = Path(out)
+    parts = sorted(p for p in out.iterdir() if PART.match(p.name)) if out.is_dir() else []
+    if not parts:
+        raise UserError(f"{out}: no dataset.writer-*.json files to merge")
+    metas = [json.loads(p.read_text()) for p in parts]
+    counts = {m["writer"]["count"] for m in metas}
+    if len(counts) != 1:
+        raise UserError(f"{out}: writer parts disagree on --num-writers ({sorted(counts)})")
+    expected = counts.pop()
+    missing = sorted(set(range(expected)) - {m["writer"]["index"] for m in metas})
+    if missing:
+        raise UserError(f"{out}: writer(s) {missing} of {expected} have not finished")
+    first = metas[0]
+    for m in metas[1:]:
+        if m["classes"] != first["classes"] or m["options"] != first["options"]:
+            raise UserError(f"{out}: writer parts were made with different classes or options")
+    merged = {**first, "counts": {}, "shards": {}, "shard_records": {}, "reencoded": 0, "bytes": 0, "skipped": []}
+    merged.pop("writer")
+    for m in metas:
+        for split, per_class in m["counts"].items():
+            target = merged["counts"].setdefault(split, {c: 0 for c in first["classes"]})
+            for name, n in per_class.items():
+                target[name] += n
+        for split, names in m["shards"].items():
+            merged["shards"].setdefault(split, []).extend(names)
+        merged["shard_records"].update(m["shard_records"])
+        merged["reencoded"] += m["reencoded"]
+        merged["bytes"] += m["bytes"]
+        merged["skipped"] += m["skipped"]
+    for split, names in merged["shards"].items():
+        names.sort()
+        total = int(schema.SHARD_PATTERN.match(names[0]).group("count"))
+        if len(names) != total or any(not (out / n).exists() for n in names):
+            raise UserError(f"{out}: split '{split}' has {len(names)} of {total} shards; a writer's output is missing")
+    _atomic_write_text(out / schema.METADATA_FILE, json.dumps(merged, indent=2) + "\n")
+    for p in parts:
+        p.unlink()
+    return merged
