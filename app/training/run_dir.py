@@ -36,10 +36,6 @@ class RunDir:
         return self.root / "checkpoints"
 
     @property
-    def export(self) -> Path:
-        return self.root / "export"
-
-    @property
     def state(self) -> Path:
         """Facts fixed at the start of a run (classes, image size, weights) that a resume must match."""
         return self.root / "run_state.json"
