@@ -13,6 +13,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.atomic import write_text_atomic
 from app.errors import UserError
 
 
@@ -136,9 +137,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def read_saved_config(path: Path) -> TrainConfig:

@@ -10,8 +10,8 @@ import json
 import re
 from pathlib import Path
 
+from app.atomic import write_text_atomic
 from app.data import schema
-from app.data.writer import _atomic_write_text
 from app.errors import UserError
 
 PART = re.compile(r"^dataset\.writer-(\d{5})-of-(\d{5})\.json$")
@@ -52,7 +52,7 @@ def merge_writers(out: str | Path) -> dict:
         total = int(schema.SHARD_PATTERN.match(names[0]).group("count"))
         if len(names) != total or any(not (out / n).exists() for n in names):
             raise UserError(f"{out}: split '{split}' has {len(names)} of {total} shards; a writer's output is missing")
-    _atomic_write_text(out / schema.METADATA_FILE, json.dumps(merged, indent=2) + "\n")
+    write_text_atomic(out / schema.METADATA_FILE, json.dumps(merged, indent=2) + "\n")
     for p in parts:
         p.unlink()
     return merged

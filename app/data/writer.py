@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from app.atomic import write_text_atomic
 from app.data import schema
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
 from app.data.sources import SPLITS, Source, SourceImage, scan_source
@@ -159,12 +160,6 @@ def _run_tasks(tasks: list[ShardTask], directory: Path, workers: int) -> list[Sh
         return [f.result() for f in futures]
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _install(results: list[ShardResult], staging: Path, out: Path, metadata: dict, classes: list[str],
              part: str | None = None) -> None:
     """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards.
@@ -173,8 +168,8 @@ def _install(results: list[ShardResult], staging: Path, out: Path, metadata: dic
         (out / schema.METADATA_FILE).unlink(missing_ok=True)  # stale after --overwrite until the merge
         for result in results:
             os.replace(staging / result.name, out / result.name)
-        _atomic_write_text(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
-        _atomic_write_text(out / part, json.dumps(metadata, indent=2) + "\n")
+        write_text_atomic(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
+        write_text_atomic(out / part, json.dumps(metadata, indent=2) + "\n")
         return
     old_meta = out / schema.METADATA_FILE
     old_shards = set()
@@ -185,8 +180,8 @@ def _install(results: list[ShardResult], staging: Path, out: Path, metadata: dic
         os.replace(staging / result.name, out / result.name)
     for stale in old_shards - {r.name for r in results}:
         (out / stale).unlink(missing_ok=True)
-    _atomic_write_text(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
-    _atomic_write_text(out / schema.METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
+    write_text_atomic(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
+    write_text_atomic(out / schema.METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
 
 
 def write_tfrecords(

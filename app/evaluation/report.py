@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 from pathlib import Path
 
+from app.atomic import write_text_atomic
 from app.data.summary import format_table
 
 
@@ -26,9 +26,7 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
 
 
 def write_metrics(metrics: dict, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(metrics, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(metrics, indent=2) + "\n")
     return path
 
 
@@ -49,7 +47,5 @@ table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:4px 8px;t
 <pre>{html.escape(summary_table(metrics, worst=10))}</pre>
 <h2>Per class (worst F1 first)</h2><table><tr><th>class</th><th>precision</th><th>recall</th><th>F1</th><th>support</th></tr>{rows}</table>
 {sections}</body></html>"""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(page)
-    os.replace(tmp, path)
+    write_text_atomic(path, page)
     return path

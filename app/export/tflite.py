@@ -16,6 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from app.atomic import write_bytes_atomic
 from app.data.pipeline import make_eval_dataset
 
 CALIBRATION_IMAGES = 100
@@ -75,9 +76,7 @@ def export_tflite(model: keras.Model, saved_model_dir: Path, classes: list[str],
     out_dir.mkdir(parents=True, exist_ok=True)
     tflite_model = convert(model, image_size, mode, data_dir)
     path = out_dir / f"model_{mode}.tflite"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(tflite_model)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, tflite_model)
     (out_dir / "labels.txt").write_text("".join(f"{c}\n" for c in classes))
     report = parity_report(tflite_model, saved_model_dir, data_dir, image_size)
     report_path = out_dir / f"parity_{mode}.json"

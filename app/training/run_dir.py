@@ -7,11 +7,11 @@ is refused unless --overwrite is given, so two runs are never mixed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.atomic import write_text_atomic
 from app.config import TrainConfig, read_saved_config, save_config
 from app.errors import UserError
 
@@ -92,6 +92,4 @@ def check_run_state(run: RunDir, facts: dict) -> None:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
