@@ -50,6 +50,7 @@ class TrainConfig:
     strategy: str = "auto"  # auto | default | mirrored | multiworker | tpu
     steps_per_execution: int = 1  # train steps per tf.function call; raise on fast accelerators
     max_steps_per_epoch: int = 0  # 0 = a full pass over the training split; >0 caps it (smoke runs)
+    data_service: str = ""  # grpc://host:port of a tf.data service dispatcher; "" = decode on this machine
 
     def replace(self, **changes: typing.Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -130,6 +131,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.max_steps_per_epoch >= 0, "max_steps_per_epoch must be >= 0"),
         (cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"), "unfreeze must be blocks:N, fraction:F or layer:NAME"),
     ]
+    if cfg.data_service:
+        from app.data.service import parse_address
+
+        parse_address(cfg.data_service)
     for ok, message in checks:
         if not ok:
             raise UserError(f"config: {message}")

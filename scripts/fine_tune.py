@@ -2,6 +2,7 @@
 
     python scripts/fine_tune.py                       # the built-in demo, end to end
     python scripts/fine_tune.py --data data/ --out runs/flowers --backbone efficientnet_b0
+    TF_CONFIG='{...}' python scripts/fine_tune.py --data gs://bucket/data --out gs://bucket/runs/x   # each worker
 
 Phase 1 trains a new head on the frozen backbone; phase 2 unfreezes the top blocks at a low
 learning rate. Re-running the same command resumes an interrupted run. Every config key can be
@@ -27,6 +28,8 @@ FLAGS = {  # flag → (config key, type, help)
     "--batch-size": ("batch_size", int, "per-replica batch size (default 32)"),
     "--epochs-head": ("epochs_head", int, "phase-1 epochs, frozen backbone (default 10; early stopping may end sooner)"),
     "--epochs-finetune": ("epochs_finetune", int, "phase-2 epochs, top of backbone unfrozen (default 5)"),
+    "--data-service": ("data_service", str, "grpc://HOST:PORT of a tf.data service dispatcher (scripts/data_service.py)"
+                       " that decodes and augments the training input; default: this machine does"),
 }
 
 

@@ -18,6 +18,7 @@ from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, color_jitter, de
 from app.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
+AutoShardPolicy = tf.data.experimental.AutoShardPolicy
 PARSE_BATCH = 64  # records per tf.io.parse_example call
 
 
@@ -96,30 +97,42 @@ def _assert_complete_jpeg(encoded: tf.Tensor, shard: tf.Tensor) -> tf.Tensor:
         return tf.identity(encoded)
 
 
+def shard_policy(num_files: int, input_context: tf.distribute.InputContext | None) -> AutoShardPolicy:
+    """How input is split between workers: whole files (FILE) when every worker gets at least one,
+    otherwise every worker reads every file and keeps every n-th record of each (DATA).
+
+    The input functions given to `distribute_datasets_from_function` shard themselves (TensorFlow
+    does not auto-shard them); these are the same two policies `AutoShardPolicy` names.
+    """
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    if pipelines <= 1:
+        return AutoShardPolicy.OFF
+    return AutoShardPolicy.FILE if num_files >= pipelines else AutoShardPolicy.DATA
+
+
 def _shard_files(files: list[str], input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
-    """Per-worker sharding by file, when there are at least as many files as workers."""
     ds = tf.data.Dataset.from_tensor_slices(files)
-    if input_context and input_context.num_input_pipelines > 1 and len(files) >= input_context.num_input_pipelines:
+    if shard_policy(len(files), input_context) == AutoShardPolicy.FILE:
         ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     return ds
 
 
-def _shard_records(
-    records: tf.data.Dataset, files: list[str], input_context: tf.distribute.InputContext | None
-) -> tf.data.Dataset:
-    """Fewer files than workers: every worker reads all files and keeps every n-th record."""
-    if input_context and input_context.num_input_pipelines > len(files):
-        return records.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return records
-
-
 def _records(
-    files: tf.data.Dataset, *, strict: bool, deterministic: bool, cycle_length: int | None = None
+    files: tf.data.Dataset,
+    *,
+    strict: bool,
+    deterministic: bool,
+    cycle_length: int | None = None,
+    record_shard: tuple[int, int] | None = None,
 ) -> tf.data.Dataset:
-    """(serialized, shard_path) pairs, read from several shards at once."""
+    """(serialized, shard_path) pairs, read from several shards at once. `record_shard=(n, i)`
+    keeps every n-th record of each file, starting at i: a split that does not depend on the
+    order files are read in (DATA sharding)."""
 
     def read(path: tf.Tensor) -> tf.data.Dataset:
         records = tf.data.TFRecordDataset(path, buffer_size=8 * 2**20)
+        if record_shard:
+            records = records.shard(*record_shard)
         if not strict:
             records = records.ignore_errors(log_warning=True)  # the rest of a corrupt shard is lost
         return records.map(lambda r: (r, path))
@@ -127,6 +140,12 @@ def _records(
     return files.interleave(
         read, cycle_length=cycle_length, num_parallel_calls=AUTOTUNE, deterministic=deterministic
     )
+
+
+def _record_shard(files: list[str], input_context: tf.distribute.InputContext | None) -> tuple[int, int] | None:
+    if shard_policy(len(files), input_context) == AutoShardPolicy.DATA:
+        return input_context.num_input_pipelines, input_context.input_pipeline_id
+    return None
 
 
 def _parse(records: tf.data.Dataset, counter: RecordCounter | None) -> tf.data.Dataset:
@@ -187,10 +206,18 @@ def make_train_dataset(
     strict: bool = False,
     input_context: tf.distribute.InputContext | None = None,
     counter: RecordCounter | None = None,
+    data_service: str | None = None,
+    service_job: str | None = None,
 ) -> tf.data.Dataset:
     """Shuffled, augmented batches for training. `batch_size` is the batch this dataset yields
     (per replica under a distribution strategy). `deterministic=True` (with a seed) gives the
-    same stream every time, for tests; otherwise order is traded for speed."""
+    same stream every time, for tests; otherwise order is traded for speed.
+
+    With `data_service` (grpc://host:port) everything up to the batches runs on a tf.data
+    service cluster (see app/data/service.py), which also splits the data between trainers,
+    so `input_context` sharding is not applied."""
+    if data_service:
+        input_context = None
     info = load_dataset_info(data_dir)
     files = info.shard_paths(split)
     if strict:
@@ -200,8 +227,8 @@ def make_train_dataset(
     file_ds = _shard_files(files, input_context).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         file_ds = file_ds.repeat()
-    ds = _records(file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8))
-    ds = _shard_records(ds, files, input_context)
+    ds = _records(file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8),
+                  record_shard=_record_shard(files, input_context))
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = _parse(ds, counter)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
@@ -214,7 +241,12 @@ def make_train_dataset(
             lambda e, s: {**e, "image": color_jitter(e["image"], s, augment.color_jitter)},
             num_parallel_calls=AUTOTUNE, deterministic=deterministic,
         )
-    return ds.map(lambda e: (e["image"], e["label"])).prefetch(AUTOTUNE)
+    ds = ds.map(lambda e: (e["image"], e["label"]))
+    if data_service:
+        from app.data.service import distribute
+
+        ds = distribute(ds, data_service, service_job)
+    return ds.prefetch(AUTOTUNE)
 
 
 def make_eval_dataset(
@@ -235,8 +267,8 @@ def make_eval_dataset(
     files = info.shard_paths(split)
     if strict:
         verify_shards(files)
-    ds = _records(_shard_files(files, input_context), strict=strict, deterministic=True, cycle_length=1)
-    ds = _shard_records(ds, files, input_context)
+    ds = _records(_shard_files(files, input_context), strict=strict, deterministic=True, cycle_length=1,
+                  record_shard=_record_shard(files, input_context))
     ds = _parse(ds, counter)
     decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)

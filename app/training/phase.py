@@ -48,10 +48,53 @@ class PhaseSpec:
     epoch_offset: int  # global epoch number of this phase's epoch 0
 
 
+@dataclass(frozen=True)
+class PhaseFiles:
+    """Where a phase keeps its checkpoint and best weights.
+
+    Under multi-worker training every worker saves (saving may involve collective ops), but only
+    the chief writes the run dir: the others write to a scratch dir, as TensorFlow documents, and
+    read the chief's files when resuming (so the run dir must be on storage all workers see).
+    For the chief and for single-worker runs both dirs are the run's checkpoints dir.
+    """
+
+    read_dir: Path
+    write_dir: Path
+    phase: int
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.write_dir / f"phase{self.phase}"
+
+    def latest_checkpoint(self) -> str | None:
+        return tf.train.latest_checkpoint(str(self.read_dir / f"phase{self.phase}"))
+
+    def best(self, epoch: int, phase: int | None = None) -> Path:
+        """Where this worker writes the best weights of `epoch`."""
+        return self.write_dir / f"phase{phase or self.phase}_best_epoch{epoch:03d}.weights.h5"
+
+    def best_to_load(self, epoch: int, phase: int | None = None) -> Path:
+        """This worker's own copy if it wrote one in this process, else the chief's (on resume).
+        Replicas hold identical weights, so the two copies are the same."""
+        own = self.best(epoch, phase)
+        return own if own.exists() else self.read_dir / own.name
+
+    def stale_best(self, keep_epoch: int) -> list[Path]:
+        return [p for p in self.write_dir.glob(f"phase{self.phase}_best_epoch*.weights.h5") if p != self.best(keep_epoch)]
+
+
 def _save_weights_atomic(model: keras.Model, path: Path) -> None:
     tmp = path.with_name(path.name.replace(".weights.h5", ".tmp.weights.h5"))
     model.save_weights(str(tmp))
     os.replace(tmp, path)
+
+
+def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """Works for constant rates and schedules, and for distributed (mirrored) variables."""
+    lr = optimizer.learning_rate
+    if callable(lr):
+        lr = lr(tf.convert_to_tensor(optimizer.iterations))
+    return float(tf.convert_to_tensor(lr))
 
 
 def run_phase(
@@ -61,7 +104,7 @@ def run_phase(
     make_val_dataset: Callable[[], object],
     weights_model: keras.Model,  # the model whose weights are checkpointed and kept as "best"
     optimizer: keras.optimizers.Optimizer,
-    checkpoint_dir: Path,
+    files: PhaseFiles,
     history: History,
     images_per_step: int,
     baseline: PhaseResult | None = None,
@@ -84,17 +127,11 @@ def run_phase(
         state["best_val_loss"].assign(baseline.val_loss)
         state["best_val_accuracy"].assign(baseline.val_accuracy)
     checkpoint = tf.train.Checkpoint(model=weights_model, optimizer=optimizer, **state)
-    manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep=1)
-    def best_path(epoch: int) -> Path:
-        return checkpoint_dir.parent / f"phase{spec.phase}_best_epoch{epoch:03d}.weights.h5"
-
-    baseline_weights = None
-    if baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
-        baseline_weights = checkpoint_dir.parent / f"phase{spec.phase - 1}_best_epoch{baseline.best_epoch:03d}.weights.h5"
-
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        log.info("resuming phase %d after epoch %d (%s)", spec.phase, int(state["epoch"]), manager.latest_checkpoint)
+    manager = tf.train.CheckpointManager(checkpoint, str(files.checkpoint_dir), max_to_keep=1)
+    latest = files.latest_checkpoint()
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        log.info("resuming phase %d after epoch %d (%s)", spec.phase, int(state["epoch"]), latest)
     history.truncate(spec.phase, int(state["epoch"]))
     stopped = int(state["wait"]) >= spec.patience
     train_iterator = None
@@ -109,7 +146,7 @@ def run_phase(
         seconds = time.perf_counter() - start
         improved = val["loss"] < float(state["best_val_loss"]) - 1e-7
         if improved:
-            _save_weights_atomic(weights_model, best_path(epoch))
+            _save_weights_atomic(weights_model, files.best(epoch))
             state["best_val_loss"].assign(val["loss"])
             state["best_val_accuracy"].assign(val["accuracy"])
             state["best_epoch"].assign(epoch)
@@ -118,8 +155,7 @@ def run_phase(
             state["wait"].assign_add(1)
         state["epoch"].assign(epoch)
         state["seconds"].assign_add(seconds)
-        lr = optimizer.learning_rate
-        lr = float(lr(optimizer.iterations) if callable(lr) else lr)
+        lr = current_learning_rate(optimizer)
         history.append({
             "phase": spec.phase, "epoch": spec.epoch_offset + epoch, "phase_epoch": epoch,
             "loss": round(train["loss"], 6), "accuracy": round(train["accuracy"], 6),
@@ -127,9 +163,8 @@ def run_phase(
             "lr": f"{lr:.3g}", "seconds": round(seconds, 2),
         })
         manager.save()  # last: everything this epoch did is on disk before it counts as done
-        for stale in checkpoint_dir.parent.glob(f"phase{spec.phase}_best_epoch*.weights.h5"):
-            if stale != best_path(int(state["best_epoch"])):
-                stale.unlink()
+        for stale in files.stale_best(int(state["best_epoch"])):
+            stale.unlink()
         print(
             f"  loss {train['loss']:.4f}  accuracy {train['accuracy']:.4f}  val_loss {val['loss']:.4f}"
             f"  val_accuracy {val['accuracy']:.4f}  {seconds:.1f}s{'  *best' if improved else ''}",
@@ -139,10 +174,10 @@ def run_phase(
         if stopped:
             log.info("early stopping: val_loss has not improved for %d epochs", spec.patience)
     if int(state["best_epoch"]):
-        weights_model.load_weights(str(best_path(int(state["best_epoch"]))))
-    elif baseline_weights is not None:
+        weights_model.load_weights(str(files.best_to_load(int(state["best_epoch"]))))
+    elif baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
         log.info("phase %d did not beat phase %d on val_loss; keeping phase %d's weights", spec.phase, spec.phase - 1, spec.phase - 1)
-        weights_model.load_weights(str(baseline_weights))
+        weights_model.load_weights(str(files.best_to_load(baseline.best_epoch, spec.phase - 1)))
     epochs = int(state["epoch"])
     total_seconds = float(state["seconds"])
     return PhaseResult(

@@ -18,5 +18,5 @@ def format_result(metrics: dict) -> str:
     lines = ["", format_table(rows), "", f"weights: {metrics['weights']}"]
     if metrics.get("weights_warning"):
         lines.append(f"WARNING: {metrics['weights_warning']}")
-    lines.append(f"model: {metrics['export']}")
+    lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")
     return "\n".join(lines)

@@ -44,9 +44,14 @@ class RunDir:
         return self.metrics.exists()
 
 
+# Where things are, not what is trained: a run dir may be named by a relative or an absolute
+# path, and a resumed run may read its input from a different tf.data service dispatcher.
+LOCATION_KEYS = ("out", "data_service")
+
+
 def config_changes(saved: TrainConfig, cfg: TrainConfig) -> list[str]:
-    """Keys that differ, ignoring `out`: a run dir may be named by a relative or absolute path."""
-    return sorted(k for k, v in cfg.to_dict().items() if k != "out" and saved.to_dict().get(k) != v)
+    """Keys that differ, ignoring LOCATION_KEYS."""
+    return sorted(k for k, v in cfg.to_dict().items() if k not in LOCATION_KEYS and saved.to_dict().get(k) != v)
 
 
 def completed_run(cfg: TrainConfig) -> RunDir | None:
@@ -57,7 +62,10 @@ def completed_run(cfg: TrainConfig) -> RunDir | None:
     return None
 
 
-def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
+def validate_run_dir(cfg: TrainConfig, overwrite: bool, chief: bool = True) -> RunDir:
+    """Refuse a run dir that holds something else, before anything is written. Every worker of
+    a multi-worker run checks, so all fail together rather than wait on the chief; the others
+    skip the emptiness check, which would race with the chief creating the dir."""
     run = RunDir(Path(cfg.out))
     if run.root.exists() and not run.root.is_dir():
         raise UserError(f"--out: {run.root} exists and is not a folder")
@@ -68,8 +76,13 @@ def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
                 f"{run.root} holds a run with a different config (changed: {', '.join(changed)});"
                 " pass --overwrite to replace it, or choose another --out"
             )
-    elif run.root.exists() and any(run.root.iterdir()) and not overwrite:
+    elif chief and run.root.exists() and any(run.root.iterdir()) and not overwrite:
         raise UserError(f"--out: {run.root} is not empty and holds no run; pass --overwrite or choose another --out")
+    return run
+
+
+def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
+    run = validate_run_dir(cfg, overwrite)
     if overwrite and run.root.exists():
         shutil.rmtree(run.root)
     run.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -77,8 +90,8 @@ def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
     return run
 
 
-def check_run_state(run: RunDir, facts: dict) -> None:
-    """First start: record `facts`. Resume: they must match (e.g. the class count of a checkpoint)."""
+def check_run_state(run: RunDir, facts: dict, write: bool = True) -> None:
+    """First start: record `facts` (if `write`). Resume: they must match (e.g. the class count of a checkpoint)."""
     if run.state.exists():
         saved = json.loads(run.state.read_text())
         for key, value in facts.items():
@@ -88,7 +101,8 @@ def check_run_state(run: RunDir, facts: dict) -> None:
                     " pass --overwrite to start over"
                 )
         return
-    write_json_atomic(run.state, facts)
+    if write:
+        write_json_atomic(run.state, facts)
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

@@ -28,7 +28,7 @@ class Steps:
         self.label_smoothing = label_smoothing
         self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
         self._train = tf.function(self._train_steps)
-        self._eval = tf.function(self._eval_step, reduce_retracing=True)  # last batch may be smaller
+        self._eval = tf.function(self._eval_all)
 
     def _per_example_loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
         one_hot = tf.one_hot(labels, self.num_classes)
@@ -62,23 +62,26 @@ class Steps:
             totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 
-    def _eval_step(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-        def replica(inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-            logits = self.model(inputs, training=False)
-            return self._sums(labels, logits, self._per_example_loss(labels, logits))
+    def _replica_eval(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        logits = self.model(inputs, training=False)
+        return self._sums(labels, logits, self._per_example_loss(labels, logits))
 
-        per_replica = self.strategy.run(replica, args=(inputs, labels))
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    def _eval_all(self, dataset) -> tf.Tensor:
+        """The whole pass in one graph. Workers whose shard runs out first get empty batches
+        from the distributed iterator until every worker is done, so the per-step all-reduce
+        never waits for a worker that has stopped (uneven shards under multi-worker training)."""
+        totals = tf.zeros([3])
+        for inputs, labels in dataset:
+            per_replica = self.strategy.run(self._replica_eval, args=(inputs, labels))
+            totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return totals
 
     def train(self, iterator, num_steps: int) -> tf.Tensor:
         return self._train(iterator, tf.constant(num_steps))
 
     def evaluate(self, dataset) -> dict[str, float]:
         """Mean loss and accuracy over a finite distributed dataset."""
-        totals = tf.zeros([3])
-        for inputs, labels in dataset:
-            totals += self._eval(inputs, labels)
-        loss_sum, correct, count = (float(v) for v in totals.numpy())
+        loss_sum, correct, count = (float(v) for v in self._eval(dataset).numpy())
         if count == 0:
             return {"loss": float("nan"), "accuracy": float("nan"), "count": 0}
         return {"loss": loss_sum / count, "accuracy": correct / count, "count": int(count)}

@@ -53,3 +53,26 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
         return True
     task_type, task_id = resolver.task_type, resolver.task_id
     return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict())
+
+
+def strategy_name(strategy: tf.distribute.Strategy) -> str:
+    """The public name (MultiWorkerMirroredStrategy's class is called CollectiveAllReduceStrategy)."""
+    for cls, name in ((tf.distribute.MultiWorkerMirroredStrategy, "MultiWorkerMirroredStrategy"),
+                      (tf.distribute.MirroredStrategy, "MirroredStrategy"), (tf.distribute.TPUStrategy, "TPUStrategy")):
+        if isinstance(strategy, cls):
+            return name
+    return "default (one device)" if type(strategy).__name__ == "_DefaultDistributionStrategy" else type(strategy).__name__
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+
+
+def barrier(strategy: tf.distribute.Strategy) -> None:
+    """Every worker waits here until all have arrived (a one-number all-reduce). Used after the
+    chief has prepared the run dir, so no worker reads it half-prepared."""
+    strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)

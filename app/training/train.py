@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,17 +20,21 @@ import numpy as np
 import tensorflow as tf
 
 from app.config import TrainConfig
-from app.data.pipeline import DatasetInfo, load_dataset_info, make_eval_dataset, make_train_dataset
+from app.data.pipeline import DatasetInfo, load_dataset_info, make_eval_dataset, make_train_dataset, shard_policy
 from app.data.preprocess import Augment
+from app.data.service import check_reachable
+from app.data.service import job_name as service_job_name
 from app.errors import UserError
 from app.models.backbones import get_backbone
 from app.models.classifier import Classifier, build_classifier, freeze_backbone, unfreeze_top
 from app.models.weights import resolve_backbone
 from app.training.history import History, plot_learning_curves
-from app.training.phase import PhaseResult, PhaseSpec, run_phase
-from app.training.run_dir import RunDir, check_run_state, completed_run, prepare_run_dir, write_json_atomic
+from app.training.phase import PhaseFiles, PhaseResult, PhaseSpec, run_phase
+from app.training.run_dir import (
+    RunDir, check_run_state, completed_run, prepare_run_dir, validate_run_dir, write_json_atomic,
+)
 from app.training.steps import Steps
-from app.training.strategy import is_chief, make_strategy, set_precision
+from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,7 @@ class Context:
     weights_used: str
     weights_warning: str | None
     chief: bool
+    scratch: Path | None  # a non-chief worker's private dir for what it must write; None for the chief
 
     @property
     def replicas(self) -> int:
@@ -55,6 +61,10 @@ class Context:
     @property
     def global_batch(self) -> int:
         return self.cfg.batch_size * self.replicas
+
+    def phase_files(self, phase: int) -> PhaseFiles:
+        write_dir = self.scratch / "checkpoints" if self.scratch else self.run.checkpoints
+        return PhaseFiles(read_dir=self.run.checkpoints, write_dir=write_dir, phase=phase)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -79,14 +89,17 @@ def _distribute(ctx: Context, make) -> object:
     return ctx.strategy.distribute_datasets_from_function(make)
 
 
-def _image_datasets(ctx: Context):
+def _image_datasets(ctx: Context, phase: int):
+    """Training input is decoded here, or on the tf.data service with `data_service`;
+    validation is always read here (unaugmented, and small next to the training split)."""
     cfg = ctx.cfg
     augment = Augment(color_jitter=cfg.color_jitter) if cfg.augment else Augment.off()
+    job = service_job_name(str(Path(cfg.out).resolve()), phase) if cfg.data_service else None
 
     def train_iterator():
         return iter(_distribute(ctx, lambda ic: make_train_dataset(
             cfg.data, image_size=ctx.image_size, batch_size=cfg.batch_size, augment=augment, seed=cfg.seed,
-            repeat=True, input_context=ic,
+            repeat=True, input_context=ic, data_service=cfg.data_service or None, service_job=job,
         )))
 
     def val_dataset():
@@ -129,14 +142,13 @@ def run_phase1(ctx: Context) -> PhaseResult:
     cfg = ctx.cfg
     freeze_backbone(ctx.clf)
     model = ctx.clf.head_model if cfg.cache_features else ctx.clf.logits_model
-    datasets = _feature_datasets(ctx) if cfg.cache_features else _image_datasets(ctx)
+    datasets = _feature_datasets(ctx) if cfg.cache_features else _image_datasets(ctx, phase=1)
     with ctx.strategy.scope():
         optimizer = _optimizer(cfg, cfg.lr_head, ctx.policy)
     steps = Steps(ctx.strategy, model, optimizer, len(ctx.info.classes), ctx.global_batch, cfg.label_smoothing,
                   class_weights(ctx.info) if cfg.class_weights else None)
     spec = PhaseSpec(1, cfg.epochs_head, ctx.steps_per_epoch, cfg.steps_per_execution, cfg.early_stopping_patience, 0)
-    return run_phase(spec, steps, *datasets, ctx.clf.model, optimizer, ctx.run.checkpoints / "phase1",
-                     ctx.history, ctx.global_batch)
+    return run_phase(spec, steps, *datasets, ctx.clf.model, optimizer, ctx.phase_files(1), ctx.history, ctx.global_batch)
 
 
 def run_phase2(ctx: Context, phase1: PhaseResult | None) -> PhaseResult:
@@ -157,8 +169,7 @@ def run_phase2(ctx: Context, phase1: PhaseResult | None) -> PhaseResult:
                   cfg.label_smoothing, class_weights(ctx.info) if cfg.class_weights else None)
     spec = PhaseSpec(2, cfg.epochs_finetune, ctx.steps_per_epoch, cfg.steps_per_execution,
                      cfg.early_stopping_patience, phase1.epochs if phase1 else 0)
-    return run_phase(spec, steps, *_image_datasets(ctx), ctx.clf.model, optimizer, ctx.run.checkpoints / "phase2",
-                     ctx.history, ctx.global_batch, baseline=phase1)
+    return run_phase(spec, steps, *_image_datasets(ctx, phase=2), ctx.clf.model, optimizer, ctx.phase_files(2), ctx.history, ctx.global_batch, baseline=phase1)
 
 
 def evaluate_split(ctx: Context, split: str) -> dict[str, float]:
@@ -179,7 +190,8 @@ def save_final_weights(ctx: Context) -> Path:
     return path
 
 
-def _check_data(cfg: TrainConfig, info: DatasetInfo, global_batch: int) -> None:
+def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Strategy) -> None:
+    global_batch = cfg.batch_size * strategy.num_replicas_in_sync
     for split in ("train", "val"):
         if info.num_examples(split) == 0:
             raise UserError(f"{cfg.data}: the '{split}' split is empty; phase training needs train and val")
@@ -188,8 +200,10 @@ def _check_data(cfg: TrainConfig, info: DatasetInfo, global_batch: int) -> None:
             f"batch size {global_batch} is larger than the train split ({info.num_examples('train')} images);"
             " lower --batch-size"
         )
-    if cfg.cache_features and cfg.strategy == "multiworker":
-        raise UserError("cache_features is not supported with strategy=multiworker")
+    if cfg.cache_features and num_workers(strategy) > 1:
+        raise UserError("cache_features is not supported with several workers (each would cache every split)")
+    if cfg.data_service:
+        check_reachable(cfg.data_service)
 
 
 def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
@@ -202,16 +216,33 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
         raise UserError(f"--image-size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
     policy = set_precision(cfg)
     strategy = make_strategy(cfg)
-    _check_data(cfg, info, cfg.batch_size * strategy.num_replicas_in_sync)
+    _check_data(cfg, info, strategy)
     keras.utils.set_random_seed(cfg.seed)
     with strategy.scope():
         backbone, weights_used, warning = resolve_backbone(spec, image_size, cfg.weights)
         clf = build_classifier(spec, backbone, len(info.classes), image_size, cfg.dropout)
     chief = is_chief(strategy)
-    run = prepare_run_dir(cfg, overwrite) if chief else RunDir(Path(tempfile.mkdtemp(prefix="worker-run-")))
-    check_run_state(run, {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": weights_used})
+    run = prepare_run_dir(cfg, overwrite) if chief else validate_run_dir(cfg, overwrite, chief=False)
+    facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": weights_used}
+    check_run_state(run, facts, write=chief)
+    scratch = None
+    if not chief:
+        scratch = Path(tempfile.mkdtemp(prefix="photoclf-worker-"))
+        (scratch / "checkpoints").mkdir()
+    barrier(strategy)  # the chief has claimed (or cleared) the run dir before anyone reads it
     return Context(cfg, info, run, strategy, clf, image_size, History(run.root, enabled=chief), policy, weights_used,
-                   warning, chief)
+                   warning, chief, scratch)
+
+
+def describe_distribution(ctx: Context) -> str:
+    train_shards = len(ctx.info.shards.get("train", []))
+    workers = num_workers(ctx.strategy)
+    policy = shard_policy(train_shards, tf.distribute.InputContext(num_input_pipelines=workers))
+    text = (f"strategy {strategy_name(ctx.strategy)}: {workers} worker(s), {ctx.replicas} replica(s) in sync;"
+            f" global batch {ctx.global_batch} ({ctx.cfg.batch_size} per replica)")
+    if workers > 1:
+        text += f"; input sharded by {policy.name} ({train_shards} train shards, {workers} workers)"
+    return text
 
 
 def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
@@ -221,11 +252,20 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
         log.info("%s is already complete; pass --overwrite to train again", done.root)
         return json.loads(done.metrics.read_text())
     ctx = setup(cfg, overwrite)
+    try:
+        return _train(ctx)
+    finally:
+        if ctx.scratch:
+            shutil.rmtree(ctx.scratch, ignore_errors=True)
+
+
+def _train(ctx: Context) -> dict:
+    cfg = ctx.cfg
     if ctx.weights_warning:
         log.warning("WARNING: %s", ctx.weights_warning)
-    log.info("backbone %s at %dx%d, weights: %s; precision %s; strategy %s with %d replica(s); global batch %d",
-             ctx.clf.spec.name, ctx.image_size, ctx.image_size, ctx.weights_used, ctx.policy,
-             type(ctx.strategy).__name__, ctx.replicas, ctx.global_batch)
+    log.info("backbone %s at %dx%d, weights: %s; precision %s", ctx.clf.spec.name, ctx.image_size, ctx.image_size,
+             ctx.weights_used, ctx.policy)
+    log.info("%s", describe_distribution(ctx))
     ctx.clf.model.summary(show_trainable=True, line_length=100)
     metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
                      "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes}
@@ -242,6 +282,7 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
         metrics["export"] = export_run(ctx.run.root, model=ctx.clf.model, metrics=metrics)["saved_model"]
         plot_learning_curves(ctx.run.root / "history.csv", ctx.run.root / "learning_curves.png")
         write_json_atomic(ctx.run.metrics, metrics)
+    barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
 
 

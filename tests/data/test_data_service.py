@@ -1,0 +1,83 @@
+"""tf.data service: an in-process dispatcher with 2 workers, and the real data_service.py servers."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from app.config import TrainConfig, load_config
+from app.data import service
+from app.data.pipeline import make_train_dataset
+from app.data.preprocess import Augment
+from app.errors import UserError
+from app.training.train import train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def dispatcher():
+    """An in-process dispatcher with two workers (deleting the objects stops the servers)."""
+    server = service.start_dispatcher(0)
+    address = server.target.split("://")[1]
+    workers = [service.start_worker(address, 0, "localhost") for _ in range(2)]
+    yield server.target
+    del workers, server
+
+
+def _label_counts(ds: tf.data.Dataset) -> collections.Counter:
+    return collections.Counter(int(label) for _, labels in ds for label in labels.numpy())
+
+
+def test_one_pass_through_the_service_sees_every_example_once(dispatcher: str, demo_records: Path):
+    kwargs = dict(image_size=32, batch_size=4, augment=Augment(), seed=0)
+    local = _label_counts(make_train_dataset(demo_records, **kwargs))
+    for job in ("pass-1", "pass-2"):  # two epochs, each its own job
+        remote = _label_counts(make_train_dataset(demo_records, data_service=dispatcher, service_job=job, **kwargs))
+        assert remote == local
+    assert sum(local.values()) == 25
+
+
+def test_training_through_the_service_finishes_both_phases(dispatcher: str, tiny_config: TrainConfig):
+    metrics = train(tiny_config.replace(data_service=dispatcher))
+    assert metrics["phase1"]["epochs"] == 1 and metrics["phase2"]["epochs"] == 1
+    assert Path(metrics["export"], "saved_model.pb").exists()
+
+
+@pytest.mark.parametrize("address", ["localhost:5050", "grpc://localhost", "http://localhost:5050", "grpc://h:port"])
+def test_bad_address_is_refused_by_the_config(address: str):
+    with pytest.raises(UserError, match="--data-service: expected grpc://HOST:PORT"):
+        load_config(overrides={"data_service": address})
+
+
+def test_unreachable_dispatcher_fails_before_training(tiny_config: TrainConfig):
+    port = service.free_port()
+    with pytest.raises(UserError, match=f"cannot reach the dispatcher at localhost:{port}"):
+        train(tiny_config.replace(data_service=f"grpc://localhost:{port}"))
+    assert not Path(tiny_config.out).exists()
+
+
+def test_data_service_script_serves_batches_and_stops_on_sigterm(demo_records: Path, tmp_path: Path):
+    port = service.free_port()
+    script = [sys.executable, str(ROOT / "scripts/data_service.py")]
+    procs = [subprocess.Popen(script + ["dispatcher", "--port", str(port)], stdout=subprocess.PIPE, text=True)]
+    try:
+        assert f":{port}  (fine_tune.py --data-service grpc://" in procs[0].stdout.readline()
+        procs.append(subprocess.Popen(script + ["worker", "--dispatcher", f"localhost:{port}", "--advertise", "localhost"],
+                                      stdout=subprocess.PIPE, text=True))
+        assert "worker at localhost:" in procs[1].stdout.readline()
+        ds = make_train_dataset(demo_records, image_size=32, batch_size=4, repeat=True,
+                                data_service=f"grpc://localhost:{port}", service_job="script-test")
+        batches = list(ds.take(3))
+        assert [int(labels.shape[0]) for _, labels in batches] == [4, 4, 4]
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=30) for proc in procs]
+    assert codes == [0] * len(procs)
