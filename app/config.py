@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.atomic import write_text_atomic
+from app.storage import write_text_atomic
 from app.errors import UserError
 
 
@@ -131,6 +131,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.max_steps_per_epoch >= 0, "max_steps_per_epoch must be >= 0"),
         (cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"), "unfreeze must be blocks:N, fraction:F or layer:NAME"),
     ]
+    if "://" in cfg.out:
+        raise UserError(f"--out: {cfg.out}: the run dir must be a local path (or a mounted shared folder); --data may be a URL")
     if cfg.data_service:
         from app.data.service import parse_address
 

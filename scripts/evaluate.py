@@ -19,7 +19,7 @@ from app.cli import run_cli
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
-    p.add_argument("--data", type=Path, required=True, help="TFRecord folder (make_tfrecords.py) or a folder of class folders")
+    p.add_argument("--data", required=True, help="TFRecord folder or gs:// URL (make_tfrecords.py), or a local folder of class folders")
     p.add_argument("--split", default="val", help="split of a TFRecord folder (default val)")
     p.add_argument("--report", type=Path, default=None, help="report folder (default reports/<name>-v<version>-<split>)")
     p.add_argument("--label-map", type=Path, default=None, help="JSON {dataset class: model class} when names differ")

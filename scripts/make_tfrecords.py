@@ -14,7 +14,7 @@ from app.cli import run_cli
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src", type=Path, help="folder of class folders, a folder with train/ val/ [test/], or a CSV 'path,label[,split]'")
-    p.add_argument("out", type=Path, help="output folder for shards, labels.txt and dataset.json")
+    p.add_argument("out", help="output folder (or gs:// URL) for shards, labels.txt and dataset.json")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of each class for validation when SRC is not pre-split (default 0.1)")
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of each class for test when SRC is not pre-split (default 0.1)")
     p.add_argument("--seed", type=int, default=0, help="seed for the split and the order within shards (default 0)")

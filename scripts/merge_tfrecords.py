@@ -8,14 +8,13 @@ Fails, writing nothing, unless every writer finished and every planned shard is 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from app.cli import run_cli
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", type=Path, help="the OUT folder all writers wrote to")
+    p.add_argument("out", help="the OUT folder (or gs:// URL) all writers wrote to")
     args = p.parse_args()
     from app.data.merge import merge_writers
     from app.data.summary import format_summary

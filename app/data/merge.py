@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from app.atomic import write_text_atomic
+from app import storage
 from app.data import schema
 from app.errors import UserError
 
@@ -18,11 +18,13 @@ PART = re.compile(r"^dataset\.writer-(\d{5})-of-(\d{5})\.json$")
 
 
 def merge_writers(out: str | Path) -> dict:
-    out = Path(out)
-    parts = sorted(p for p in out.iterdir() if PART.match(p.name)) if out.is_dir() else []
+    """`out` may be local or a gs:// (any tf.io.gfile) URL."""
+    out = str(out)
+    storage.check_reachable(out, "OUT")
+    parts = [storage.join(out, name) for name in storage.listdir(out) if PART.match(name)]
     if not parts:
         raise UserError(f"{out}: no dataset.writer-*.json files to merge")
-    metas = [json.loads(p.read_text()) for p in parts]
+    metas = [json.loads(storage.read_text(p)) for p in parts]
     counts = {m["writer"]["count"] for m in metas}
     if len(counts) != 1:
         raise UserError(f"{out}: writer parts disagree on --num-writers ({sorted(counts)})")
@@ -50,9 +52,9 @@ def merge_writers(out: str | Path) -> dict:
     for split, names in merged["shards"].items():
         names.sort()
         total = int(schema.SHARD_PATTERN.match(names[0]).group("count"))
-        if len(names) != total or any(not (out / n).exists() for n in names):
+        if len(names) != total or any(not storage.exists(storage.join(out, n)) for n in names):
             raise UserError(f"{out}: split '{split}' has {len(names)} of {total} shards; a writer's output is missing")
-    write_text_atomic(out / schema.METADATA_FILE, json.dumps(merged, indent=2) + "\n")
+    storage.write_text_atomic(storage.join(out, schema.METADATA_FILE), json.dumps(merged, indent=2) + "\n")
     for p in parts:
-        p.unlink()
+        storage.remove(p)
     return merged

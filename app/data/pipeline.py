@@ -13,6 +13,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from app import storage
 from app.data import schema
 from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, color_jitter, decode_for_eval, decode_random_crop
 from app.errors import UserError
@@ -26,7 +27,7 @@ PARSE_BATCH = 64  # records per tf.io.parse_example call
 class DatasetInfo:
     """What dataset.json says about a TFRecord folder."""
 
-    root: Path
+    root: str  # local path or gs:// (any tf.io.gfile) URL
     classes: list[str]
     counts: dict[str, dict[str, int]]
     shards: dict[str, list[str]]
@@ -38,16 +39,17 @@ class DatasetInfo:
     def shard_paths(self, split: str) -> list[str]:
         if split not in self.shards:
             raise UserError(f"{self.root}: no '{split}' split (has: {', '.join(sorted(self.shards))})")
-        return [str(self.root / name) for name in self.shards[split]]
+        return [storage.join(self.root, name) for name in self.shards[split]]
 
 
 def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
-    root = Path(data_dir)
-    meta_path = root / schema.METADATA_FILE
-    if not meta_path.is_file():
+    root = str(data_dir)
+    storage.check_reachable(root, "--data")
+    meta_path = storage.join(root, schema.METADATA_FILE)
+    if not storage.exists(meta_path) or storage.isdir(meta_path):
         raise UserError(f"{root}: no {schema.METADATA_FILE}; create it with scripts/make_tfrecords.py")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(storage.read_text(meta_path))
     except json.JSONDecodeError as err:
         raise UserError(f"{meta_path}: not valid JSON ({err})") from None
     if meta.get("schema_version") != schema.SCHEMA_VERSION:

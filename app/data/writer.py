@@ -13,8 +13,6 @@ import multiprocessing as mp
 import os
 import queue
 import random
-import shutil
-import tempfile
 from collections import Counter
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -22,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.atomic import write_text_atomic
+from app import storage
 from app.data import schema
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
 from app.data.sources import SPLITS, Source, SourceImage, scan_source
@@ -65,12 +63,12 @@ def _init_worker(progress: "mp.Queue") -> None:
     _progress = progress
 
 
-def write_shard(task: ShardTask, directory: Path) -> ShardResult:
+def write_shard(task: ShardTask, directory: str) -> ShardResult:
     """Convert and write one shard. Bad images are skipped and reported, never written."""
     import tensorflow as tf  # imported here so `spawn`ed workers pay for it once, lazily
 
     result = ShardResult(name=task.name, split=task.split)
-    with tf.io.TFRecordWriter(str(directory / task.name)) as writer:
+    with tf.io.TFRecordWriter(storage.join(directory, task.name)) as writer:
         for image in task.images:
             try:
                 converted = convert_image(image.path.read_bytes(), task.max_side, task.max_pixels)
@@ -122,21 +120,22 @@ def writer_part_name(index: int, count: int) -> str:
     return f"dataset.writer-{index:05d}-of-{count:05d}.json"
 
 
-def _check_out(out: Path, overwrite: bool, part: str | None = None) -> None:
-    if out.exists() and not out.is_dir():
+def _check_out(out: str, overwrite: bool, part: str | None = None) -> None:
+    storage.check_reachable(out, "OUT")
+    if storage.exists(out) and not storage.isdir(out):
         raise UserError(f"{out}: exists and is not a folder")
     if part is not None:  # split-writer mode: other writers' shards are expected here
         for name in (part, schema.METADATA_FILE):
-            if (out / name).exists() and not overwrite:
+            if storage.exists(storage.join(out, name)) and not overwrite:
                 raise UserError(f"{out}: already holds {name}; pass --overwrite to replace")
         return
-    if out.is_dir() and not overwrite:
-        existing = sorted(p.name for p in out.iterdir() if p.suffix == ".tfrecord" or p.name == schema.METADATA_FILE)
+    if not overwrite:
+        existing = [n for n in storage.listdir(out) if n.endswith(".tfrecord") or n == schema.METADATA_FILE]
         if existing:
             raise UserError(f"{out}: already holds {existing[0]} (and {len(existing) - 1} more); pass --overwrite to replace")
 
 
-def _run_tasks(tasks: list[ShardTask], directory: Path, workers: int) -> list[ShardResult]:
+def _run_tasks(tasks: list[ShardTask], directory: str, workers: int) -> list[ShardResult]:
     total = sum(len(t.images) for t in tasks)
     bar = tqdm(total=total, unit="img", desc="Writing shards", dynamic_ncols=True)
     if workers <= 1:
@@ -160,33 +159,34 @@ def _run_tasks(tasks: list[ShardTask], directory: Path, workers: int) -> list[Sh
         return [f.result() for f in futures]
 
 
-def _install(results: list[ShardResult], staging: Path, out: Path, metadata: dict, classes: list[str],
+def _install(results: list[ShardResult], staging: str, out: str, metadata: dict, classes: list[str],
              part: str | None = None) -> None:
     """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards.
     In split-writer mode this writer's part file goes last instead, and dataset.json waits for the merge."""
+    labels = "".join(f"{c}\n" for c in classes)
     if part is not None:
-        (out / schema.METADATA_FILE).unlink(missing_ok=True)  # stale after --overwrite until the merge
+        storage.remove(storage.join(out, schema.METADATA_FILE))  # stale after --overwrite until the merge
         for result in results:
-            os.replace(staging / result.name, out / result.name)
-        write_text_atomic(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
-        write_text_atomic(out / part, json.dumps(metadata, indent=2) + "\n")
+            storage.rename(storage.join(staging, result.name), storage.join(out, result.name))
+        storage.write_text_atomic(storage.join(out, schema.LABELS_FILE), labels)
+        storage.write_text_atomic(storage.join(out, part), json.dumps(metadata, indent=2) + "\n")
         return
-    old_meta = out / schema.METADATA_FILE
+    old_meta = storage.join(out, schema.METADATA_FILE)
     old_shards = set()
-    if old_meta.exists():
-        old_shards = {n for names in json.loads(old_meta.read_text()).get("shards", {}).values() for n in names}
-        old_meta.unlink()
+    if storage.exists(old_meta):
+        old_shards = {n for names in json.loads(storage.read_text(old_meta)).get("shards", {}).values() for n in names}
+        storage.remove(old_meta)
     for result in results:
-        os.replace(staging / result.name, out / result.name)
+        storage.rename(storage.join(staging, result.name), storage.join(out, result.name))
     for stale in old_shards - {r.name for r in results}:
-        (out / stale).unlink(missing_ok=True)
-    write_text_atomic(out / schema.LABELS_FILE, "".join(f"{c}\n" for c in classes))
-    write_text_atomic(out / schema.METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
+        storage.remove(storage.join(out, stale))
+    storage.write_text_atomic(storage.join(out, schema.LABELS_FILE), labels)
+    storage.write_text_atomic(storage.join(out, schema.METADATA_FILE), json.dumps(metadata, indent=2) + "\n")
 
 
 def write_tfrecords(
     src: Path,
-    out: Path,
+    out: str | Path,
     *,
     val_fraction: float = 0.1,
     test_fraction: float = 0.1,
@@ -203,8 +203,9 @@ def write_tfrecords(
     """Convert SRC into shards in OUT and return the dataset.json contents.
 
     With num_writers > 1, N machines run the same command with writer_index 0..N-1: each plans
-    the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT)."""
-    src, out = Path(src), Path(out)
+    the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT).
+    OUT may be local or a gs:// (any tf.io.gfile) URL; SRC is a local folder or CSV."""
+    src, out = Path(src), str(out)
     if num_shards is not None and num_shards < 1:
         raise UserError(f"--num-shards must be >= 1, got {num_shards}")
     if max_side is not None and max_side < 16:
@@ -224,8 +225,8 @@ def write_tfrecords(
     elif workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
     workers = max(1, min(workers, len(tasks)))
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".incomplete-", dir=out))
+    storage.makedirs(out)
+    staging = storage.make_temp_dir(out, ".incomplete-")
     try:
         results = _run_tasks(tasks, staging, workers)
         metadata = _metadata(source, results, src, dict(
@@ -236,7 +237,7 @@ def write_tfrecords(
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        storage.rmtree(staging)
     return metadata
 
 

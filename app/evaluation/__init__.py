@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from app import storage
+from app.data import schema
 from app.errors import UserError
 from app.evaluation.figures import plot_confusion_matrix, plot_mistakes, plot_per_class, plot_reliability
 from app.evaluation.metrics import compute_metrics
@@ -47,10 +49,11 @@ def demo_defaults() -> tuple[Path, Path]:
     return run, ensure_demo_records()
 
 
-def _examples(data: Path, split: str):
-    if (data / "dataset.json").exists():
+def _examples(data: str, split: str):
+    storage.check_reachable(data, "--data")
+    if storage.exists(storage.join(data, schema.METADATA_FILE)):
         return tfrecord_examples(data, split)
-    if data.is_dir():
+    if not storage.is_url(data) and Path(data).is_dir():
         return folder_examples(data)
     raise UserError(f"--data {data}: neither a TFRecord folder (dataset.json) nor a folder of class folders")
 
@@ -64,7 +67,7 @@ def _history_csv(version_dir: Path) -> Path | None:
 def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_dir: str | Path | None = None,
              label_map: str | Path | dict | None = None, top_k: int = 5, batch_size: int = 32) -> EvaluationResult:
     version_dir = resolve_model_dir(model)
-    data = Path(data)
+    data = str(data)
     data_classes, total, examples = _examples(data, split)
     mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
     predictions = predict(version_dir, data_classes, total, examples, label_map=mapping, batch_size=batch_size)
@@ -86,5 +89,5 @@ def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_
 
         figures["Learning curves"] = plot_learning_curves(history, out / "learning_curves.png")
     write_metrics(metrics, out / "metrics.json")
-    page = write_html(metrics, figures, out / "report.html", f"{version_dir.parent.name} v{version_dir.name} on {data.name}/{split}")
+    page = write_html(metrics, figures, out / "report.html", f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}")
     return EvaluationResult(metrics, figures, out, page, predictions)

@@ -7,7 +7,7 @@ import html
 import json
 from pathlib import Path
 
-from app.atomic import write_text_atomic
+from app.storage import write_text_atomic
 from app.data.summary import format_table
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import keras
 
 import app
+from app import storage
 from app.config import read_saved_config
+from app.data import schema
 from app.errors import UserError
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
 from app.models.backbones import get_backbone, load_backbone
@@ -23,8 +25,8 @@ TFLITE_MODES = ("none", "float16", "int8")
 
 def dataset_fingerprint(data_dir: str | Path) -> str:
     """sha256 of dataset.json: names the exact shards, counts and split a model was trained on."""
-    path = Path(data_dir) / "dataset.json"
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "unknown"
+    path = storage.join(data_dir, schema.METADATA_FILE)
+    return hashlib.sha256(storage.read_bytes(path)).hexdigest() if storage.exists(path) else "unknown"
 
 
 def build_metadata(state: dict, metrics: dict, data_dir: str) -> dict:

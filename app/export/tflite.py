@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from app.atomic import write_bytes_atomic
+from app.storage import write_bytes_atomic
 from app.data.pipeline import make_eval_dataset
 
 CALIBRATION_IMAGES = 100

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.atomic import write_text_atomic
+from app.storage import write_text_atomic
 from app.config import TrainConfig, read_saved_config, save_config
 from app.errors import UserError
 

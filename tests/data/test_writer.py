@@ -12,13 +12,14 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from app import storage
 from app.data import schema, writer
 from app.data.pipeline import load_dataset_info, make_eval_dataset, make_train_dataset
 from app.data.writer import write_tfrecords
 from app.errors import UserError
 
 
-def _read_all(out: Path) -> list[dict]:
+def _read_all(out: str | Path) -> list[dict]:
     """Every record of every split, parsed directly (no pipeline in between)."""
     info = load_dataset_info(out)
     records = []
@@ -134,15 +135,19 @@ def test_bad_options_fail_before_writing(demo_images: Path, tmp_path: Path):
         assert not any((tmp_path / "o").glob("*.tfrecord"))
 
 
-def test_split_writers_produce_the_same_records_as_one_writer(demo_images: Path, demo_records: Path, tmp_path: Path):
+@pytest.mark.parametrize("where", ["local", "url"])
+def test_split_writers_produce_the_same_records_as_one_writer(demo_images: Path, demo_records: Path, tmp_path: Path,
+                                                             where: str):
+    """`url` writes through tf.io.gfile to TensorFlow's in-memory file system (ram://), the
+    code path gs:// takes, without a network."""
     from app.data.merge import merge_writers
 
-    out = tmp_path / "split"
+    out = str(tmp_path / "split") if where == "local" else f"ram://{tmp_path.name}/split"
     for index in (1, 0):  # any order
         write_tfrecords(demo_images, out, val_fraction=0.25, test_fraction=0.25, num_shards=2,
                         workers=1, num_writers=2, writer_index=index)
         if index == 1:
-            assert not (out / schema.METADATA_FILE).exists()
+            assert not storage.exists(storage.join(out, schema.METADATA_FILE))
             with pytest.raises(UserError, match=r"writer\(s\) \[0\] of 2 have not finished"):
                 merge_writers(out)
     merged = merge_writers(out)
@@ -153,3 +158,21 @@ def test_split_writers_produce_the_same_records_as_one_writer(demo_images: Path,
     assert sorted(map(key, _read_all(out))) == sorted(map(key, _read_all(demo_records)))
     with pytest.raises(UserError, match="--writer-index"):
         write_tfrecords(demo_images, tmp_path / "x", num_writers=2, writer_index=2)
+
+
+def test_url_output_feeds_the_training_pipeline(demo_images: Path, demo_records: Path, tmp_path: Path):
+    out = f"ram://{tmp_path.name}/records"
+    write_tfrecords(demo_images, out, val_fraction=0.25, test_fraction=0.25, num_shards=2, workers=1)
+    assert not [n for n in storage.listdir(out) if n.startswith(".")]  # no staging dir or temp file left
+    def labels(data, split): return Counter(int(y) for _, ys in make_eval_dataset(data, split=split, image_size=32) for y in ys)  # noqa: E704
+    for split in ("train", "val", "test"):
+        assert labels(out, split) == labels(demo_records, split)
+    with pytest.raises(UserError, match="already holds"):
+        write_tfrecords(demo_images, out, num_shards=2, workers=1)
+
+
+def test_url_without_a_file_system_is_one_clear_error(demo_images: Path):
+    with pytest.raises(UserError, match=r"OUT: TensorFlow has no file system for s3:// here \(s3:// needs"):
+        write_tfrecords(demo_images, "s3://bucket/records")
+    with pytest.raises(UserError, match="--data: TensorFlow has no file system for s3://"):
+        load_dataset_info("s3://bucket/records")

@@ -35,7 +35,7 @@ def test_config_round_trip(tmp_path: Path):
     "overrides,message",
     [({"batch_size": "many"}, "'batch_size' must be int"), ({"no_such_key": "1"}, "unknown config key"),
      ({"strategy": "magic"}, "must be one of"), ({"augment": "maybe"}, "must be bool"),
-     ({"unfreeze": "half"}, "unfreeze must be")],
+     ({"unfreeze": "half"}, "unfreeze must be"), ({"out": "gs://bucket/run"}, "the run dir must be a local path")],
 )
 def test_bad_config_values(overrides: dict, message: str):
     with pytest.raises(UserError, match=message):

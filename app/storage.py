@@ -1,0 +1,129 @@
+"""File operations that work the same on local paths and on any URL tf.io.gfile knows (gs://,
+and s3:// where a plugin such as tensorflow-io registers it).
+
+Local paths take the plain os/pathlib route (no TensorFlow import, so bad input fails fast);
+URLs go through tf.io.gfile. Paths are strings: pathlib would turn gs://b/x into gs:/b/x.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import uuid
+from pathlib import Path
+
+from app.errors import UserError
+
+
+def is_url(path: str | Path) -> bool:
+    return "://" in str(path)
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def join(base: str | Path, *names: str) -> str:
+    return posixpath.join(str(base), *names) if is_url(base) else os.path.join(base, *names)
+
+
+def check_reachable(path: str | Path, flag: str) -> None:
+    """A clear one-line error for a URL whose file system TensorFlow lacks or cannot reach."""
+    if not is_url(path):
+        return
+    import tensorflow as tf
+
+    scheme = str(path).split("://")[0]
+    try:
+        tf.io.gfile.exists(str(path))
+    except tf.errors.UnimplementedError:
+        hint = " (s3:// needs a file-system plugin, e.g. `pip install tensorflow-io` and `import tensorflow_io`)" if scheme == "s3" else ""
+        raise UserError(f"{flag}: TensorFlow has no file system for {scheme}:// here{hint}") from None
+    except tf.errors.OpError as err:
+        raise UserError(f"{flag}: cannot reach {path} ({err.message.strip().splitlines()[0]})") from None
+
+
+def exists(path: str | Path) -> bool:
+    return _gfile().exists(str(path)) if is_url(path) else os.path.exists(path)
+
+
+def isdir(path: str | Path) -> bool:
+    return _gfile().isdir(str(path)) if is_url(path) else os.path.isdir(path)
+
+
+def makedirs(path: str | Path) -> None:
+    _gfile().makedirs(str(path)) if is_url(path) else os.makedirs(path, exist_ok=True)
+
+
+def listdir(path: str | Path) -> list[str]:
+    """Entry names (no trailing slashes), or [] when `path` is not a folder."""
+    if not isdir(path):
+        return []
+    names = _gfile().listdir(str(path)) if is_url(path) else os.listdir(path)
+    return sorted(name.rstrip("/") for name in names)
+
+
+def read_text(path: str | Path) -> str:
+    if is_url(path):
+        with _gfile().GFile(str(path), "r") as f:
+            return f.read()
+    return Path(path).read_text()
+
+
+def read_bytes(path: str | Path) -> bytes:
+    if is_url(path):
+        with _gfile().GFile(str(path), "rb") as f:
+            return f.read()
+    return Path(path).read_bytes()
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write a hidden temp file beside `path`, then rename it over `path`, so readers see the old
+    content or the new, never half (atomic on POSIX; on object stores each object appears whole)."""
+    if is_url(path):
+        tmp = join(posixpath.dirname(str(path)), f".{posixpath.basename(str(path))}.tmp")
+        with _gfile().GFile(tmp, "wb") as f:
+            f.write(data)
+        _gfile().rename(tmp, str(path), overwrite=True)
+        return
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def rename(src: str | Path, dst: str | Path) -> None:
+    """Move `src` over `dst` (replacing it)."""
+    _gfile().rename(str(src), str(dst), overwrite=True) if is_url(src) else os.replace(src, dst)
+
+
+def remove(path: str | Path) -> None:
+    """Delete a file if it is there."""
+    if is_url(path):
+        if _gfile().exists(str(path)):
+            _gfile().remove(str(path))
+    else:
+        Path(path).unlink(missing_ok=True)
+
+
+def rmtree(path: str | Path) -> None:
+    """Delete a folder and everything in it, if it is there."""
+    if is_url(path):
+        if _gfile().exists(str(path)):
+            _gfile().rmtree(str(path))
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def make_temp_dir(parent: str | Path, prefix: str) -> str:
+    """A new, uniquely named folder inside `parent`."""
+    path = join(parent, f"{prefix}{uuid.uuid4().hex[:12]}")
+    makedirs(path)
+    return path
