@@ -63,8 +63,13 @@ class Steps:
         return totals
 
     def _replica_eval(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-        logits = self.model(inputs, training=False)
-        return self._sums(labels, logits, self._per_example_loss(labels, logits))
+        def sums() -> tf.Tensor:
+            logits = self.model(inputs, training=False)
+            return self._sums(labels, logits, self._per_example_loss(labels, logits))
+
+        # A replica whose data ran out gets an empty batch; the model is not run on it (some
+        # CPU kernels mis-shape empty batches), it just contributes zeros to the sums.
+        return tf.cond(tf.size(labels) > 0, sums, lambda: tf.zeros([3]))
 
     def _eval_all(self, dataset) -> tf.Tensor:
         """The whole pass in one graph. Workers whose shard runs out first get empty batches

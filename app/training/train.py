@@ -78,10 +78,16 @@ def class_weights(info: DatasetInfo) -> list[float]:
     return (counts.sum() / (len(counts) * np.maximum(counts, 1))).round(6).tolist()
 
 
-def _optimizer(cfg: TrainConfig, learning_rate, policy: str) -> keras.optimizers.Optimizer:
-    opt = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=cfg.weight_decay)
-    opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    return keras.optimizers.LossScaleOptimizer(opt) if policy == "mixed_float16" else opt
+def _optimizer(ctx: "Context", learning_rate, model: keras.Model) -> keras.optimizers.Optimizer:
+    """AdamW, its slot variables built here under the strategy's scope: created lazily inside
+    the first replicated step instead, they fail under MirroredStrategy with several devices."""
+    with ctx.strategy.scope():
+        opt = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=ctx.cfg.weight_decay)
+        opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        if ctx.policy == "mixed_float16":
+            opt = keras.optimizers.LossScaleOptimizer(opt)
+        opt.build(model.trainable_variables)
+    return opt
 
 
 def _distribute(ctx: Context, make) -> object:
@@ -143,8 +149,7 @@ def run_phase1(ctx: Context) -> PhaseResult:
     freeze_backbone(ctx.clf)
     model = ctx.clf.head_model if cfg.cache_features else ctx.clf.logits_model
     datasets = _feature_datasets(ctx) if cfg.cache_features else _image_datasets(ctx, phase=1)
-    with ctx.strategy.scope():
-        optimizer = _optimizer(cfg, cfg.lr_head, ctx.policy)
+    optimizer = _optimizer(ctx, cfg.lr_head, model)
     steps = Steps(ctx.strategy, model, optimizer, len(ctx.info.classes), ctx.global_batch, cfg.label_smoothing,
                   class_weights(ctx.info) if cfg.class_weights else None)
     spec = PhaseSpec(1, cfg.epochs_head, ctx.steps_per_epoch, cfg.steps_per_execution, cfg.early_stopping_patience, 0)
@@ -163,8 +168,7 @@ def run_phase2(ctx: Context, phase1: PhaseResult | None) -> PhaseResult:
         0.0 if warmup else cfg.lr_finetune, decay_steps=max(1, total - warmup),
         warmup_target=cfg.lr_finetune if warmup else None, warmup_steps=warmup,
     )
-    with ctx.strategy.scope():
-        optimizer = _optimizer(cfg, schedule, ctx.policy)
+    optimizer = _optimizer(ctx, schedule, ctx.clf.logits_model)
     steps = Steps(ctx.strategy, ctx.clf.logits_model, optimizer, len(ctx.info.classes), ctx.global_batch,
                   cfg.label_smoothing, class_weights(ctx.info) if cfg.class_weights else None)
     spec = PhaseSpec(2, cfg.epochs_finetune, ctx.steps_per_epoch, cfg.steps_per_execution,

@@ -86,3 +86,34 @@ def test_two_workers_train_both_phases_resume_and_the_chief_exports(demo_records
     image = tf.train.Example.FromString(record.numpy()).features.feature[schema.ENCODED].bytes_list.value[0]
     out = serve(image_bytes=tf.constant([image]))
     assert out["probabilities"].shape == (1, len(info.classes))
+
+
+MIRRORED_ON_TWO_CPUS = """
+import json, logging, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from app.config import TrainConfig
+import app.training.train as train_module
+train_module.make_strategy = lambda cfg: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+cfg = TrainConfig(**json.loads(sys.argv[1]))
+print("METRICS", json.dumps(train_module.train(cfg)))
+"""
+
+
+def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Path, tmp_path: Path):
+    """Several GPUs on one host, stood in for by two logical CPU devices (set before TF starts,
+    hence the subprocess): global batch = per-replica batch x 2, every val example counted."""
+    cfg = {"data": str(demo_records), "out": str(tmp_path / "run"), "weights": "none", "image_size": 64,
+           "batch_size": 4, "epochs_head": 1, "epochs_finetune": 1, "max_steps_per_epoch": 2}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("PHOTOCLF_WEIGHTS", None)
+    out = subprocess.run([sys.executable, "-c", MIRRORED_ON_TWO_CPUS, json.dumps(cfg)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    assert "strategy MirroredStrategy: 1 worker(s), 2 replica(s) in sync; global batch 8 (4 per replica)" in log
+    metrics = json.loads(log.split("METRICS ", 1)[1].splitlines()[0])
+    assert metrics["test"]["count"] == load_dataset_info(demo_records).num_examples("test")
+    assert tf.saved_model.load(metrics["export"]).signatures["serving_default"] is not None
