@@ -38,12 +38,24 @@ def check_reachable(path: str | Path, flag: str) -> None:
 
     scheme = str(path).split("://")[0]
     try:
-        tf.io.gfile.exists(str(path))
+        try:
+            tf.io.gfile.exists(str(path))
+        except tf.errors.UnimplementedError:
+            _load_file_system_plugins()
+            tf.io.gfile.exists(str(path))
     except tf.errors.UnimplementedError:
-        hint = " (s3:// needs a file-system plugin, e.g. `pip install tensorflow-io` and `import tensorflow_io`)" if scheme == "s3" else ""
+        hint = " (s3:// needs a file-system plugin: `pip install tensorflow-io`)" if scheme == "s3" else ""
         raise UserError(f"{flag}: TensorFlow has no file system for {scheme}:// here{hint}") from None
     except tf.errors.OpError as err:
         raise UserError(f"{flag}: cannot reach {path} ({err.message.strip().splitlines()[0]})") from None
+
+
+def _load_file_system_plugins() -> None:
+    """tensorflow-io registers s3:// (and more) when imported; it is optional."""
+    try:
+        import tensorflow_io  # noqa: F401
+    except ImportError:
+        pass
 
 
 def exists(path: str | Path) -> bool:

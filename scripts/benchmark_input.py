@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from app.cli import run_cli
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=Path, default=None, help="TFRecord folder from make_tfrecords.py (default: synthetic)")
+    p.add_argument("--data", default=None, help="TFRecord folder or gs:// URL from make_tfrecords.py (default: synthetic)")
     p.add_argument("--image-size", type=int, default=224, help="output size (default 224)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
     p.add_argument("--num-images", type=int, default=2048, help="images timed per variant per round (default 2048)")

@@ -84,7 +84,7 @@ def make_benchmark_records(out: Path, num_images: int, width: int = 500, height:
 
 
 def run_input_benchmark(
-    data: Path | None, *, image_size: int = 224, batch_size: int = 32, num_images: int = 2048, rounds: int = 5,
+    data: str | Path | None, *, image_size: int = 224, batch_size: int = 32, num_images: int = 2048, rounds: int = 5,
     synthetic_images: int = 1024, log: Callable[[str], None] = print,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
