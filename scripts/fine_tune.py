@@ -2,7 +2,7 @@
 
     python scripts/fine_tune.py                       # the built-in demo, end to end
     python scripts/fine_tune.py --data data/ --out runs/flowers --backbone efficientnet_b0
-    TF_CONFIG='{...}' python scripts/fine_tune.py --data gs://bucket/data --out gs://bucket/runs/x   # each worker
+    TF_CONFIG='{...}' python scripts/fine_tune.py --data gs://bucket/data --out /shared/runs/x   # on each worker
 
 Phase 1 trains a new head on the frozen backbone; phase 2 unfreezes the top blocks at a low
 learning rate. Re-running the same command resumes an interrupted run. Every config key can be

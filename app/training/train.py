@@ -244,7 +244,9 @@ def describe_distribution(ctx: Context) -> str:
     policy = shard_policy(train_shards, tf.distribute.InputContext(num_input_pipelines=workers))
     text = (f"strategy {strategy_name(ctx.strategy)}: {workers} worker(s), {ctx.replicas} replica(s) in sync;"
             f" global batch {ctx.global_batch} ({ctx.cfg.batch_size} per replica)")
-    if workers > 1:
+    if ctx.cfg.data_service:
+        text += f"; training input decoded by the tf.data service at {ctx.cfg.data_service} (DYNAMIC sharding)"
+    elif workers > 1:
         text += f"; input sharded by {policy.name} ({train_shards} train shards, {workers} workers)"
     return text
 

@@ -44,8 +44,10 @@ def test_one_pass_through_the_service_sees_every_example_once(dispatcher: str, d
     assert sum(local.values()) == 25
 
 
-def test_training_through_the_service_finishes_both_phases(dispatcher: str, tiny_config: TrainConfig):
+def test_training_through_the_service_finishes_both_phases(dispatcher: str, tiny_config: TrainConfig, caplog):
+    caplog.set_level("INFO")
     metrics = train(tiny_config.replace(data_service=dispatcher))
+    assert f"training input decoded by the tf.data service at {dispatcher} (DYNAMIC sharding)" in caplog.text
     assert metrics["phase1"]["epochs"] == 1 and metrics["phase2"]["epochs"] == 1
     assert Path(metrics["export"], "saved_model.pb").exists()
 

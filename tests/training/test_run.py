@@ -53,6 +53,7 @@ def _assert_nothing_written(cfg: TrainConfig):
         ({"backbone": "vgg99"}, "known: .*mobilenet_v2"),
         ({"image_size": 16}, "too small"),
         ({"batch_size": 4096}, "larger than the train split"),
+        ({"strategy": "tpu"}, "strategy=tpu: no TPU found"),  # selectable; here there is none
     ],
 )
 def test_bad_input_fails_before_anything_is_written(tiny_config: TrainConfig, change: dict, message: str):
