@@ -20,7 +20,7 @@ from app.errors import UserError
 @dataclass(frozen=True)
 class TrainConfig:
     # data
-    data: str = ""  # TFRecord folder from make_tfrecords.py; "" = the built-in demo (built if missing)
+    data: str = ""  # TFRecord folder or gs:// URL from make_tfrecords.py; "" = the built-in demo (built if missing)
     out: str = "runs/demo"  # run directory: config, logs, checkpoints, metrics, export
     # model
     backbone: str = "mobilenet_v2"  # registry key; see app/models/backbones.py

@@ -20,7 +20,7 @@ from app.cli import run_cli
 from app.config import TrainConfig
 
 FLAGS = {  # flag → (config key, type, help)
-    "--data": ("data", str, "TFRecord folder from make_tfrecords.py (default: the built-in demo, built if missing)"),
+    "--data": ("data", str, "TFRecord folder or gs:// URL from make_tfrecords.py (default: the built-in demo, built if missing)"),
     "--out": ("out", str, "run directory (default runs/demo)"),
     "--backbone": ("backbone", str, "backbone registry key (default mobilenet_v2; see README for the list)"),
     "--weights": ("weights", str, "auto | imagenet | none | PATH to .h5/.weights.h5 (default auto)"),
