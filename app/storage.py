@@ -30,7 +30,7 @@ def join(base: str | Path, *names: str) -> str:
     return posixpath.join(str(base), *names) if is_url(base) else os.path.join(base, *names)
 
 
-def check_reachable(path: str | Path, flag: str) -> None:
+def check_url(path: str | Path, flag: str) -> None:
     """A clear one-line error for a URL whose file system TensorFlow lacks or cannot reach."""
     if not is_url(path):
         return
@@ -67,7 +67,10 @@ def isdir(path: str | Path) -> bool:
 
 
 def makedirs(path: str | Path) -> None:
-    _gfile().makedirs(str(path)) if is_url(path) else os.makedirs(path, exist_ok=True)
+    if is_url(path):
+        _gfile().makedirs(str(path))
+    else:
+        os.makedirs(path, exist_ok=True)
 
 
 def listdir(path: str | Path) -> list[str]:
@@ -113,7 +116,10 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def rename(src: str | Path, dst: str | Path) -> None:
     """Move `src` over `dst` (replacing it)."""
-    _gfile().rename(str(src), str(dst), overwrite=True) if is_url(src) else os.replace(src, dst)
+    if is_url(src):
+        _gfile().rename(str(src), str(dst), overwrite=True)
+    else:
+        os.replace(src, dst)
 
 
 def remove(path: str | Path) -> None:

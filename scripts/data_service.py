@@ -13,21 +13,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
-import threading
 
 from app.cli import run_cli
-
-
-def wait_for_signal(server: object) -> None:
-    """Block until Ctrl-C or SIGTERM while `server` runs on TensorFlow's own threads (it is held
-    here: garbage collection would stop it)."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
 
 
 def main() -> None:
@@ -58,7 +46,7 @@ def main() -> None:
         port = args.port or service.free_port()
         server = service.start_worker(args.dispatcher, port, args.advertise)
         print(f"worker at {args.advertise}:{port}, serving dispatcher {args.dispatcher}", flush=True)
-    wait_for_signal(server)
+    service.wait_for_signal(server)
     print(f"{args.role} stopped", flush=True)
     # A server's graceful stop waits for every trainer to hang up; a signal means stop now
     # (a dispatcher with --work-dir has journaled its state already).

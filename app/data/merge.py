@@ -20,7 +20,7 @@ PART = re.compile(r"^dataset\.writer-(\d{5})-of-(\d{5})\.json$")
 def merge_writers(out: str | Path) -> dict:
     """`out` may be local or a gs:// (any tf.io.gfile) URL."""
     out = str(out)
-    storage.check_reachable(out, "OUT")
+    storage.check_url(out, "OUT")
     parts = [storage.join(out, name) for name in storage.listdir(out) if PART.match(name)]
     if not parts:
         raise UserError(f"{out}: no dataset.writer-*.json files to merge")

@@ -44,7 +44,7 @@ class DatasetInfo:
 
 def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     root = str(data_dir)
-    storage.check_reachable(root, "--data")
+    storage.check_url(root, "--data")
     meta_path = storage.join(root, schema.METADATA_FILE)
     if not storage.exists(meta_path) or storage.isdir(meta_path):
         raise UserError(f"{root}: no {schema.METADATA_FILE}; create it with scripts/make_tfrecords.py")
@@ -99,22 +99,25 @@ def _assert_complete_jpeg(encoded: tf.Tensor, shard: tf.Tensor) -> tf.Tensor:
         return tf.identity(encoded)
 
 
-def shard_policy(num_files: int, input_context: tf.distribute.InputContext | None) -> AutoShardPolicy:
+def shard_policy(num_files: int, pipelines: int) -> AutoShardPolicy:
     """How input is split between workers: whole files (FILE) when every worker gets at least one,
     otherwise every worker reads every file and keeps every n-th record of each (DATA).
 
     The input functions given to `distribute_datasets_from_function` shard themselves (TensorFlow
     does not auto-shard them); these are the same two policies `AutoShardPolicy` names.
     """
-    pipelines = input_context.num_input_pipelines if input_context else 1
     if pipelines <= 1:
         return AutoShardPolicy.OFF
     return AutoShardPolicy.FILE if num_files >= pipelines else AutoShardPolicy.DATA
 
 
+def _pipelines(input_context: tf.distribute.InputContext | None) -> int:
+    return input_context.num_input_pipelines if input_context else 1
+
+
 def _shard_files(files: list[str], input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
     ds = tf.data.Dataset.from_tensor_slices(files)
-    if shard_policy(len(files), input_context) == AutoShardPolicy.FILE:
+    if shard_policy(len(files), _pipelines(input_context)) == AutoShardPolicy.FILE:
         ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     return ds
 
@@ -145,7 +148,7 @@ def _records(
 
 
 def _record_shard(files: list[str], input_context: tf.distribute.InputContext | None) -> tuple[int, int] | None:
-    if shard_policy(len(files), input_context) == AutoShardPolicy.DATA:
+    if shard_policy(len(files), _pipelines(input_context)) == AutoShardPolicy.DATA:
         return input_context.num_input_pipelines, input_context.input_pipeline_id
     return None
 

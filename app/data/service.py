@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import signal
 import socket
+import threading
 from urllib.parse import urlsplit
 
 import tensorflow as tf
@@ -82,3 +84,13 @@ def start_worker(dispatcher: str, port: int, advertise: str) -> service.WorkerSe
         raise UserError(f"--dispatcher: expected HOST:PORT, got '{dispatcher}'")
     config = service.WorkerConfig(dispatcher_address=dispatcher, port=port, worker_address=f"{advertise}:%port%")
     return service.WorkerServer(config)
+
+
+def wait_for_signal(server: object) -> None:
+    """Block until Ctrl-C or SIGTERM while `server` runs on TensorFlow's own threads (it is held
+    here: garbage collection would stop it)."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass

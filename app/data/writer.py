@@ -121,7 +121,7 @@ def writer_part_name(index: int, count: int) -> str:
 
 
 def _check_out(out: str, overwrite: bool, part: str | None = None) -> None:
-    storage.check_reachable(out, "OUT")
+    storage.check_url(out, "OUT")
     if storage.exists(out) and not storage.isdir(out):
         raise UserError(f"{out}: exists and is not a folder")
     if part is not None:  # split-writer mode: other writers' shards are expected here

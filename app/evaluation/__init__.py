@@ -50,7 +50,7 @@ def demo_defaults() -> tuple[Path, Path]:
 
 
 def _examples(data: str, split: str):
-    storage.check_reachable(data, "--data")
+    storage.check_url(data, "--data")
     if storage.exists(storage.join(data, schema.METADATA_FILE)):
         return tfrecord_examples(data, split)
     if not storage.is_url(data) and Path(data).is_dir():

@@ -83,7 +83,7 @@ class PhaseFiles:
         return [p for p in self.write_dir.glob(f"phase{self.phase}_best_epoch*.weights.h5") if p != self.best(keep_epoch)]
 
 
-def _save_weights_atomic(model: keras.Model, path: Path) -> None:
+def save_weights_atomic(model: keras.Model, path: Path) -> None:
     tmp = path.with_name(path.name.replace(".weights.h5", ".tmp.weights.h5"))
     model.save_weights(str(tmp))
     os.replace(tmp, path)
@@ -146,7 +146,7 @@ def run_phase(
         seconds = time.perf_counter() - start
         improved = val["loss"] < float(state["best_val_loss"]) - 1e-7
         if improved:
-            _save_weights_atomic(weights_model, files.best(epoch))
+            save_weights_atomic(weights_model, files.best(epoch))
             state["best_val_loss"].assign(val["loss"])
             state["best_val_accuracy"].assign(val["accuracy"])
             state["best_epoch"].assign(epoch)

@@ -46,10 +46,17 @@ def set_precision(cfg: TrainConfig) -> str:
     return policy
 
 
+def _multiworker_resolver(strategy: tf.distribute.Strategy):
+    """The cluster resolver of a multi-worker strategy, else None."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return None
+    return getattr(strategy, "cluster_resolver", None)
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Only the chief writes the run dir under multi-worker training."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    resolver = _multiworker_resolver(strategy)
+    if resolver is None:
         return True
     task_type, task_id = resolver.task_type, resolver.task_id
     return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict())
@@ -65,8 +72,8 @@ def strategy_name(strategy: tf.distribute.Strategy) -> str:
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    resolver = _multiworker_resolver(strategy)
+    if resolver is None:
         return 1
     spec = resolver.cluster_spec().as_dict()
     return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))

@@ -29,7 +29,7 @@ from app.models.backbones import get_backbone
 from app.models.classifier import Classifier, build_classifier, freeze_backbone, unfreeze_top
 from app.models.weights import resolve_backbone
 from app.training.history import History, plot_learning_curves
-from app.training.phase import PhaseFiles, PhaseResult, PhaseSpec, run_phase
+from app.training.phase import PhaseFiles, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
 from app.training.run_dir import (
     RunDir, check_run_state, completed_run, prepare_run_dir, validate_run_dir, write_json_atomic,
 )
@@ -51,8 +51,11 @@ class Context:
     policy: str
     weights_used: str
     weights_warning: str | None
-    chief: bool
     scratch: Path | None  # a non-chief worker's private dir for what it must write; None for the chief
+
+    @property
+    def chief(self) -> bool:
+        return self.scratch is None
 
     @property
     def replicas(self) -> int:
@@ -173,7 +176,8 @@ def run_phase2(ctx: Context, phase1: PhaseResult | None) -> PhaseResult:
                   cfg.label_smoothing, class_weights(ctx.info) if cfg.class_weights else None)
     spec = PhaseSpec(2, cfg.epochs_finetune, ctx.steps_per_epoch, cfg.steps_per_execution,
                      cfg.early_stopping_patience, phase1.epochs if phase1 else 0)
-    return run_phase(spec, steps, *_image_datasets(ctx, phase=2), ctx.clf.model, optimizer, ctx.phase_files(2), ctx.history, ctx.global_batch, baseline=phase1)
+    return run_phase(spec, steps, *_image_datasets(ctx, phase=2), ctx.clf.model, optimizer, ctx.phase_files(2),
+                     ctx.history, ctx.global_batch, baseline=phase1)
 
 
 def evaluate_split(ctx: Context, split: str) -> dict[str, float]:
@@ -188,9 +192,7 @@ def save_final_weights(ctx: Context) -> Path:
     from app.export.run_export import FINAL_WEIGHTS
 
     path = ctx.run.root / FINAL_WEIGHTS
-    tmp = path.with_name(".model.tmp.weights.h5")
-    ctx.clf.model.save_weights(str(tmp))
-    tmp.replace(path)
+    save_weights_atomic(ctx.clf.model, path)
     return path
 
 
@@ -235,19 +237,18 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
         (scratch / "checkpoints").mkdir()
     barrier(strategy)  # the chief has claimed (or cleared) the run dir before anyone reads it
     return Context(cfg, info, run, strategy, clf, image_size, History(run.root, enabled=chief), policy, weights_used,
-                   warning, chief, scratch)
+                   warning, scratch)
 
 
 def describe_distribution(ctx: Context) -> str:
-    train_shards = len(ctx.info.shards.get("train", []))
     workers = num_workers(ctx.strategy)
-    policy = shard_policy(train_shards, tf.distribute.InputContext(num_input_pipelines=workers))
     text = (f"strategy {strategy_name(ctx.strategy)}: {workers} worker(s), {ctx.replicas} replica(s) in sync;"
             f" global batch {ctx.global_batch} ({ctx.cfg.batch_size} per replica)")
     if ctx.cfg.data_service:
         text += f"; training input decoded by the tf.data service at {ctx.cfg.data_service} (DYNAMIC sharding)"
     elif workers > 1:
-        text += f"; input sharded by {policy.name} ({train_shards} train shards, {workers} workers)"
+        shards = len(ctx.info.shards.get("train", []))
+        text += f"; input sharded by {shard_policy(shards, workers).name} ({shards} train shards, {workers} workers)"
     return text
 
 

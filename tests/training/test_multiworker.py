@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,13 @@ import tensorflow as tf
 
 from app.data import schema
 from app.data.pipeline import load_dataset_info
+from app.data.service import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def _start_workers(cmd: list[str], logs: Path, tmp: Path, attempt: int) -> list[subprocess.Popen]:
-    cluster = {"worker": [f"localhost:{_free_port()}" for _ in range(2)]}
+    cluster = {"worker": [f"localhost:{free_port()}" for _ in range(2)]}
     procs = []
     for index in range(2):
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp), "CUDA_VISIBLE_DEVICES": "",
