@@ -17,40 +17,47 @@ from app.storage import write_text_atomic
 from app.errors import UserError
 
 
+def _key(default: typing.Any, help: str, *, flag: bool = False, choices: tuple[str, ...] = ()) -> typing.Any:
+    """A config key: its default and help are typed here once; fine_tune.py builds its flags and
+    --help from them. `flag`: also a command-line flag (--image-size for image_size)."""
+    return dataclasses.field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     # data
-    data: str = ""  # TFRecord folder or gs:// URL from make_tfrecords.py; "" = the built-in demo (built if missing)
-    out: str = "runs/demo"  # run directory: config, logs, checkpoints, metrics, export
+    data: str = _key("", "TFRecord folder or gs:// URL from make_tfrecords.py; empty = the built-in demo (built if missing)", flag=True)
+    out: str = _key("runs/demo", "run directory: config, logs, checkpoints, metrics, export", flag=True)
     # model
-    backbone: str = "mobilenet_v2"  # registry key; see app/models/backbones.py
-    weights: str = "auto"  # auto | imagenet | none | path to a .h5/.weights.h5 file
-    image_size: int = 0  # 0 = the backbone's default input size
-    dropout: float = 0.2  # before the logits layer
+    backbone: str = _key("mobilenet_v2", "backbone registry key (see README), a TF-Hub handle URL or a SavedModel folder", flag=True)
+    weights: str = _key("auto", "auto | imagenet | none | PATH to a .h5/.weights.h5 file", flag=True)
+    image_size: int = _key(0, "input size in pixels; 0 = the backbone's default", flag=True)
+    dropout: float = _key(0.2, "dropout before the logits layer")
     # phase 1: frozen backbone, new head
-    epochs_head: int = 10
-    lr_head: float = 1e-3  # AdamW
-    cache_features: bool = False  # phase 1 on backbone features computed once (no augmentation)
+    epochs_head: int = _key(10, "phase-1 epochs, frozen backbone (early stopping may end sooner)", flag=True)
+    lr_head: float = _key(1e-3, "phase-1 learning rate (AdamW)")
+    cache_features: bool = _key(False, "phase 1 on backbone features computed once (needs augment = false)")
     # phase 2: top of the backbone unfrozen
-    epochs_finetune: int = 5
-    lr_finetune: float = 1e-4  # peak; linear warmup then cosine decay
-    warmup_fraction: float = 0.1  # of phase-2 steps
-    unfreeze: str = "blocks:2"  # blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)
+    epochs_finetune: int = _key(5, "phase-2 epochs, top of the backbone unfrozen", flag=True)
+    lr_finetune: float = _key(1e-4, "phase-2 peak learning rate: linear warmup, then cosine decay")
+    warmup_fraction: float = _key(0.1, "share of phase-2 steps spent warming up")
+    unfreeze: str = _key("blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)")
     # both phases
-    batch_size: int = 32  # per replica; the global batch is this x the number of replicas
-    weight_decay: float = 1e-4  # decoupled (AdamW); not applied to biases or BatchNorm
-    label_smoothing: float = 0.1
-    class_weights: bool = False  # weight the loss by inverse class frequency from dataset.json
-    early_stopping_patience: int = 3  # epochs without val_loss improvement before stopping a phase
-    augment: bool = True  # random-resized crop + flip + colour jitter during training
-    color_jitter: float = 0.2  # strength of brightness/contrast/saturation jitter; 0 = off
-    seed: int = 0
+    batch_size: int = _key(32, "per-replica batch size; the global batch is this x the number of replicas", flag=True)
+    weight_decay: float = _key(1e-4, "decoupled weight decay (AdamW); not applied to biases or BatchNorm")
+    label_smoothing: float = _key(0.1, "label smoothing of the training loss")
+    class_weights: bool = _key(False, "weight the loss by inverse class frequency from dataset.json")
+    early_stopping_patience: int = _key(3, "epochs without val_loss improvement before a phase stops")
+    augment: bool = _key(True, "random-resized crop + flip + colour jitter during training")
+    color_jitter: float = _key(0.2, "strength of brightness/contrast/saturation jitter; 0 = off")
+    seed: int = _key(0, "seed for weights init, shuffling and augmentation")
     # performance and scale
-    mixed_precision: str = "auto"  # auto (on for GPU) | on | off
-    strategy: str = "auto"  # auto | default | mirrored | multiworker | tpu
-    steps_per_execution: int = 1  # train steps per tf.function call; raise on fast accelerators
-    max_steps_per_epoch: int = 0  # 0 = a full pass over the training split; >0 caps it (smoke runs)
-    data_service: str = ""  # grpc://host:port of a tf.data service dispatcher; "" = decode on this machine
+    mixed_precision: str = _key("auto", "auto (on for GPUs) | on | off", choices=("auto", "on", "off"))
+    strategy: str = _key("auto", "distribution strategy", choices=("auto", "default", "mirrored", "multiworker", "tpu"))
+    steps_per_execution: int = _key(1, "train steps per tf.function call; raise on fast accelerators")
+    max_steps_per_epoch: int = _key(0, "0 = a full pass over the training split; >0 caps it (smoke runs)")
+    data_service: str = _key("", "grpc://HOST:PORT of a tf.data service dispatcher (scripts/data_service.py) that"
+                                 " decodes and augments the training input; empty = this machine does", flag=True)
 
     def replace(self, **changes: typing.Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -59,17 +66,13 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-_CHOICES = {
-    "mixed_precision": ("auto", "on", "off"),
-    "strategy": ("auto", "default", "mirrored", "multiworker", "tpu"),
-}
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     """Convert a TOML/CLI value to the field's type, with an error naming where it came from."""
-    if key not in _FIELDS:
-        raise UserError(f"{origin}: unknown config key '{key}' (known: {', '.join(sorted(_FIELDS))})")
+    if key not in FIELDS:
+        raise UserError(f"{origin}: unknown config key '{key}' (known: {', '.join(sorted(FIELDS))})")
     kind = type(getattr(TrainConfig(), key))
     try:
         if kind is bool and isinstance(value, str):
@@ -82,8 +85,9 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
             value = kind(value)
     except (TypeError, ValueError):
         raise UserError(f"{origin}: '{key}' must be {kind.__name__}, got {value!r}") from None
-    if key in _CHOICES and value not in _CHOICES[key]:
-        raise UserError(f"{origin}: '{key}' must be one of {_CHOICES[key]}, got {value!r}")
+    choices = FIELDS[key].metadata["choices"]
+    if choices and value not in choices:
+        raise UserError(f"{origin}: '{key}' must be one of {choices}, got {value!r}")
     return value
 
 
@@ -101,7 +105,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any]
         raw = raw.get("train", raw)
         values.update({k: _coerce(k, v, str(path)) for k, v in raw.items()})
     for key, value in (overrides or {}).items():
-        values[key] = _coerce(key, value, f"--{key.replace('_', '-')}" if key in _FIELDS else "--set")
+        values[key] = _coerce(key, value, f"--{key.replace('_', '-')}" if key in FIELDS else "--set")
     return validate(TrainConfig(**values))
 
 

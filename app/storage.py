@@ -7,11 +7,14 @@ URLs go through tf.io.gfile. Paths are strings: pathlib would turn gs://b/x into
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import posixpath
 import shutil
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 from app.errors import UserError
 
@@ -95,23 +98,37 @@ def read_bytes(path: str | Path) -> bytes:
     return Path(path).read_bytes()
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[str]:
+    """Yield a hidden temp name beside `path` to write to; on success it is renamed over `path`,
+    so readers see the old content or the new, never half (atomic on POSIX; on object stores each
+    object appears whole). The temp name keeps `path`'s suffixes, for writers that check them
+    (Keras wants `.weights.h5`, matplotlib infers the format). On failure the temp file is removed."""
+    directory, name = (posixpath.split(str(path)) if is_url(path) else os.path.split(str(path)))
+    tmp = join(directory or ".", f".tmp-{uuid.uuid4().hex[:8]}-{name}")
+    try:
+        yield tmp
+        rename(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Write a hidden temp file beside `path`, then rename it over `path`, so readers see the old
-    content or the new, never half (atomic on POSIX; on object stores each object appears whole)."""
-    if is_url(path):
-        tmp = join(posixpath.dirname(str(path)), f".{posixpath.basename(str(path))}.tmp")
-        with _gfile().GFile(tmp, "wb") as f:
-            f.write(data)
-        _gfile().rename(tmp, str(path), overwrite=True)
-        return
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        if is_url(tmp):
+            with _gfile().GFile(tmp, "wb") as f:
+                f.write(data)
+        else:
+            Path(tmp).write_bytes(data)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     write_bytes_atomic(path, text.encode())
+
+
+def write_json_atomic(path: str | Path, data: object) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def rename(src: str | Path, dst: str | Path) -> None:

@@ -24,11 +24,11 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=8, help="concurrent clients for throughput (default 8)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     args = p.parse_args()
-    from app.data.demo import DEMO_ROOT
+    from app.data.demo import demo_root
     from app.errors import UserError
     from app.serving.benchmark import run_serving_benchmark
 
-    folder = args.images or DEMO_ROOT / "images"
+    folder = args.images or demo_root() / "images"
     images = [f.read_bytes() for f in sorted(folder.rglob("*.jpg"))[:64]]
     if not images:
         raise UserError(f"--images: no .jpg files under {folder}")

@@ -31,6 +31,7 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from app.data import service
+    from app.net import free_port
     from app.errors import UserError
 
     if args.role == "dispatcher":
@@ -43,7 +44,7 @@ def main() -> None:
     else:
         if not args.dispatcher:
             raise UserError("--dispatcher: a worker needs the dispatcher's HOST:PORT")
-        port = args.port or service.free_port()
+        port = args.port or free_port()
         server = service.start_worker(args.dispatcher, port, args.advertise)
         print(f"worker at {args.advertise}:{port}, serving dispatcher {args.dispatcher}", flush=True)
     service.wait_for_signal(server)

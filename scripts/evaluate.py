@@ -21,11 +21,11 @@ def main() -> None:
     p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
     p.add_argument("--data", required=True, help="TFRecord folder or gs:// URL (make_tfrecords.py), or a local folder of class folders")
     p.add_argument("--split", default="val", help="split of a TFRecord folder (default val)")
-    p.add_argument("--report", type=Path, default=None, help="report folder (default reports/<name>-v<version>-<split>)")
+    p.add_argument("--report", type=Path, default=None, help="report folder (default RUN_DIR/reports/<name>-v<version>-<split> for an export in its run dir, else EXPORT_DIR/<name>-reports/v<version>-<split>)")
     p.add_argument("--label-map", type=Path, default=None, help="JSON {dataset class: model class} when names differ")
     p.add_argument("--top-k", type=int, default=5, help="k for top-k accuracy (default 5)")
     args = p.parse_args()
-    from app.evaluation import evaluate
+    from app.evaluation.evaluate import evaluate
 
     result = evaluate(args.model_dir, args.data, split=args.split, report_dir=args.report,
                       label_map=args.label_map, top_k=args.top_k)

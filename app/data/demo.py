@@ -20,7 +20,21 @@ from PIL import Image, ImageDraw, ImageFilter
 
 CLASSES = ("circle", "square", "star", "triangle")
 DEFAULT_PER_CLASS = 100
-DEMO_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "demo"  # in the project checkout
+HOME_ENV = "PHOTOCLF_DEMO_HOME"  # where datasets/demo and runs/demo go; default: the project checkout
+
+
+def demo_home() -> Path:
+    """The folder holding datasets/demo (generated images and TFRecords) and runs/demo (the
+    notebook's default model): the checkout, or $PHOTOCLF_DEMO_HOME (tests point it elsewhere)."""
+    return Path(os.environ.get(HOME_ENV) or Path(__file__).resolve().parents[2])
+
+
+def demo_root() -> Path:
+    return demo_home() / "datasets" / "demo"
+
+
+def demo_run_dir() -> Path:
+    return demo_home() / "runs" / "demo"
 
 
 def _background(rng: np.random.Generator, width: int, height: int) -> Image.Image:
@@ -105,11 +119,12 @@ def generate_demo_images(out: Path, per_class: int = DEFAULT_PER_CLASS, seed: in
     return out
 
 
-def ensure_demo_records(root: Path = DEMO_ROOT) -> Path:
-    """The demo TFRecords under `root`, generating images and shards first if they are missing."""
+def ensure_demo_records(root: Path | None = None) -> Path:
+    """The demo TFRecords under `root` (default demo_root()), generating images and shards first if missing."""
     from app.data.schema import METADATA_FILE
     from app.data.writer import write_tfrecords
 
+    root = root or demo_root()
     records = root / "tfrecords"
     if (records / METADATA_FILE).exists():
         return records

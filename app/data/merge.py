@@ -54,7 +54,7 @@ def merge_writers(out: str | Path) -> dict:
         total = int(schema.SHARD_PATTERN.match(names[0]).group("count"))
         if len(names) != total or any(not storage.exists(storage.join(out, n)) for n in names):
             raise UserError(f"{out}: split '{split}' has {len(names)} of {total} shards; a writer's output is missing")
-    storage.write_text_atomic(storage.join(out, schema.METADATA_FILE), json.dumps(merged, indent=2) + "\n")
+    storage.write_json_atomic(storage.join(out, schema.METADATA_FILE), merged)
     for p in parts:
         storage.remove(p)
     return merged

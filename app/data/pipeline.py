@@ -197,6 +197,15 @@ def _train_decoder(image_size: int, augment: Augment):
     return lambda encoded, seed: decode_for_eval(encoded, image_size)
 
 
+def _jitter_batches(ds: tf.data.Dataset, strength: float, seed: int | None, deterministic: bool) -> tf.data.Dataset:
+    """Colour jitter on whole batches: one fused pass, GPU-shaped."""
+    seeds = tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2)
+    return tf.data.Dataset.zip(ds, seeds).map(
+        lambda e, s: {**e, "image": color_jitter(e["image"], s, strength)},
+        num_parallel_calls=AUTOTUNE, deterministic=deterministic,
+    )
+
+
 def make_train_dataset(
     data_dir: str | Path,
     *,
@@ -240,12 +249,8 @@ def make_train_dataset(
     ds = tf.data.Dataset.zip(ds, seeds)
     ds = _decoded(ds, _train_decoder(image_size, augment), strict=strict, deterministic=deterministic, counter=counter)
     ds = ds.batch(batch_size, drop_remainder=repeat)
-    if augment.color_jitter > 0:  # on whole batches: one fused pass, GPU-shaped
-        jitter_seeds = tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2)
-        ds = tf.data.Dataset.zip(ds, jitter_seeds).map(
-            lambda e, s: {**e, "image": color_jitter(e["image"], s, augment.color_jitter)},
-            num_parallel_calls=AUTOTUNE, deterministic=deterministic,
-        )
+    if augment.color_jitter > 0:
+        ds = _jitter_batches(ds, augment.color_jitter, seed, deterministic)
     ds = ds.map(lambda e: (e["image"], e["label"]))
     if data_service:
         from app.data.service import distribute

@@ -1,9 +1,9 @@
 """Image ops shared by training, evaluation and the exported serving graph.
 
 `decode_for_eval` is THE evaluation preprocessing: the eval pipeline maps it over records and the
-serving signature maps it over request bytes, so train/serve skew cannot creep in. Every op here
-works on a single image (eagerly or inside tf.data), except `augment_batch`, which works on a
-whole batch at once with plain arithmetic so it runs well on a GPU too.
+serving signature maps it over request bytes, so train/serve skew cannot creep in. The decode
+ops work on a single image (eagerly or inside tf.data); `color_jitter` works on one image or a
+whole batch at once, with plain arithmetic, so it runs well on a GPU too.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ import tensorflow as tf
 
 SCHEMA_VERSION = 1
 METADATA_FILE = "dataset.json"
-LABELS_FILE = "labels.txt"
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"

@@ -28,12 +28,6 @@ SCHEME = "grpc"
 DEFAULT_DISPATCHER_PORT = 5050
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def parse_address(address: str, flag: str = "--data-service") -> tuple[str, int]:
     """'grpc://host:port' → (host, port), or a one-line error naming the flag."""
     parts = urlsplit(address)

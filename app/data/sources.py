@@ -38,7 +38,7 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def _list_files(folder: Path) -> list[Path]:
+def list_files(folder: Path) -> list[Path]:
     """Regular, non-hidden files below `folder` (recursively), sorted for determinism."""
     files = []
     for path in sorted(folder.rglob("*")):
@@ -49,7 +49,7 @@ def _list_files(folder: Path) -> list[Path]:
     return files
 
 
-def _class_dirs(folder: Path) -> list[Path]:
+def class_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not _is_hidden(p.name))
 
 
@@ -107,8 +107,8 @@ def _check_classes(by_split: dict[str, dict[str, list[Path]]], src: Path) -> lis
 
 def _from_folders(src: Path, class_root: Path, skipped: list[dict[str, str]]) -> dict[str, list[Path]]:
     by_class: dict[str, list[Path]] = {}
-    for class_dir in _class_dirs(class_root):
-        files = [p for p in _list_files(class_dir) if _screen(p, src, skipped)]
+    for class_dir in class_dirs(class_root):
+        files = [p for p in list_files(class_dir) if _screen(p, src, skipped)]
         if not files:
             raise UserError(f"{class_dir}: class folder holds no usable files")
         by_class[class_dir.name] = files
@@ -170,7 +170,7 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
         layout = "manifest"
     else:
         root = src
-        subdirs = {p.name for p in _class_dirs(src)}
+        subdirs = {p.name for p in class_dirs(src)}
         if not subdirs:
             raise UserError(f"{src}: empty; expected one subfolder per class (or train/ and val/)")
         if subdirs <= set(SPLITS) and subdirs & {"train", "val"}:

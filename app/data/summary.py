@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-
-def format_table(rows: list[list[str]]) -> str:
-    """Left-align the first column, right-align the rest."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for k, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
-        lines.append("  ".join(cells))
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from app.table import format_table
 
 
 def format_summary(meta: dict, out_dir: str) -> str:

@@ -25,6 +25,7 @@ from app.data import schema
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
 from app.data.sources import SPLITS, Source, SourceImage, scan_source
 from app.errors import UserError
+from app.labels import LABELS_FILE, write_labels
 
 DEFAULT_TARGET_SHARD_MB = 150  # big enough to stream efficiently, small enough to parallelise
 # Below this many images a worker process costs more to start (it imports TensorFlow) than it saves.
@@ -163,13 +164,12 @@ def _install(results: list[ShardResult], staging: str, out: str, metadata: dict,
              part: str | None = None) -> None:
     """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards.
     In split-writer mode this writer's part file goes last instead, and dataset.json waits for the merge."""
-    labels = "".join(f"{c}\n" for c in classes)
     if part is not None:
         storage.remove(storage.join(out, schema.METADATA_FILE))  # stale after --overwrite until the merge
         for result in results:
             storage.rename(storage.join(staging, result.name), storage.join(out, result.name))
-        storage.write_text_atomic(storage.join(out, schema.LABELS_FILE), labels)
-        storage.write_text_atomic(storage.join(out, part), json.dumps(metadata, indent=2) + "\n")
+        write_labels(storage.join(out, LABELS_FILE), classes)
+        storage.write_json_atomic(storage.join(out, part), metadata)
         return
     old_meta = storage.join(out, schema.METADATA_FILE)
     old_shards = set()
@@ -180,8 +180,20 @@ def _install(results: list[ShardResult], staging: str, out: str, metadata: dict,
         storage.rename(storage.join(staging, result.name), storage.join(out, result.name))
     for stale in old_shards - {r.name for r in results}:
         storage.remove(storage.join(out, stale))
-    storage.write_text_atomic(storage.join(out, schema.LABELS_FILE), labels)
-    storage.write_text_atomic(storage.join(out, schema.METADATA_FILE), json.dumps(metadata, indent=2) + "\n")
+    write_labels(storage.join(out, LABELS_FILE), classes)
+    storage.write_json_atomic(storage.join(out, schema.METADATA_FILE), metadata)
+
+
+def _check_options(num_shards: int | None, max_side: int | None, workers: int | None, num_writers: int,
+                   writer_index: int) -> None:
+    if num_shards is not None and num_shards < 1:
+        raise UserError(f"--num-shards must be >= 1, got {num_shards}")
+    if max_side is not None and max_side < 16:
+        raise UserError(f"--max-side must be >= 16, got {max_side}")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    if num_writers < 1 or not 0 <= writer_index < num_writers:
+        raise UserError(f"--writer-index must be in [0, --num-writers), got {writer_index} of {num_writers}")
 
 
 def write_tfrecords(
@@ -206,12 +218,7 @@ def write_tfrecords(
     the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT).
     OUT may be local or a gs:// (any tf.io.gfile) URL; SRC is a local folder or CSV."""
     src, out = Path(src), str(out)
-    if num_shards is not None and num_shards < 1:
-        raise UserError(f"--num-shards must be >= 1, got {num_shards}")
-    if max_side is not None and max_side < 16:
-        raise UserError(f"--max-side must be >= 16, got {max_side}")
-    if num_writers < 1 or not 0 <= writer_index < num_writers:
-        raise UserError(f"--writer-index must be in [0, --num-writers), got {writer_index} of {num_writers}")
+    _check_options(num_shards, max_side, workers, num_writers, writer_index)
     part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
     _check_out(out, overwrite, part)
     source = scan_source(src, val_fraction, test_fraction, seed)
@@ -222,8 +229,6 @@ def write_tfrecords(
             source = Source(source.images, source.classes, [], source.layout)
     if workers is None:
         workers = 1 if len(source.images) < MIN_IMAGES_FOR_WORKERS else os.cpu_count() or 1
-    elif workers < 1:
-        raise UserError(f"--workers must be >= 1, got {workers}")
     workers = max(1, min(workers, len(tasks)))
     storage.makedirs(out)
     staging = storage.make_temp_dir(out, ".incomplete-")

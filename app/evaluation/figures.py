@@ -1,4 +1,5 @@
-"""Evaluation figures (matplotlib, PNG), sized to stay readable with many classes."""
+"""Figures (matplotlib, PNG) for evaluation reports, TensorBoard and the run dir, sized to stay
+readable with many classes. Written atomically, like every file the project writes."""
 
 from __future__ import annotations
 
@@ -13,17 +14,34 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 
-def _save(fig, path: Path) -> Path:
+from app import storage  # noqa: E402
+
+
+def save_figure(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with storage.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path
 
 
-def plot_confusion_matrix(metrics: dict, classes: list[str], path: Path) -> Path:
+def figure_png(fig) -> bytes:
+    fig.tight_layout()
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=100)
+    plt.close(fig)
+    return out.getvalue()
+
+
+def plot_confusion_matrix(counts: np.ndarray, classes: list[str], path: Path) -> Path:
+    return save_figure(confusion_matrix_figure(counts, classes), path)
+
+
+def confusion_matrix_figure(counts: np.ndarray, classes: list[str]):
     """Row-normalised colours; counts written in the cells while there are few enough classes."""
-    counts = np.array(metrics["confusion_matrix"])
-    normalized = np.array(metrics["confusion_matrix_normalized"])
+    counts = np.asarray(counts)
+    rows = counts.sum(axis=1, keepdims=True)
+    normalized = np.divide(counts, rows, out=np.zeros(counts.shape), where=rows > 0)
     n = len(classes)
     side = min(max(5.0, 0.45 * n + 2), 40.0)
     fig, ax = plt.subplots(figsize=(side, side))
@@ -40,7 +58,7 @@ def plot_confusion_matrix(metrics: dict, classes: list[str], path: Path) -> Path
                     ax.text(p, t, str(counts[t, p]), ha="center", va="center", fontsize=8,
                             color="white" if normalized[t, p] > 0.5 else "black")
     ax.set_title("Confusion matrix")
-    return _save(fig, path)
+    return fig
 
 
 def plot_per_class(metrics: dict, path: Path) -> Path:
@@ -57,7 +75,7 @@ def plot_per_class(metrics: dict, path: Path) -> Path:
     ax.invert_yaxis()
     ax.legend(loc="lower right")
     ax.set_title("Per-class metrics (worst F1 at the top)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_reliability(metrics: dict, path: Path) -> Path:
@@ -73,7 +91,7 @@ def plot_reliability(metrics: dict, path: Path) -> Path:
     ax.set_ylim(0, 1)
     ax.set_title(f"Reliability (ECE {metrics['ece']:.3f})")
     ax.legend(loc="upper left")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_mistakes(mistakes: list[dict], path: Path, columns: int = 4) -> Path | None:
@@ -90,4 +108,4 @@ def plot_mistakes(mistakes: list[dict], path: Path, columns: int = 4) -> Path | 
         ax.imshow(image)
         ax.set_title(f"true: {m['true']}\npred: {m['predicted']} ({m['confidence']:.2f})", fontsize=9)
     fig.suptitle("Most confident mistakes")
-    return _save(fig, path)
+    return save_figure(fig, path)

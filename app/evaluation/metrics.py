@@ -18,20 +18,8 @@ def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, num_classes: int
     return matrix
 
 
-def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = ECE_BINS) -> float:
-    """Mean |accuracy − confidence| over equal-width confidence bins, weighted by bin size."""
-    confidence = probabilities.max(axis=1)
-    correct = probabilities.argmax(axis=1) == labels
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    ece = 0.0
-    for low, high in zip(edges[:-1], edges[1:]):
-        in_bin = (confidence > low) & (confidence <= high)
-        if in_bin.any():
-            ece += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
-    return float(ece)
-
-
 def reliability_bins(labels: np.ndarray, probabilities: np.ndarray, bins: int = ECE_BINS) -> list[dict]:
+    """Equal-width confidence bins: count, accuracy and mean confidence of the predictions in each."""
     confidence = probabilities.max(axis=1)
     correct = probabilities.argmax(axis=1) == labels
     edges = np.linspace(0.0, 1.0, bins + 1)
@@ -42,6 +30,12 @@ def reliability_bins(labels: np.ndarray, probabilities: np.ndarray, bins: int = 
                     "accuracy": float(correct[in_bin].mean()) if in_bin.any() else None,
                     "confidence": float(confidence[in_bin].mean()) if in_bin.any() else None})
     return out
+
+
+def expected_calibration_error(bins: list[dict]) -> float:
+    """Mean |accuracy − confidence| over the reliability bins, weighted by bin size."""
+    total = sum(b["count"] for b in bins)
+    return float(sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in bins if b["count"]) / max(total, 1))
 
 
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list[str], top_k: int = 5) -> dict:
@@ -67,13 +61,14 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
     weights = support / support.sum()
     pairs = [(int(t), int(p), int(matrix[t, p])) for t in range(num_classes) for p in range(num_classes) if t != p and matrix[t, p]]
     pairs.sort(key=lambda x: -x[2])
+    reliability = reliability_bins(labels, probabilities)
     return {
         "num_examples": int(len(labels)),
         "accuracy": float((predicted == labels).mean()),
         "top_k": k,
         "top_k_accuracy": float((top == labels[:, None]).any(axis=1).mean()),
         "log_loss": log_loss,
-        "ece": expected_calibration_error(labels, probabilities),
+        "ece": expected_calibration_error(reliability),
         "per_class": {
             name: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]), "support": int(support[i])}
             for i, name in enumerate(classes)
@@ -84,5 +79,5 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
         "confusion_matrix": matrix.tolist(),
         "confusion_matrix_normalized": normalized.round(6).tolist(),
         "most_confused": [{"true": classes[t], "predicted": classes[p], "count": n} for t, p, n in pairs[:10]],
-        "reliability": reliability_bins(labels, probabilities),
+        "reliability": reliability,
     }

@@ -19,7 +19,9 @@ from tqdm import tqdm
 
 from app.data import schema
 from app.data.pipeline import load_dataset_info
+from app.data.sources import class_dirs, list_files
 from app.errors import UserError
+from app.export import layout
 
 Example = tuple[bytes, int, str]  # encoded image, dataset label id, filename
 
@@ -32,26 +34,6 @@ class Predictions:
     classes: list[str]  # the model's classes
     mistakes: list[dict] = field(default_factory=list)  # most confident wrong predictions, with image bytes
     skipped: list[dict] = field(default_factory=list)  # undecodable inputs
-
-
-def resolve_model_dir(path: str | Path) -> Path:
-    """A version folder, a model folder (newest version) or a run dir (its newest export)."""
-    path = Path(path)
-    if (path / "saved_model.pb").exists():
-        return path
-    candidates = [path] + ([p for p in (path / "export").iterdir() if p.is_dir()] if (path / "export").is_dir() else [])
-    for folder in candidates:
-        versions = [p for p in folder.iterdir() if p.name.isdigit() and (p / "saved_model.pb").exists()] if folder.is_dir() else []
-        if versions:
-            return max(versions, key=lambda p: int(p.name))
-    raise UserError(f"{path}: no SavedModel found (give EXPORT_DIR/<name>[/<version>] or a run dir with export/)")
-
-
-def model_classes(version_dir: Path) -> list[str]:
-    labels = version_dir / "assets" / "labels.txt"
-    if not labels.exists():
-        raise UserError(f"{version_dir}: no assets/labels.txt; export it with scripts/export.py")
-    return labels.read_text().split("\n")[:-1]
 
 
 def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int, Iterator[Example]]:
@@ -69,11 +51,11 @@ def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int,
 
 
 def folder_examples(folder: str | Path) -> tuple[list[str], int, Iterator[Example]]:
+    """A folder of class folders, found as make_tfrecords.py finds them (hidden files ignored)."""
     folder = Path(folder)
-    classes = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-    files = [(f, i) for i, c in enumerate(classes) for f in sorted((folder / c).rglob("*"))
-             if f.is_file() and not f.name.startswith(".") and f.stat().st_size > 0]
-    return classes, len(files), ((f.read_bytes(), i, str(f.relative_to(folder))) for f, i in files)
+    class_folders = class_dirs(folder)
+    files = [(f, i) for i, c in enumerate(class_folders) for f in list_files(c)]
+    return [c.name for c in class_folders], len(files), ((f.read_bytes(), i, str(f.relative_to(folder))) for f, i in files)
 
 
 def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[str, str] | None) -> np.ndarray:
@@ -105,7 +87,7 @@ def predict(version_dir: Path, data_classes: list[str], total: int, examples: It
             label_map: dict[str, str] | None = None, batch_size: int = 32, keep_mistakes: int = 16) -> Predictions:
     if total == 0:
         raise UserError("the evaluation data is empty")
-    classes = model_classes(version_dir)
+    classes = layout.read_classes(version_dir)
     mapping = label_mapping(data_classes, classes, label_map)
     serve = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
     labels, probs, names, skipped, mistakes = [], [], [], [], []

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from pathlib import Path
 
-from app.storage import write_text_atomic
-from app.data.summary import format_table
+from app.storage import write_json_atomic, write_text_atomic
+from app.table import format_table
 
 
 def summary_table(metrics: dict, worst: int = 5) -> str:
@@ -26,7 +25,7 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
 
 
 def write_metrics(metrics: dict, path: Path) -> Path:
-    write_text_atomic(path, json.dumps(metrics, indent=2) + "\n")
+    write_json_atomic(path, metrics)
     return path
 
 

@@ -14,7 +14,6 @@ without decoding it); the local server then retries items one by one to name the
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -24,8 +23,11 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from app import storage
 from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_for_eval
 from app.errors import UserError
+from app.export import layout
+from app.labels import LABELS_FILE, write_labels
 
 DEFAULT_TOP_K = 5
 
@@ -66,11 +68,6 @@ class ServingModule(tf.Module):
         return {**self._from_bytes(image_bytes), "key": tf.identity(key)}
 
 
-def next_version(model_dir: Path) -> int:
-    versions = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()] if model_dir.is_dir() else []
-    return max(versions, default=0) + 1
-
-
 def export_saved_model(
     model: keras.Model, classes: list[str], image_size: int, export_root: Path, name: str, *,
     version: int | None = None, metadata: dict | None = None, top_k: int = DEFAULT_TOP_K,
@@ -80,20 +77,22 @@ def export_saved_model(
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise UserError(f"--name '{name}': use letters, digits, '_', '-', '.'")
     model_dir = Path(export_root) / name
-    version = next_version(model_dir) if version is None else version
+    version = layout.next_version(model_dir) if version is None else version
     if version < 1:
         raise UserError(f"--version must be >= 1, got {version}")
-    final = model_dir / str(version)
+    final = layout.version_dir(export_root, name, version)
     if final.exists():
         raise UserError(f"{final} already exists; versions are never overwritten (omit --version for the next one)")
     model_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".incomplete-{version}-", dir=model_dir))  # hidden: servers skip it
+    staging = Path(tempfile.mkdtemp(prefix=f"{layout.STAGING_PREFIX}{version}-", dir=model_dir))  # hidden: servers skip it
     try:
+        # Written outside the SavedModel; tf.saved_model.save copies assets into its assets/.
         extra = staging / "extra"
+        labels, metadata_file = extra / LABELS_FILE, extra / layout.METADATA_FILE
         extra.mkdir()
-        (extra / "labels.txt").write_text("".join(f"{c}\n" for c in classes))
-        (extra / "metadata.json").write_text(json.dumps(metadata or {}, indent=2, default=str) + "\n")
-        module = ServingModule(model, classes, image_size, crop_fraction, top_k, extra / "labels.txt", extra / "metadata.json")
+        write_labels(labels, classes)
+        storage.write_json_atomic(metadata_file, metadata or {})
+        module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file)
         saved = staging / "model"
         tf.saved_model.save(module, str(saved), signatures={
             "serving_default": module.serving_default,

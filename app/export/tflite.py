@@ -7,7 +7,6 @@ The parity report compares it with the SavedModel on the validation split.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -16,8 +15,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from app.storage import write_bytes_atomic
+from app import storage
 from app.data.pipeline import make_eval_dataset
+from app.export import layout
+from app.labels import LABELS_FILE, write_labels
 
 CALIBRATION_IMAGES = 100
 
@@ -75,10 +76,10 @@ def export_tflite(model: keras.Model, saved_model_dir: Path, classes: list[str],
                   mode: str, out_dir: Path) -> dict[str, str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     tflite_model = convert(model, image_size, mode, data_dir)
-    path = out_dir / f"model_{mode}.tflite"
-    write_bytes_atomic(path, tflite_model)
-    (out_dir / "labels.txt").write_text("".join(f"{c}\n" for c in classes))
+    path = layout.tflite_model_path(out_dir, mode)
+    storage.write_bytes_atomic(path, tflite_model)
+    write_labels(out_dir / LABELS_FILE, classes)
     report = parity_report(tflite_model, saved_model_dir, data_dir, image_size)
-    report_path = out_dir / f"parity_{mode}.json"
-    report_path.write_text(json.dumps({"mode": mode, **report}, indent=2) + "\n")
+    report_path = layout.tflite_parity_path(out_dir, mode)
+    storage.write_json_atomic(report_path, {"mode": mode, **report})
     return {"tflite": str(path), "tflite_parity": str(report_path)}

@@ -8,9 +8,7 @@ adding an architecture is one short function.
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import keras
@@ -119,41 +117,3 @@ def blocks(backbone: keras.Model, spec: BackboneSpec) -> list[tuple[str, int]]:
         if match and (not found or found[-1][0] != match.group(1)):
             found.append((match.group(1), index))
     return found
-
-
-def load_backbone(spec: BackboneSpec, image_size: int, weights: str) -> tuple[keras.Model, str]:
-    """Build the backbone with `weights` = imagenet | none | PATH. Returns (model, what was loaded).
-
-    Raises UserError for a missing/incompatible file or an unavailable download; never falls
-    back silently (resolve `auto` first, with `resolve_weights`).
-    """
-    if image_size < spec.min_size:
-        raise UserError(f"image size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
-    shape = (image_size, image_size, 3)
-    if spec.hub_handle:
-        if weights not in ("auto", "imagenet"):
-            raise UserError(f"--weights {weights}: a TF-Hub/SavedModel backbone brings its own weights; use auto")
-        return spec.build(shape, None), f"SavedModel {spec.hub_handle}"
-    if weights == "none":
-        return spec.build(shape, None), "none (random initialisation)"
-    if weights == "imagenet":
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return spec.build(shape, "imagenet"), "imagenet"
-        except Exception as err:  # download or cache failure: keras raises plain Exception
-            raise UserError(f"--weights imagenet: could not get ImageNet weights for {spec.name} ({err})") from None
-    path = Path(weights)
-    if not path.is_file():
-        raise UserError(f"--weights: no such file {path}")
-    if not path.name.endswith(".h5"):
-        raise UserError(f"--weights: {path} is not a .h5 or .weights.h5 file")
-    model = spec.build(shape, None)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.load_weights(str(path))
-    except Exception as err:
-        first_line = str(err).strip().splitlines()[0]
-        raise UserError(f"--weights: {path} does not fit {spec.name}: {first_line}") from None
-    return model, str(path)

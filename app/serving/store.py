@@ -7,7 +7,6 @@ drops nothing. Folders whose names are not numbers (the exporter's hidden temp d
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from app.errors import UserError
+from app.export import layout
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,7 @@ class LoadedModel:
         return dict(self.module.signatures)
 
     def metadata(self) -> dict:
-        path = self.path / "assets" / "metadata.json"
-        return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _versions(base: Path) -> list[int]:
-    return sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit() and (p / "saved_model.pb").exists())
+        return layout.read_metadata(self.path)
 
 
 class ModelStore:
@@ -45,7 +40,7 @@ class ModelStore:
         self.name = self.base.name
         if not self.base.is_dir():
             raise UserError(f"{self.base}: no such model folder (expected EXPORT_DIR/<name> with version subfolders)")
-        versions = _versions(self.base)
+        versions = layout.versions(self.base)
         if not versions:
             raise UserError(f"{self.base}: no version folders holding a saved_model.pb")
         self._lock = threading.Lock()
@@ -73,7 +68,7 @@ class ModelStore:
     def _poll(self, seconds: float) -> None:
         while not self._stop.wait(seconds):
             try:
-                newest = max(_versions(self.base), default=0)
+                newest = max(layout.versions(self.base), default=0)
                 if newest > self.current.version:
                     loaded = self._load(newest)  # fully loaded before anyone sees it
                     with self._lock:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from app.config import TrainConfig
-from app.training.train import run_phase1, run_phase2, setup
+from app.training.context import setup
+from app.training.train import run_phase1, run_phase2
 
 
 def _timed_phase1(cfg: TrainConfig) -> tuple[float, object]:

@@ -1,68 +1,61 @@
-"""Per-epoch records: history.csv, TensorBoard scalars and the two-phase learning-curve plot."""
+"""Per-epoch records of a run: history.csv (with TensorBoard beside it) and the learning-curve plot."""
 
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
-import tensorflow as tf
+from app import storage
+from app.run_dir import RunDir
+from app.training.tensorboard import TensorBoardLog
 
 FIELDS = ["phase", "epoch", "phase_epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr", "seconds"]
 
 
+def read_history(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
 class History:
-    """Appends one row per finished epoch. On resume, rows past the restored epoch are dropped,
-    so an epoch interrupted after its row was written is not counted twice."""
+    """Appends one row per finished epoch to history.csv and TensorBoard. On resume, rows past the
+    restored epoch are dropped, so an epoch interrupted after its row was written is not counted
+    twice. Disabled (writes nothing) on the non-chief workers of a multi-worker run."""
 
-    def __init__(self, run_dir: Path, enabled: bool = True) -> None:
-        self.path = run_dir / "history.csv"
-        self.enabled = enabled
-        self.writer = tf.summary.create_file_writer(str(run_dir / "tensorboard")) if enabled else None
+    def __init__(self, run: RunDir, enabled: bool = True) -> None:
+        self.path = run.history
+        self.board = TensorBoardLog(run.tensorboard) if enabled else None
 
-    def rows(self) -> list[dict[str, str]]:
-        if not self.path.exists():
-            return []
-        with self.path.open(newline="") as f:
-            return list(csv.DictReader(f))
+    @property
+    def enabled(self) -> bool:
+        return self.board is not None
 
     def truncate(self, phase: int, phase_epochs_done: int) -> None:
-        if not self.enabled:
-            return
-        keep = [r for r in self.rows() if int(r["phase"]) < phase or (int(r["phase"]) == phase and int(r["phase_epoch"]) <= phase_epochs_done)]
-        self._write(keep)
+        if self.enabled:
+            self._write([r for r in read_history(self.path)
+                         if int(r["phase"]) < phase or (int(r["phase"]) == phase and int(r["phase_epoch"]) <= phase_epochs_done)])
 
-    def append(self, row: dict[str, float | int]) -> None:
+    def append(self, row: dict[str, float | int | str]) -> None:
+        """`row` holds FIELDS; extra numeric keys (e.g. images_per_s) go to TensorBoard only."""
         if not self.enabled:
             return
-        self._write(self.rows() + [{k: str(row[k]) for k in FIELDS}])
-        # Plain Summary protos: TensorBoard reads them, and writing them needs no tensorboard package.
-        summary = tf.compat.v1.Summary(value=[
-            tf.compat.v1.Summary.Value(tag=key, simple_value=float(row[key]))
-            for key in ("loss", "accuracy", "val_loss", "val_accuracy", "lr")
-        ])
-        with self.writer.as_default():
-            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=int(row["epoch"]))
-        self.writer.flush()
+        self._write(read_history(self.path) + [{k: str(row[k]) for k in FIELDS}])
+        self.board.epoch(row)
 
     def _write(self, rows: list[dict[str, str]]) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with tmp.open("w", newline="") as f:
+        with storage.atomic_path(self.path) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=FIELDS)
             writer.writeheader()
             writer.writerows(rows)
-        os.replace(tmp, self.path)
 
 
 def plot_learning_curves(history_csv: Path, out_png: Path) -> Path | None:
     """Loss and accuracy over both phases on one time axis, with the phase boundary marked."""
-    import matplotlib
+    from app.evaluation.figures import plt, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with history_csv.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_history(history_csv)
     if not rows:
         return None
     epochs = [int(r["epoch"]) for r in rows]
@@ -77,9 +70,4 @@ def plot_learning_curves(history_csv: Path, out_png: Path) -> Path | None:
         ax.set_title(key)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out_png)
-    return out_png
+    return save_figure(fig, out_png)

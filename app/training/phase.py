@@ -1,25 +1,26 @@
-"""One training phase: epochs with progress bar, early stopping, best weights, resumable state.
+"""One training phase: epochs with a progress bar, early stopping, best weights, resumable state.
 
 Everything needed to continue after a kill (model, optimizer, epoch counter, early-stopping
 state) is one tf.train.Checkpoint written at the end of every epoch, so a restarted run
-continues from the last finished epoch of the phase it was in.
+continues from the last finished epoch of the phase it was in. The same runner serves both
+phases; train.py builds a `Phase` for each.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import keras
 import tensorflow as tf
 
+from app import storage
+from app.run_dir import RunDir
 from app.training.history import History
-from app.training.steps import Steps
+from app.training.steps import Evaluation, Steps
 
 log = logging.getLogger(__name__)
 
@@ -38,55 +39,56 @@ class PhaseResult:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class PhaseSpec:
     phase: int  # 1 or 2
     epochs: int
     steps_per_epoch: int
     steps_per_execution: int
-    patience: int
+    patience: int  # epochs without val_loss improvement before stopping
     epoch_offset: int  # global epoch number of this phase's epoch 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class PhaseInputs:
+    train_iterator: Callable[[], Iterator]  # called lazily: a finished phase (seen on resume) needs no data
+    val_dataset: Callable[[], object]  # a fresh finite (distributed) dataset per epoch
+
+
+@dataclass(frozen=True, kw_only=True)
 class PhaseFiles:
-    """Where a phase keeps its checkpoint and best weights.
+    """Where a phase reads and writes its checkpoint and best weights.
 
     Under multi-worker training every worker saves (saving may involve collective ops), but only
-    the chief writes the run dir: the others write to a scratch dir, as TensorFlow documents, and
-    read the chief's files when resuming (so the run dir must be on storage all workers see).
-    For the chief and for single-worker runs both dirs are the run's checkpoints dir.
+    the chief writes the run dir: the others write to a scratch run dir, as TensorFlow documents,
+    and read the chief's files when resuming (so the run dir must be on storage all workers see).
+    For the chief and for single-worker runs both are the run dir.
     """
 
-    read_dir: Path
-    write_dir: Path
-    phase: int
+    read: RunDir
+    write: RunDir
 
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.write_dir / f"phase{self.phase}"
-
-    def latest_checkpoint(self) -> str | None:
-        return tf.train.latest_checkpoint(str(self.read_dir / f"phase{self.phase}"))
-
-    def best(self, epoch: int, phase: int | None = None) -> Path:
-        """Where this worker writes the best weights of `epoch`."""
-        return self.write_dir / f"phase{phase or self.phase}_best_epoch{epoch:03d}.weights.h5"
-
-    def best_to_load(self, epoch: int, phase: int | None = None) -> Path:
+    def best_to_load(self, phase: int, epoch: int) -> str:
         """This worker's own copy if it wrote one in this process, else the chief's (on resume).
         Replicas hold identical weights, so the two copies are the same."""
-        own = self.best(epoch, phase)
-        return own if own.exists() else self.read_dir / own.name
-
-    def stale_best(self, keep_epoch: int) -> list[Path]:
-        return [p for p in self.write_dir.glob(f"phase{self.phase}_best_epoch*.weights.h5") if p != self.best(keep_epoch)]
+        own = self.write.best_weights(phase, epoch)
+        return str(own if own.exists() else self.read.best_weights(phase, epoch))
 
 
-def save_weights_atomic(model: keras.Model, path: Path) -> None:
-    tmp = path.with_name(path.name.replace(".weights.h5", ".tmp.weights.h5"))
-    model.save_weights(str(tmp))
-    os.replace(tmp, path)
+@dataclass(frozen=True, kw_only=True)
+class Phase:
+    spec: PhaseSpec
+    steps: Steps  # compiled train/eval steps of the model being trained (logits, or head on features)
+    inputs: PhaseInputs
+    model: keras.Model  # whose weights are checkpointed and kept as "best": the whole classifier
+    files: PhaseFiles
+    history: History
+    baseline: PhaseResult | None = None  # phase 1's result: phase 2 must beat it to count
+
+
+def save_weights_atomic(model: keras.Model, path) -> None:
+    with storage.atomic_path(path) as tmp:
+        model.save_weights(tmp)
 
 
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
@@ -97,98 +99,122 @@ def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     return float(tf.convert_to_tensor(lr))
 
 
-def run_phase(
-    spec: PhaseSpec,
-    steps: Steps,
-    make_train_iterator: Callable[[], object],
-    make_val_dataset: Callable[[], object],
-    weights_model: keras.Model,  # the model whose weights are checkpointed and kept as "best"
-    optimizer: keras.optimizers.Optimizer,
-    files: PhaseFiles,
-    history: History,
-    images_per_step: int,
-    baseline: PhaseResult | None = None,
-) -> PhaseResult:
+class PhaseState:
+    """Epoch counter and early-stopping state, checkpointed with the model and optimizer."""
+
+    def __init__(self, phase: Phase) -> None:
+        self.phase = phase
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.best_val_loss = tf.Variable(math.inf, dtype=tf.float64, trainable=False)
+        self.best_val_accuracy = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self.best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.wait = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        if phase.baseline is not None:
+            self.best_val_loss.assign(phase.baseline.val_loss)
+            self.best_val_accuracy.assign(phase.baseline.val_accuracy)
+        checkpoint = tf.train.Checkpoint(
+            model=phase.model, optimizer=phase.steps.optimizer, epoch=self.epoch, best_val_loss=self.best_val_loss,
+            best_val_accuracy=self.best_val_accuracy, best_epoch=self.best_epoch, wait=self.wait, seconds=self.seconds,
+        )
+        self._checkpoint = checkpoint
+        self._manager = tf.train.CheckpointManager(
+            checkpoint, str(phase.files.write.phase_checkpoints(phase.spec.phase)), max_to_keep=1)
+
+    def restore(self) -> None:
+        latest = self.phase.files.read.latest_checkpoint(self.phase.spec.phase)
+        if latest:
+            self._checkpoint.restore(latest).assert_existing_objects_matched()
+            log.info("resuming phase %d after epoch %d (%s)", self.phase.spec.phase, self.epochs_done, latest)
+
+    def save(self) -> None:
+        self._manager.save()
+
+    @property
+    def epochs_done(self) -> int:
+        return int(self.epoch)
+
+    @property
+    def stopped(self) -> bool:
+        return int(self.wait) >= self.phase.spec.patience
+
+    @property
+    def finished(self) -> bool:
+        return self.epochs_done >= self.phase.spec.epochs or self.stopped
+
+    def improves(self, val: Evaluation) -> bool:
+        return val.loss < float(self.best_val_loss) - 1e-7
+
+    def record(self, epoch: int, val: Evaluation, seconds: float, improved: bool) -> None:
+        if improved:
+            self.best_val_loss.assign(val.loss)
+            self.best_val_accuracy.assign(val.accuracy)
+            self.best_epoch.assign(epoch)
+            self.wait.assign(0)
+        else:
+            self.wait.assign_add(1)
+        self.epoch.assign(epoch)
+        self.seconds.assign_add(seconds)
+
+    def result(self) -> PhaseResult:
+        spec, seconds = self.phase.spec, float(self.seconds)
+        images = self.epochs_done * spec.steps_per_epoch * self.phase.steps.global_batch_size
+        return PhaseResult(
+            val_loss=float(self.best_val_loss), val_accuracy=float(self.best_val_accuracy), epochs=self.epochs_done,
+            best_epoch=int(self.best_epoch), stopped_early=self.stopped and self.epochs_done < spec.epochs,
+            seconds=seconds, images_per_s=images / seconds if seconds else 0.0,
+        )
+
+
+def run_phase(phase: Phase) -> PhaseResult:
     """Train up to spec.epochs, keep the weights with the lowest val_loss, return their metrics.
 
     With a `baseline` (phase 1's result, whose weights are loaded at the start), an epoch must
     beat it to count as best; if none does, the phase ends with the baseline's weights. So
     phase 2 can never leave the model worse on validation than phase 1 did.
     """
-    state = {
-        "epoch": tf.Variable(0, dtype=tf.int64, trainable=False),
-        "best_val_loss": tf.Variable(math.inf, dtype=tf.float64, trainable=False),
-        "best_val_accuracy": tf.Variable(0.0, dtype=tf.float64, trainable=False),
-        "best_epoch": tf.Variable(0, dtype=tf.int64, trainable=False),
-        "wait": tf.Variable(0, dtype=tf.int64, trainable=False),
-        "seconds": tf.Variable(0.0, dtype=tf.float64, trainable=False),
-    }
-    if baseline is not None:
-        state["best_val_loss"].assign(baseline.val_loss)
-        state["best_val_accuracy"].assign(baseline.val_accuracy)
-    checkpoint = tf.train.Checkpoint(model=weights_model, optimizer=optimizer, **state)
-    manager = tf.train.CheckpointManager(checkpoint, str(files.checkpoint_dir), max_to_keep=1)
-    latest = files.latest_checkpoint()
-    if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-        log.info("resuming phase %d after epoch %d (%s)", spec.phase, int(state["epoch"]), latest)
-    history.truncate(spec.phase, int(state["epoch"]))
-    stopped = int(state["wait"]) >= spec.patience
-    train_iterator = None
-    while int(state["epoch"]) < spec.epochs and not stopped:
-        if train_iterator is None:  # lazily: a finished phase (seen again on resume) needs no data
-            train_iterator = make_train_iterator()
-        epoch = int(state["epoch"]) + 1
-        print(f"Phase {spec.phase} epoch {epoch}/{spec.epochs}", flush=True)
-        start = time.perf_counter()
-        train = _train_epoch(steps, train_iterator, spec)
-        val = steps.evaluate(make_val_dataset())
-        seconds = time.perf_counter() - start
-        improved = val["loss"] < float(state["best_val_loss"]) - 1e-7
-        if improved:
-            save_weights_atomic(weights_model, files.best(epoch))
-            state["best_val_loss"].assign(val["loss"])
-            state["best_val_accuracy"].assign(val["accuracy"])
-            state["best_epoch"].assign(epoch)
-            state["wait"].assign(0)
-        else:
-            state["wait"].assign_add(1)
-        state["epoch"].assign(epoch)
-        state["seconds"].assign_add(seconds)
-        lr = current_learning_rate(optimizer)
-        history.append({
-            "phase": spec.phase, "epoch": spec.epoch_offset + epoch, "phase_epoch": epoch,
-            "loss": round(train["loss"], 6), "accuracy": round(train["accuracy"], 6),
-            "val_loss": round(val["loss"], 6), "val_accuracy": round(val["accuracy"], 6),
-            "lr": f"{lr:.3g}", "seconds": round(seconds, 2),
-        })
-        manager.save()  # last: everything this epoch did is on disk before it counts as done
-        for stale in files.stale_best(int(state["best_epoch"])):
-            stale.unlink()
-        print(
-            f"  loss {train['loss']:.4f}  accuracy {train['accuracy']:.4f}  val_loss {val['loss']:.4f}"
-            f"  val_accuracy {val['accuracy']:.4f}  {seconds:.1f}s{'  *best' if improved else ''}",
-            flush=True,
-        )
-        stopped = int(state["wait"]) >= spec.patience
-        if stopped:
-            log.info("early stopping: val_loss has not improved for %d epochs", spec.patience)
-    if int(state["best_epoch"]):
-        weights_model.load_weights(str(files.best_to_load(int(state["best_epoch"]))))
-    elif baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
-        log.info("phase %d did not beat phase %d on val_loss; keeping phase %d's weights", spec.phase, spec.phase - 1, spec.phase - 1)
-        weights_model.load_weights(str(files.best_to_load(baseline.best_epoch, spec.phase - 1)))
-    epochs = int(state["epoch"])
-    total_seconds = float(state["seconds"])
-    return PhaseResult(
-        val_loss=float(state["best_val_loss"]), val_accuracy=float(state["best_val_accuracy"]),
-        epochs=epochs, best_epoch=int(state["best_epoch"]), stopped_early=stopped and epochs < spec.epochs,
-        seconds=total_seconds,
-        images_per_s=(epochs * spec.steps_per_epoch * images_per_step / total_seconds) if total_seconds else 0.0,
-    )
+    state = PhaseState(phase)
+    state.restore()
+    phase.history.truncate(phase.spec.phase, state.epochs_done)
+    iterator = None
+    while not state.finished:
+        if iterator is None:
+            iterator = phase.inputs.train_iterator()
+        _run_epoch(phase, state, iterator)
+        if state.stopped:
+            log.info("early stopping: val_loss has not improved for %d epochs", phase.spec.patience)
+    _load_kept_weights(phase, state)
+    return state.result()
 
 
-def _train_epoch(steps: Steps, iterator, spec: PhaseSpec) -> dict[str, float]:
+def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator) -> None:
+    spec, epoch = phase.spec, state.epochs_done + 1
+    print(f"Phase {spec.phase} epoch {epoch}/{spec.epochs}", flush=True)
+    start = time.perf_counter()
+    loss, accuracy = _train_epoch(phase.steps, iterator, spec)
+    train_seconds = time.perf_counter() - start
+    val = phase.steps.evaluate(phase.inputs.val_dataset())
+    seconds = time.perf_counter() - start
+    improved = state.improves(val)
+    if improved:
+        save_weights_atomic(phase.model, phase.files.write.best_weights(spec.phase, epoch))
+    state.record(epoch, val, seconds, improved)
+    phase.history.append({
+        "phase": spec.phase, "epoch": spec.epoch_offset + epoch, "phase_epoch": epoch,
+        "loss": round(loss, 6), "accuracy": round(accuracy, 6),
+        "val_loss": round(val.loss, 6), "val_accuracy": round(val.accuracy, 6),
+        "lr": f"{current_learning_rate(phase.steps.optimizer):.3g}", "seconds": round(seconds, 2),
+        "images_per_s": spec.steps_per_epoch * phase.steps.global_batch_size / train_seconds,
+    })
+    state.save()  # last: everything this epoch did is on disk before it counts as done
+    for stale in phase.files.write.stale_best_weights(spec.phase, int(state.best_epoch)):
+        stale.unlink()
+    print(f"  loss {loss:.4f}  accuracy {accuracy:.4f}  val_loss {val.loss:.4f}  val_accuracy {val.accuracy:.4f}"
+          f"  {seconds:.1f}s{'  *best' if improved else ''}", flush=True)
+
+
+def _train_epoch(steps: Steps, iterator: Iterator, spec: PhaseSpec) -> tuple[float, float]:
+    """(mean loss, accuracy) over one epoch of `spec.steps_per_epoch` steps, with a progress bar."""
     bar = keras.utils.Progbar(spec.steps_per_epoch, stateful_metrics=["loss", "accuracy"])
     totals = tf.zeros([3])
     done = 0
@@ -199,4 +225,13 @@ def _train_epoch(steps: Steps, iterator, spec: PhaseSpec) -> dict[str, float]:
         loss_sum, correct, count = totals.numpy()
         bar.update(done, [("loss", loss_sum / count), ("accuracy", correct / count)])
     loss_sum, correct, count = (float(v) for v in totals.numpy())
-    return {"loss": loss_sum / count, "accuracy": correct / count}
+    return loss_sum / count, correct / count
+
+
+def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
+    number, baseline = phase.spec.phase, phase.baseline
+    if int(state.best_epoch):
+        phase.model.load_weights(phase.files.best_to_load(number, int(state.best_epoch)))
+    elif baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
+        log.info("phase %d did not beat phase %d on val_loss; keeping phase %d's weights", number, number - 1, number - 1)
+        phase.model.load_weights(phase.files.best_to_load(number - 1, baseline.best_epoch))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.data.summary import format_table
+from app.table import format_table
 
 
 def format_result(metrics: dict) -> str:

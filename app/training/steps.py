@@ -2,14 +2,29 @@
 
 Keras 3's `model.fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585), so
 training does not use it anywhere: the same custom step serves one CPU, several GPUs and
-several workers. Each replica returns sums (loss, correct, count) that are reduced across
-replicas, so metrics are exact whatever the replica count.
+several workers. Each replica returns sums (loss, correct, count; evaluation adds the confusion
+matrix) that are reduced across replicas, so metrics are exact whatever the replica count.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import keras
+import numpy as np
 import tensorflow as tf
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    loss: float
+    accuracy: float
+    count: int
+    confusion_matrix: np.ndarray  # counts[true, predicted]
+
+    def summary(self) -> dict[str, float | int]:
+        """What metrics.json records of a split."""
+        return {"loss": self.loss, "accuracy": self.accuracy, "count": self.count}
 
 
 class Steps:
@@ -17,9 +32,10 @@ class Steps:
         self,
         strategy: tf.distribute.Strategy,
         model: keras.Model,  # inputs → logits
-        optimizer: keras.optimizers.Optimizer | None,
+        optimizer: keras.optimizers.Optimizer | None,  # None: evaluation only
+        *,
         num_classes: int,
-        global_batch_size: int,
+        global_batch_size: int,  # the loss is averaged over the global batch, whatever the replica count
         label_smoothing: float = 0.0,
         class_weights: list[float] | None = None,
     ) -> None:
@@ -65,17 +81,24 @@ class Steps:
     def _replica_eval(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         def sums() -> tf.Tensor:
             logits = self.model(inputs, training=False)
-            return self._sums(labels, logits, self._per_example_loss(labels, logits))
+            predicted = tf.argmax(logits, -1, output_type=tf.int32)
+            confusion = tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32)
+            return tf.concat([self._sums(labels, logits, self._per_example_loss(labels, logits)),
+                              tf.reshape(confusion, [-1])], axis=0)
 
         # A replica whose data ran out gets an empty batch; the model is not run on it (some
         # CPU kernels mis-shape empty batches), it just contributes zeros to the sums.
-        return tf.cond(tf.size(labels) > 0, sums, lambda: tf.zeros([3]))
+        return tf.cond(tf.size(labels) > 0, sums, lambda: tf.zeros([self._eval_size]))
+
+    @property
+    def _eval_size(self) -> int:
+        return 3 + self.num_classes**2
 
     def _eval_all(self, dataset) -> tf.Tensor:
         """The whole pass in one graph. Workers whose shard runs out first get empty batches
         from the distributed iterator until every worker is done, so the per-step all-reduce
         never waits for a worker that has stopped (uneven shards under multi-worker training)."""
-        totals = tf.zeros([3])
+        totals = tf.zeros([self._eval_size])
         for inputs, labels in dataset:
             per_replica = self.strategy.run(self._replica_eval, args=(inputs, labels))
             totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
@@ -84,9 +107,11 @@ class Steps:
     def train(self, iterator, num_steps: int) -> tf.Tensor:
         return self._train(iterator, tf.constant(num_steps))
 
-    def evaluate(self, dataset) -> dict[str, float]:
-        """Mean loss and accuracy over a finite distributed dataset."""
-        loss_sum, correct, count = (float(v) for v in self._eval(dataset).numpy())
+    def evaluate(self, dataset) -> Evaluation:
+        """Mean loss, accuracy and the confusion matrix over a finite distributed dataset."""
+        totals = self._eval(dataset).numpy()
+        loss_sum, correct, count = (float(v) for v in totals[:3])
+        confusion = totals[3:].reshape(self.num_classes, self.num_classes).round().astype(np.int64)
         if count == 0:
-            return {"loss": float("nan"), "accuracy": float("nan"), "count": 0}
-        return {"loss": loss_sum / count, "accuracy": correct / count, "count": int(count)}
+            return Evaluation(float("nan"), float("nan"), 0, confusion)
+        return Evaluation(loss_sum / count, correct / count, int(count), confusion)

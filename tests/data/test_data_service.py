@@ -16,6 +16,7 @@ from app.data import service
 from app.data.pipeline import make_train_dataset
 from app.data.preprocess import Augment
 from app.errors import UserError
+from app.net import free_port
 from app.training.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +45,7 @@ def test_one_pass_through_the_service_sees_every_example_once(dispatcher: str, d
     assert sum(local.values()) == 25
 
 
+@pytest.mark.slow
 def test_training_through_the_service_finishes_both_phases(dispatcher: str, tiny_config: TrainConfig, caplog):
     caplog.set_level("INFO")
     metrics = train(tiny_config.replace(data_service=dispatcher))
@@ -59,14 +61,15 @@ def test_bad_address_is_refused_by_the_config(address: str):
 
 
 def test_unreachable_dispatcher_fails_before_training(tiny_config: TrainConfig):
-    port = service.free_port()
+    port = free_port()
     with pytest.raises(UserError, match=f"cannot reach the dispatcher at localhost:{port}"):
         train(tiny_config.replace(data_service=f"grpc://localhost:{port}"))
     assert not Path(tiny_config.out).exists()
 
 
+@pytest.mark.slow
 def test_data_service_script_serves_batches_and_stops_on_sigterm(demo_records: Path, tmp_path: Path):
-    port = service.free_port()
+    port = free_port()
     script = [sys.executable, str(ROOT / "scripts/data_service.py")]
     procs = [subprocess.Popen(script + ["dispatcher", "--port", str(port)], stdout=subprocess.PIPE, text=True)]
     try:

@@ -17,6 +17,7 @@ from app.data import schema, writer
 from app.data.pipeline import load_dataset_info, make_eval_dataset, make_train_dataset
 from app.data.writer import write_tfrecords
 from app.errors import UserError
+from app.labels import LABELS_FILE, read_labels
 
 
 def _read_all(out: str | Path) -> list[dict]:
@@ -43,7 +44,7 @@ def _source_files(images: Path) -> dict[str, str]:
 
 def test_every_image_lands_once_with_its_label(demo_images: Path, demo_records: Path):
     records = _read_all(demo_records)
-    classes = (demo_records / schema.LABELS_FILE).read_text().split()
+    classes = read_labels(demo_records / LABELS_FILE)
     names = [r[schema.FILENAME].decode() for r in records]
     assert Counter(names) == Counter(_source_files(demo_images).keys())  # each exactly once
     expected = _source_files(demo_images)

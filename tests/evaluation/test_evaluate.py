@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 
 from app.data.pipeline import load_dataset_info
 from app.errors import UserError
-from app.evaluation import evaluate
+from app.evaluation.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,12 +69,13 @@ def _image_outputs(notebook: dict) -> int:
     return sum(1 for cell in notebook["cells"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {}))
 
 
+@pytest.mark.slow
 def test_notebook_runs_with_papermill_parameters(trained_run: Path, demo_records: Path, tmp_path: Path):
     import papermill
 
     out = tmp_path / "out.ipynb"
     papermill.execute_notebook(
-        str(ROOT / "notebooks/evaluate.ipynb"), str(out), cwd=str(ROOT / "notebooks"), progress_bar=False,
+        str(ROOT / "notebooks/evaluate.ipynb"), str(out), cwd=str(tmp_path), progress_bar=False,
         parameters={"model_dir": str(trained_run), "data_dir": str(demo_records), "split": "val", "report_dir": str(tmp_path / "rep")},
     )
     executed = json.loads(out.read_text())
@@ -89,13 +89,17 @@ def test_notebook_is_committed_without_outputs():
     assert "parameters" in notebook["cells"][1]["metadata"].get("tags", [])
 
 
-def test_notebook_runs_as_is_on_the_demo(tmp_path: Path):
-    """nbclient, no parameters: the demo model and data (built first if missing, ~2 min)."""
-    if not os.environ.get("PHOTOCLF_WEIGHTS") and not (ROOT / "runs/demo/metrics.json").exists():
-        pytest.skip("the demo model would train from random weights; set PHOTOCLF_WEIGHTS (.ci/run does)")
+@pytest.mark.slow
+def test_notebook_runs_as_is_on_the_demo(pretrained_weights: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """nbclient, no parameters: the demo model and data, built first (~2 min) in a demo home
+    outside the repository (PHOTOCLF_DEMO_HOME), with the real pretrained backbone."""
     import nbformat
     from nbclient import NotebookClient
 
+    monkeypatch.setenv("PHOTOCLF_DEMO_HOME", str(tmp_path))
     notebook = nbformat.read(str(ROOT / "notebooks/evaluate.ipynb"), as_version=4)
-    NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert _image_outputs(notebook) >= 4
+    assert (tmp_path / "runs" / "demo" / "metrics.json").exists()
+    reports = list((tmp_path / "runs" / "demo" / "reports").glob("*/report.html"))
+    assert [p.parent.name for p in reports] == ["demo-v1-test"]  # the default report folder is in the run dir

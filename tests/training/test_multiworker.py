@@ -10,11 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import tensorflow as tf
 
 from app.data import schema
 from app.data.pipeline import load_dataset_info
-from app.data.service import free_port
+from app.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +39,7 @@ def _history_rows(run: Path) -> list[tuple[str, str]]:
         return [(r["phase"], r["phase_epoch"]) for r in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 def test_two_workers_train_both_phases_resume_and_the_chief_exports(demo_records: Path, tmp_path: Path):
     run, scratch = tmp_path / "run", tmp_path / "scratch"
     scratch.mkdir()
@@ -84,18 +86,21 @@ def test_two_workers_train_both_phases_resume_and_the_chief_exports(demo_records
 
 MIRRORED_ON_TWO_CPUS = """
 import json, logging, sys
+import pytest
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from app.config import TrainConfig
+import app.training.context as context_module
 import app.training.train as train_module
-train_module.make_strategy = lambda cfg: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+context_module.make_strategy = lambda cfg: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 print("METRICS", json.dumps(train_module.train(cfg)))
 """
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Path, tmp_path: Path):
     """Several GPUs on one host, stood in for by two logical CPU devices (set before TF starts,
     hence the subprocess): global batch = per-replica batch x 2, every val example counted."""

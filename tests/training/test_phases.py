@@ -6,10 +6,12 @@ import dataclasses
 
 import keras
 import numpy as np
+import pytest
 
 from app.config import TrainConfig
 from app.models.classifier import unfreeze_start
-from app.training.train import run_phase1, run_phase2, setup
+from app.training.context import setup
+from app.training.train import run_phase1, run_phase2
 
 
 def _backbone_state(ctx) -> dict[str, np.ndarray]:
@@ -51,6 +53,7 @@ def test_phase2_changes_only_unfrozen_layers_and_never_batchnorm(tiny_config: Tr
     assert any("moving_mean" in p for p in batchnorm)  # the check above really covered BN statistics
 
 
+@pytest.mark.slow
 def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, demo_images, tmp_path_factory):
     """Real transfer learning: a frozen pretrained backbone + linear head separates the demo
     classes well, and phase 2 (BatchNorm frozen, low LR) does not undo it."""

@@ -13,10 +13,14 @@ from pathlib import Path
 
 import keras
 import pytest
+import tensorflow as tf
 
 from app.config import TrainConfig, load_config, parse_set, read_saved_config, save_config
 from app.errors import UserError
-from app.training.train import setup, train
+from app.run_dir import RunDir
+from app.training.context import setup
+from app.training.history import read_history
+from app.training.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,18 +100,45 @@ def test_class_count_that_does_not_match_the_checkpoint(tiny_config: TrainConfig
         setup(cfg)
 
 
-def test_full_run_writes_the_run_dir(tiny_config: TrainConfig):
-    metrics = train(tiny_config)
-    run = Path(tiny_config.out)
-    for name in ("config.json", "history.csv", "learning_curves.png", "metrics.json", "tensorboard"):
-        assert (run / name).exists(), name
-    saved = json.loads((run / "metrics.json").read_text())
+def _tensorboard_events(folder: Path) -> dict[str, list[tuple[int, object]]]:
+    """tag → [(step, value)] from the event files; images as their encoded PNGs."""
+    events: dict[str, list[tuple[int, object]]] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                tensor = tf.make_ndarray(value.tensor)
+                events.setdefault(value.tag, []).append((event.step, tensor if tensor.dtype == object else float(tensor)))
+    return events
+
+
+def test_full_run_writes_the_run_dir(trained_run: Path):
+    run = RunDir(trained_run)
+    for path in (run.config, run.state, run.history, run.learning_curves, run.metrics, run.final_weights, run.tensorboard):
+        assert path.exists(), path
+    saved = run.read_metrics()
     assert saved["weights"].startswith("none") and saved["weights_warning"]
     assert {"val_accuracy", "val_loss", "epochs", "seconds"} <= saved["phase1"].keys()
     assert {"val_accuracy", "val_loss", "epochs", "seconds"} <= saved["phase2"].keys()
     assert "accuracy" in saved["test"]
-    assert (Path(metrics["export"]) / "saved_model.pb").exists()
-    assert train(tiny_config)["export"] == metrics["export"]  # a finished run is not retrained
+    assert Path(saved["export"]) == run.export_root / "shapes" / "1" and (Path(saved["export"]) / "saved_model.pb").exists()
+    assert [(r["phase"], r["phase_epoch"]) for r in read_history(run.history)] == [("1", "1"), ("2", "1")]
+    assert not list(run.checkpoints.glob(".*")) and not list(run.root.glob(".*"))  # no temp files left
+
+
+def test_tensorboard_gets_scalars_augmented_images_and_the_confusion_matrix(trained_run: Path):
+    run = RunDir(trained_run)
+    events, history = _tensorboard_events(run.tensorboard), read_history(run.history)
+    for tag in ("loss", "accuracy", "val_loss", "val_accuracy", "lr", "images_per_s"):
+        assert [step for step, _ in events[tag]] == [int(r["epoch"]) for r in history], tag
+    assert [v for _, v in events["val_loss"]] == pytest.approx([float(r["val_loss"]) for r in history], abs=1e-5)
+    assert [v for _, v in events["lr"]] == pytest.approx([float(r["lr"]) for r in history], rel=1e-2)
+    assert all(v > 0 for _, v in events["images_per_s"])
+    for tag in ("phase1/augmented_inputs", "phase2/augmented_inputs", "val/confusion_matrix"):
+        (step, tensor), = events[tag]
+        width, height, *pngs = tensor  # TensorBoard's image summary: width, height, then PNGs
+        assert pngs and all(png.startswith(b"\x89PNG") for png in pngs), tag
+    assert len(events["phase1/augmented_inputs"][0][1]) - 2 == 8  # eight training images
+    assert events["val/confusion_matrix"][0][0] == len(history)  # logged after the last epoch
 
 
 def _history(run: Path) -> list[tuple[str, str]]:
@@ -115,6 +146,7 @@ def _history(run: Path) -> list[tuple[str, str]]:
         return [(r["phase"], r["phase_epoch"]) for r in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
     """Kill the real CLI mid-phase with SIGKILL; the same command continues and finishes."""
     run = tmp_path / "run"
@@ -149,9 +181,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path):
     assert not (tmp_path / "r").exists()
 
 
-def test_finished_run_is_reported_not_rebuilt_whatever_the_path_spelling(tiny_config: TrainConfig, monkeypatch):
-    metrics = train(tiny_config)
-    relative = os.path.relpath(tiny_config.out)
+def test_finished_run_is_reported_not_rebuilt_whatever_the_path_spelling(trained_run: Path, monkeypatch):
+    cfg = RunDir(trained_run).read_config()
     monkeypatch.setenv("PHOTOCLF_WEIGHTS", "/nonexistent.weights.h5")  # would fail if the model were rebuilt
-    assert train(tiny_config.replace(out=relative)) == json.loads((Path(tiny_config.out) / "metrics.json").read_text())
-    assert metrics["export"].endswith("/1")
+    for out in (str(trained_run), os.path.relpath(trained_run)):
+        assert train(cfg.replace(out=out)) == RunDir(trained_run).read_metrics()
+    assert sorted(p.name for p in (trained_run / "export" / "shapes").iterdir()) == ["1"]  # nothing new exported

@@ -6,7 +6,6 @@ import base64
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,19 +19,14 @@ import pytest
 import tensorflow as tf
 
 from app.export.run_export import export_run
+from app.net import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Server:
     def __init__(self, model_dir: Path, *extra: str) -> None:
-        self.port = _free_port()
+        self.port = free_port("127.0.0.1")
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "scripts/serve.py"), str(model_dir), "--port", str(self.port),
@@ -159,6 +153,7 @@ def test_one_bad_image_names_its_instance(server: Server, images: list[bytes]):
     assert status == 400 and body["error"].startswith("instance 1:")
 
 
+@pytest.mark.slow
 def test_eight_clients_fifty_requests_each(server: Server, images: list[bytes], expected: np.ndarray):
     errors, wrong = [], []
 
@@ -179,6 +174,7 @@ def test_eight_clients_fifty_requests_each(server: Server, images: list[bytes], 
     assert errors == [] and wrong == []
 
 
+@pytest.mark.slow
 def test_new_version_is_picked_up_without_dropping_requests(server: Server, model_dir: Path, trained_run: Path, images):
     stop, failures, served = threading.Event(), [], set()
 

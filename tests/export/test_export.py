@@ -14,7 +14,8 @@ import tensorflow as tf
 from app.data import schema
 from app.data.pipeline import load_dataset_info, make_eval_dataset
 from app.errors import UserError
-from app.export.run_export import export_run, load_run
+from app.export.run_export import export_run
+from app.run_dir import RunDir
 
 
 def _val_bytes(data: Path) -> tuple[list[bytes], list[int]]:
@@ -44,14 +45,15 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path):
 
 
 def test_serving_bytes_match_the_eval_pipeline(trained_run: Path, demo_records: Path):
-    model, state, _, _ = load_run(trained_run)
+    run = RunDir(trained_run).load()
+    model = run.build_model()
     serve = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1")).signatures["serving_default"]
     images, labels = _val_bytes(demo_records)
     served = serve(image_bytes=tf.constant(images))
     in_memory = np.concatenate([model(x, training=False).numpy() for x, _ in make_eval_dataset(
-        demo_records, split="val", image_size=state["image_size"], batch_size=16)])
+        demo_records, split="val", image_size=run.image_size, batch_size=16)])
     np.testing.assert_allclose(served["probabilities"].numpy(), in_memory, atol=1e-4)
-    classes = state["classes"]
+    classes = run.classes
     top = served["class_ids"].numpy()
     assert served["scores"].shape == top.shape == (len(images), min(5, len(classes)))
     assert [c.decode() for c in served["classes"].numpy()[:, 0]] == [classes[i] for i in top[:, 0]]
@@ -89,7 +91,7 @@ def test_versions_are_never_overwritten(trained_run: Path, tmp_path: Path):
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["1", "2"]  # no half-written leftovers
 
 
-@pytest.mark.parametrize("mode", ["float16", "int8"])
+@pytest.mark.parametrize("mode", ["float16", pytest.param("int8", marks=pytest.mark.slow)])
 def test_tflite_export_with_parity_report(trained_run: Path, tmp_path: Path, demo_records: Path, mode: str):
     paths = export_run(trained_run, export_dir=tmp_path, name="m", tflite=mode)
     report = json.loads(Path(paths["tflite_parity"]).read_text())
@@ -98,7 +100,7 @@ def test_tflite_export_with_parity_report(trained_run: Path, tmp_path: Path, dem
     assert (Path(paths["tflite"]).parent / "labels.txt").read_text().split() == ["circle", "square", "star", "triangle"]
     from app.export.tflite import tflite_probabilities
 
-    model, state, _, _ = load_run(trained_run)
+    model = RunDir(trained_run).load().build_model()
     x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     lite = tflite_probabilities(Path(paths["tflite"]).read_bytes(), x)
     np.testing.assert_allclose(lite, model(x).numpy(), atol=0.05 if mode == "int8" else 0.01)
@@ -110,7 +112,7 @@ def test_tflite_export_with_parity_report(trained_run: Path, tmp_path: Path, dem
      ("export.py", ["--tflite", "int4"], "invalid choice")],
 )
 def test_cli_bad_input(tmp_path: Path, script: str, args: list[str], message: str):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     target = tmp_path / "missing" if script == "serve.py" else tmp_path
     out = subprocess.run([sys.executable, str(root / "scripts" / script), str(target), *args],
                          capture_output=True, text=True, timeout=300)

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from app.errors import UserError
-from app.models.backbones import BACKBONES, get_backbone, load_backbone, register_backbone
+from app.models.backbones import BACKBONES, get_backbone, register_backbone
 from app.models.classifier import build_classifier, unfreeze_start, unfreeze_top
+from app.models.pretrained import load_backbone
 
 
 @pytest.mark.parametrize("name", sorted(BACKBONES))

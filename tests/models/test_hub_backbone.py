@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,9 @@ import pytest
 import tensorflow as tf
 
 from app.config import TrainConfig
-from app.training.train import run_phase1, run_phase2, setup
+from app.export.saved_model import export_saved_model
+from app.training.context import setup
+from app.training.train import run_phase1, run_phase2
 
 
 class _TinyFeatureVector(tf.__internal__.tracking.AutoTrackable):
@@ -43,27 +44,38 @@ def hub_dir(tmp_path_factory, request) -> Path:
     return path
 
 
-def _module_values(ctx) -> dict[str, np.ndarray]:
-    layer = ctx.clf.backbone.get_layer("hub_module")
-    return {v.name: v.numpy().copy() for v in [layer._module.kernel, layer._module.bias, layer._module.moving_mean]}
+IMAGES = tf.random.stateless_uniform([2, 64, 64, 3], [3, 4], 0, 255)
 
 
-def test_hub_backbone_frozen_in_phase1_trained_in_phase2(hub_dir: Path, tiny_config: TrainConfig):
+def _features(ctx) -> np.ndarray:
+    return ctx.clf.features_model(IMAGES, training=False).numpy()
+
+
+def _values(weights) -> list[np.ndarray]:
+    return [w.numpy().copy() for w in weights]
+
+
+def test_hub_backbone_frozen_in_phase1_trained_in_phase2(hub_dir: Path, tiny_config: TrainConfig, tmp_path: Path):
     cfg = tiny_config.replace(backbone=str(hub_dir), weights="auto", lr_finetune=1e-2, warmup_fraction=0.0)
     ctx = setup(cfg)
     assert ctx.weights_used == f"SavedModel {hub_dir}"
-    start = _module_values(ctx)
+    features, head = _features(ctx), _values(ctx.clf.model.get_layer("logits").weights)
     phase1 = run_phase1(ctx)
-    after1 = _module_values(ctx)
-    assert all(np.array_equal(start[k], after1[k]) for k in start)
+    np.testing.assert_array_equal(_features(ctx), features)  # phase 1: the backbone computes exactly what it did
+    assert any(not np.array_equal(a, b) for a, b in zip(head, _values(ctx.clf.model.get_layer("logits").weights)))
+    weights = ctx.clf.backbone.weights
+    before = _values(weights)
     run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf")))  # keep phase 2's own weights
-    after2 = _module_values(ctx)
-    assert not np.array_equal(after1["conv/kernel:0"], after2["conv/kernel:0"]), "phase 2 did not train the module"
-    assert np.array_equal(after1["bn/moving_mean:0"], after2["bn/moving_mean:0"])
-    # The forward pass reads the trained variables (no stale copies): output moves with them.
-    images = tf.random.stateless_uniform([2, 64, 64, 3], [3, 4], 0, 255)
-    layer = ctx.clf.backbone.get_layer("hub_module")
-    np.testing.assert_allclose(layer(images / 255.0), layer._module(images / 255.0, training=False), rtol=1e-6)
+    # The forward pass reads what the optimizer trained (no stale copies): the features move.
+    assert not np.allclose(_features(ctx), features), "phase 2 did not train the module"
+    # The module's non-trainable variable (its moving mean) is exposed to Keras and stays put.
+    untrained = [i for i, w in enumerate(weights) if any(w is n for n in ctx.clf.backbone.non_trainable_weights)]
+    assert len(untrained) == 1
+    np.testing.assert_array_equal(weights[untrained[0]].numpy(), before[untrained[0]])
+    # ... and an export serves the trained module, not the one loaded from disk.
+    version = export_saved_model(ctx.clf.model, ctx.info.classes, 64, tmp_path, "hub")
+    served = tf.saved_model.load(str(version)).signatures["predict_images"](images=IMAGES)["probabilities"]
+    np.testing.assert_allclose(served.numpy(), ctx.clf.model(IMAGES, training=False).numpy(), atol=1e-5)
 
 
 def test_weights_flag_is_refused_for_hub_backbones(hub_dir: Path, tiny_config: TrainConfig):

@@ -1,0 +1,101 @@
+"""evaluate(): an export on a TFRecord split or an image folder → metrics, figures, HTML report.
+
+The model is called through its serving signature on raw image bytes (app.evaluation.predict),
+so what is measured is what will be deployed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from app import storage
+from app.data import schema
+from app.errors import UserError
+from app.evaluation.figures import plot_confusion_matrix, plot_mistakes, plot_per_class, plot_reliability
+from app.evaluation.metrics import compute_metrics
+from app.evaluation.predict import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
+from app.evaluation.report import summary_table, write_html, write_metrics
+from app.export.layout import resolve_model_dir
+from app.run_dir import RunDir
+
+
+@dataclass
+class EvaluationResult:
+    metrics: dict
+    figures: dict[str, Path]
+    report_dir: Path
+    html: Path
+    predictions: Predictions
+
+    @property
+    def summary(self) -> str:
+        return summary_table(self.metrics)
+
+
+def demo_model_and_data() -> tuple[Path, Path]:
+    """(demo run dir, demo TFRecords) for the notebook's defaults; trains the demo model first
+    (about 2 minutes on 2 CPU cores, as `python scripts/fine_tune.py` does) if it is missing."""
+    from app.config import TrainConfig
+    from app.data.demo import demo_run_dir, ensure_demo_records
+    from app.training.train import train_main
+
+    run = RunDir(demo_run_dir())
+    if not run.is_complete():
+        print(f"No demo model at {run.root}: training it first (python scripts/fine_tune.py)", flush=True)
+        train_main(TrainConfig(out=str(run.root)))
+    return run.root, ensure_demo_records()
+
+
+def default_report_dir(version_dir: Path, split: str) -> Path:
+    """Independent of the working directory: RUN_DIR/reports/NAME-vVERSION-SPLIT for an export
+    inside its run dir, else EXPORT_DIR/NAME-reports/vVERSION-SPLIT beside the model folder."""
+    name, version = version_dir.parent.name, version_dir.name
+    run = RunDir.of_export(version_dir)
+    if run is not None:
+        return run.reports / f"{name}-v{version}-{split}"
+    return version_dir.parent.parent / f"{name}-reports" / f"v{version}-{split}"
+
+
+def _examples(data: str, split: str):
+    storage.check_url(data, "--data")
+    if storage.exists(storage.join(data, schema.METADATA_FILE)):
+        return tfrecord_examples(data, split)
+    if not storage.is_url(data) and Path(data).is_dir():
+        return folder_examples(data)
+    raise UserError(f"--data {data}: neither a TFRecord folder (dataset.json) nor a folder of class folders")
+
+
+def _figures(metrics: dict, predictions: Predictions, version_dir: Path, out: Path) -> dict[str, Path]:
+    figures = {
+        "Confusion matrix": plot_confusion_matrix(metrics["confusion_matrix"], predictions.classes, out / "confusion_matrix.png"),
+        "Per-class precision, recall, F1": plot_per_class(metrics, out / "per_class.png"),
+        "Reliability diagram": plot_reliability(metrics, out / "reliability.png"),
+    }
+    mistakes = plot_mistakes(predictions.mistakes, out / "mistakes.png")
+    if mistakes:
+        figures["Most confident mistakes"] = mistakes
+    run = RunDir.of_export(version_dir)
+    if run is not None and run.history.exists():
+        from app.training.history import plot_learning_curves
+
+        figures["Learning curves"] = plot_learning_curves(run.history, out / "learning_curves.png")
+    return figures
+
+
+def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_dir: str | Path | None = None,
+             label_map: str | Path | dict | None = None, top_k: int = 5, batch_size: int = 32) -> EvaluationResult:
+    version_dir = resolve_model_dir(model)
+    data = str(data)
+    data_classes, total, examples = _examples(data, split)
+    mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
+    predictions = predict(version_dir, data_classes, total, examples, label_map=mapping, batch_size=batch_size)
+    metrics = compute_metrics(predictions.labels, predictions.probabilities, predictions.classes, top_k)
+    metrics.update({"model": str(version_dir), "data": str(data), "split": split, "skipped": predictions.skipped})
+    out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
+    out.mkdir(parents=True, exist_ok=True)
+    figures = _figures(metrics, predictions, version_dir, out)
+    write_metrics(metrics, out / "metrics.json")
+    title = f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}"
+    page = write_html(metrics, figures, out / "report.html", title)
+    return EvaluationResult(metrics, figures, out, page, predictions)

@@ -1,0 +1,186 @@
+"""The run directory, owned here: every path of a run, its guard rails, and loading a finished run.
+
+    RUN_DIR/config.json              the resolved TrainConfig
+    RUN_DIR/run_state.json           classes, image size, backbone, weights the checkpoints belong to
+    RUN_DIR/history.csv              one row per epoch, both phases
+    RUN_DIR/tensorboard/             TensorBoard event files
+    RUN_DIR/learning_curves.png      loss and accuracy over both phases
+    RUN_DIR/checkpoints/phaseN/      the last finished epoch of phase N (model, optimizer, state)
+    RUN_DIR/checkpoints/phaseN_best_epochEEE.weights.h5   phase N's best weights so far
+    RUN_DIR/model.weights.h5         the kept weights of the whole run (what export rebuilds from)
+    RUN_DIR/metrics.json             written last: its presence means the run is complete
+    RUN_DIR/export/NAME/VERSION/     the serving exports (layout: app.export.layout)
+    RUN_DIR/reports/                 evaluation reports of this run's exports
+
+A run dir belongs to one config. Starting the same command again resumes it; a different config
+is refused unless --overwrite is given, so two runs are never mixed. No other module spells a
+run-dir file name.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from app import storage
+from app.config import TrainConfig, read_saved_config, save_config
+from app.errors import UserError
+
+# Where things are, not what is trained: a run dir may be named by a relative or an absolute
+# path, and a resumed run may read its input from a different tf.data service dispatcher.
+LOCATION_KEYS = ("out", "data_service")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    config = property(lambda self: self.root / "config.json")
+    state = property(lambda self: self.root / "run_state.json", doc="facts a resume must match")
+    history = property(lambda self: self.root / "history.csv")
+    tensorboard = property(lambda self: self.root / "tensorboard")
+    learning_curves = property(lambda self: self.root / "learning_curves.png")
+    checkpoints = property(lambda self: self.root / "checkpoints")
+    final_weights = property(lambda self: self.root / "model.weights.h5")
+    metrics = property(lambda self: self.root / "metrics.json")
+    export_root = property(lambda self: self.root / "export")
+    reports = property(lambda self: self.root / "reports")
+
+    @property
+    def export_name(self) -> str:
+        """The model name exports get by default: the run dir's own name."""
+        return self.root.resolve().name or "model"
+
+    def phase_checkpoints(self, phase: int) -> Path:
+        return self.checkpoints / f"phase{phase}"
+
+    def best_weights(self, phase: int, epoch: int) -> Path:
+        return self.checkpoints / f"phase{phase}_best_epoch{epoch:03d}.weights.h5"
+
+    def stale_best_weights(self, phase: int, keep_epoch: int) -> list[Path]:
+        keep = self.best_weights(phase, keep_epoch)
+        return [p for p in self.checkpoints.glob(f"phase{phase}_best_epoch*.weights.h5") if p != keep]
+
+    def latest_checkpoint(self, phase: int) -> str | None:
+        import tensorflow as tf
+
+        return tf.train.latest_checkpoint(str(self.phase_checkpoints(phase)))
+
+    def is_complete(self) -> bool:
+        return self.metrics.exists()
+
+    @classmethod
+    def of_export(cls, version_dir: Path) -> "RunDir | None":
+        """The run dir an export version lives in (RUN_DIR/export/NAME/VERSION), if any."""
+        version_dir = Path(version_dir)
+        run = cls(version_dir.parent.parent.parent)
+        return run if run.export_root == version_dir.parent.parent and run.config.exists() else None
+
+    def read_config(self) -> TrainConfig:
+        return read_saved_config(self.config)
+
+    def read_state(self) -> dict:
+        return json.loads(self.state.read_text())
+
+    def read_metrics(self) -> dict:
+        return json.loads(self.metrics.read_text()) if self.metrics.exists() else {}
+
+    def write_metrics(self, metrics: dict) -> None:
+        storage.write_json_atomic(self.metrics, metrics)
+
+    def load(self, *, need_weights: bool = True) -> "FinishedRun":
+        """What export and evaluation need of a trained run; a clear error if it is not one."""
+        needed = [self.state, self.config] + ([self.final_weights] if need_weights else [])
+        missing = [p.name for p in needed if not p.exists()]
+        if missing:
+            raise UserError(f"{self.root}: not a finished run (needs {', '.join(missing)}); run fine_tune.py first")
+        return FinishedRun(self, self.read_config(), self.read_state(), self.read_metrics())
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    run: RunDir
+    config: TrainConfig
+    state: dict  # run_state.json: classes, image_size, backbone, weights
+    metrics: dict  # metrics.json, {} until the run has written it
+
+    @property
+    def classes(self) -> list[str]:
+        return self.state["classes"]
+
+    @property
+    def image_size(self) -> int:
+        return self.state["image_size"]
+
+    def build_model(self):
+        """The classifier (images → probabilities) with the run's final weights."""
+        from app.models.backbones import get_backbone
+        from app.models.classifier import build_classifier
+        from app.models.pretrained import load_backbone
+
+        spec = get_backbone(self.state["backbone"])
+        backbone, _ = load_backbone(spec, self.image_size, "auto" if spec.hub_handle else "none")
+        clf = build_classifier(spec, backbone, len(self.classes), self.image_size, self.config.dropout)
+        clf.model.load_weights(str(self.run.final_weights))
+        return clf.model
+
+
+def config_changes(saved: TrainConfig, cfg: TrainConfig) -> list[str]:
+    """Keys that differ, ignoring LOCATION_KEYS."""
+    return sorted(k for k, v in cfg.to_dict().items() if k not in LOCATION_KEYS and saved.to_dict().get(k) != v)
+
+
+def completed_run(cfg: TrainConfig) -> RunDir | None:
+    """The run dir, if it already holds a finished run of this config."""
+    run = RunDir(Path(cfg.out))
+    if run.is_complete() and run.config.exists() and not config_changes(run.read_config(), cfg):
+        return run
+    return None
+
+
+def validate_run_dir(cfg: TrainConfig, overwrite: bool, chief: bool = True) -> RunDir:
+    """Refuse a run dir that holds something else, before anything is written. Every worker of
+    a multi-worker run checks, so all fail together rather than wait on the chief; the others
+    skip the emptiness check, which would race with the chief creating the dir."""
+    run = RunDir(Path(cfg.out))
+    if run.root.exists() and not run.root.is_dir():
+        raise UserError(f"--out: {run.root} exists and is not a folder")
+    if run.config.exists() and not overwrite:
+        changed = config_changes(run.read_config(), cfg)
+        if changed:
+            raise UserError(
+                f"{run.root} holds a run with a different config (changed: {', '.join(changed)});"
+                " pass --overwrite to replace it, or choose another --out"
+            )
+    elif chief and run.root.exists() and any(run.root.iterdir()) and not overwrite:
+        raise UserError(f"--out: {run.root} is not empty and holds no run; pass --overwrite or choose another --out")
+    return run
+
+
+def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
+    run = validate_run_dir(cfg, overwrite)
+    if overwrite and run.root.exists():
+        shutil.rmtree(run.root)
+    run.checkpoints.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run.config)
+    return run
+
+
+def check_run_state(run: RunDir, facts: dict, write: bool = True) -> None:
+    """First start: record `facts` (if `write`). Resume: they must match (e.g. the class count of a checkpoint)."""
+    if run.state.exists():
+        saved = run.read_state()
+        for key, value in facts.items():
+            if key in saved and saved[key] != value:
+                raise UserError(
+                    f"{run.root}: checkpoint was trained with {key}={saved[key]!r}, the data now gives {value!r};"
+                    " pass --overwrite to start over"
+                )
+        return
+    if write:
+        storage.write_json_atomic(run.state, facts)

@@ -1,0 +1,122 @@
+"""Everything a run needs before its first step, checked and built once: `setup(cfg) → Context`.
+
+Bad input fails here, before anything is written: the data, the backbone and its weights, the
+batch size, the run dir. The model is built before the run dir is touched.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from app.config import TrainConfig
+from app.data.pipeline import DatasetInfo, load_dataset_info, shard_policy
+from app.data.service import check_reachable
+from app.errors import UserError
+from app.models.backbones import get_backbone
+from app.models.classifier import Classifier, build_classifier
+from app.models.pretrained import load_pretrained_backbone
+from app.run_dir import RunDir, check_run_state, prepare_run_dir, validate_run_dir
+from app.training.history import History
+from app.training.phase import PhaseFiles
+from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
+
+
+@dataclass
+class Context:
+    cfg: TrainConfig
+    info: DatasetInfo
+    run: RunDir
+    strategy: tf.distribute.Strategy
+    clf: Classifier
+    image_size: int
+    history: History
+    policy: str  # the Keras dtype policy: float32, mixed_float16 or mixed_bfloat16
+    weights_used: str
+    weights_warning: str | None
+    scratch: RunDir | None  # a non-chief worker's private run dir for what it must write; None for the chief
+
+    @property
+    def chief(self) -> bool:
+        return self.scratch is None
+
+    @property
+    def replicas(self) -> int:
+        return self.strategy.num_replicas_in_sync
+
+    @property
+    def global_batch(self) -> int:
+        return self.cfg.batch_size * self.replicas
+
+    @property
+    def phase_files(self) -> PhaseFiles:
+        return PhaseFiles(read=self.run, write=self.scratch or self.run)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        steps = self.info.num_examples("train") // self.global_batch
+        return min(steps, self.cfg.max_steps_per_epoch) if self.cfg.max_steps_per_epoch else steps
+
+
+def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Strategy) -> None:
+    global_batch = cfg.batch_size * strategy.num_replicas_in_sync
+    for split in ("train", "val"):
+        if info.num_examples(split) == 0:
+            raise UserError(f"{cfg.data}: the '{split}' split is empty; phase training needs train and val")
+    if info.num_examples("train") < global_batch:
+        raise UserError(
+            f"batch size {global_batch} is larger than the train split ({info.num_examples('train')} images);"
+            " lower --batch-size"
+        )
+    if cfg.cache_features and num_workers(strategy) > 1:
+        raise UserError("cache_features is not supported with several workers (each would cache every split)")
+    if cfg.data_service:
+        check_reachable(cfg.data_service)
+
+
+def _claim_run_dir(cfg: TrainConfig, overwrite: bool, strategy: tf.distribute.Strategy, facts: dict) -> tuple[RunDir, RunDir | None]:
+    """(the run dir, this worker's scratch run dir or None). Only the chief writes the run dir."""
+    chief = is_chief(strategy)
+    run = prepare_run_dir(cfg, overwrite) if chief else validate_run_dir(cfg, overwrite, chief=False)
+    check_run_state(run, facts, write=chief)
+    scratch = None
+    if not chief:
+        scratch = RunDir(Path(tempfile.mkdtemp(prefix="photoclf-worker-")))
+        scratch.checkpoints.mkdir()
+    barrier(strategy)  # the chief has claimed (or cleared) the run dir before anyone reads it
+    return run, scratch
+
+
+def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
+    """Validate everything, build the model, claim the run dir."""
+    info = load_dataset_info(cfg.data)
+    spec = get_backbone(cfg.backbone)
+    image_size = cfg.image_size or spec.default_size
+    policy = set_precision(cfg)
+    strategy = make_strategy(cfg)
+    _check_data(cfg, info, strategy)
+    keras.utils.set_random_seed(cfg.seed)
+    with strategy.scope():
+        backbone = load_pretrained_backbone(spec, image_size, cfg.weights)
+        clf = build_classifier(spec, backbone.model, len(info.classes), image_size, cfg.dropout)
+    facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": backbone.weights_used}
+    run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
+    return Context(cfg, info, run, strategy, clf, image_size, History(run, enabled=scratch is None), policy,
+                   backbone.weights_used, backbone.warning, scratch)
+
+
+def describe_distribution(ctx: Context) -> str:
+    """The log line that says how the run is spread over devices and workers."""
+    workers = num_workers(ctx.strategy)
+    text = (f"strategy {strategy_name(ctx.strategy)}: {workers} worker(s), {ctx.replicas} replica(s) in sync;"
+            f" global batch {ctx.global_batch} ({ctx.cfg.batch_size} per replica)")
+    if ctx.cfg.data_service:
+        text += f"; training input decoded by the tf.data service at {ctx.cfg.data_service} (DYNAMIC sharding)"
+    elif workers > 1:
+        shards = len(ctx.info.shards.get("train", []))
+        text += f"; input sharded by {shard_policy(shards, workers).name} ({shards} train shards, {workers} workers)"
+    return text

@@ -1,0 +1,52 @@
+"""The run directory: one owner for every path of a run, and loading a finished run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.errors import UserError
+from app.run_dir import RunDir
+
+
+def test_every_path_of_a_run_is_distinct_and_inside_the_run_dir(tmp_path: Path):
+    run = RunDir(tmp_path / "run")
+    paths = [run.config, run.state, run.history, run.tensorboard, run.learning_curves, run.checkpoints,
+             run.final_weights, run.metrics, run.export_root, run.reports, run.phase_checkpoints(1),
+             run.phase_checkpoints(2), run.best_weights(1, 3), run.best_weights(2, 3)]
+    assert len(set(paths)) == len(paths)
+    assert all(p.is_relative_to(run.root) for p in paths)
+    assert run.best_weights(1, 3).name.endswith(".weights.h5")  # what Keras' save_weights requires
+
+
+def test_stale_best_weights_are_the_other_epochs_of_the_same_phase(tmp_path: Path):
+    run = RunDir(tmp_path)
+    run.checkpoints.mkdir()
+    for phase, epoch in ((1, 1), (1, 2), (1, 3), (2, 1)):
+        run.best_weights(phase, epoch).write_bytes(b"")
+    assert sorted(run.stale_best_weights(1, keep_epoch=2)) == [run.best_weights(1, 1), run.best_weights(1, 3)]
+
+
+def test_an_export_knows_its_run_dir(trained_run: Path, tmp_path: Path):
+    run = RunDir(trained_run)
+    assert RunDir.of_export(run.export_root / "shapes" / "1") == run
+    assert RunDir.of_export(tmp_path / "models" / "shapes" / "1") is None  # an export outside any run
+
+
+def test_loading_a_finished_run_rebuilds_the_trained_model(trained_run: Path):
+    finished = RunDir(trained_run).load()
+    assert finished.classes == ["circle", "square", "star", "triangle"] and finished.image_size == 64
+    assert finished.config.out == str(trained_run) and finished.metrics["phase1"]["epochs"] == 1
+    x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
+    # The export was written from the in-memory model at the end of training.
+    exported = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1")).signatures["predict_images"]
+    np.testing.assert_allclose(finished.build_model()(x).numpy(), exported(images=x)["probabilities"].numpy(), atol=1e-5)
+
+
+def test_a_run_dir_that_is_not_finished_says_what_is_missing(tmp_path: Path):
+    run = RunDir(tmp_path)
+    with pytest.raises(UserError, match="not a finished run .*run_state.json, config.json, model.weights.h5"):
+        run.load()
