@@ -16,7 +16,7 @@ from app.evaluation.figures import plot_confusion_matrix, plot_mistakes, plot_pe
 from app.evaluation.metrics import compute_metrics
 from app.evaluation.predict import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
 from app.evaluation.report import summary_table, write_html, write_metrics
-from app.export.layout import resolve_model_dir
+from app.export.layout import reports_dir, resolve_model_dir
 from app.run_dir import RunDir
 
 
@@ -54,7 +54,7 @@ def default_report_dir(version_dir: Path, split: str) -> Path:
     run = RunDir.of_export(version_dir)
     if run is not None:
         return run.reports / f"{name}-v{version}-{split}"
-    return version_dir.parent.parent / f"{name}-reports" / f"v{version}-{split}"
+    return reports_dir(version_dir) / f"v{version}-{split}"
 
 
 def _examples(data: str, split: str):

@@ -5,6 +5,7 @@
         assets/labels.txt                    app.labels format
         assets/metadata.json                 backbone, input size, classes, training metrics, ...
     EXPORT_DIR/NAME-tflite/VERSION/          model_<mode>.tflite, labels.txt, parity_<mode>.json
+    EXPORT_DIR/NAME-reports/                 evaluation reports of an export outside any run dir
     EXPORT_DIR/NAME/.incomplete-*            an export being written (servers skip it)
 
 A run dir keeps its exports in RUN_DIR/export (see app.run_dir).
@@ -54,6 +55,13 @@ def version_dir(export_root: Path, name: str, version: int) -> Path:
 
 def tflite_dir(export_root: Path, name: str, version: int) -> Path:
     return Path(export_root) / f"{name}-tflite" / str(version)
+
+
+def reports_dir(version: Path) -> Path:
+    """Where evaluation reports of an export go when it is not inside a run dir (beside the model
+    folder: TF Serving only looks inside EXPORT_DIR/NAME)."""
+    version = Path(version)
+    return version.parent.parent / f"{version.parent.name}-reports"
 
 
 def tflite_model_path(folder: Path, mode: str) -> Path:

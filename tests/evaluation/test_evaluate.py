@@ -103,3 +103,12 @@ def test_notebook_runs_as_is_on_the_demo(pretrained_weights: Path, tmp_path: Pat
     assert (tmp_path / "runs" / "demo" / "metrics.json").exists()
     reports = list((tmp_path / "runs" / "demo" / "reports").glob("*/report.html"))
     assert [p.parent.name for p in reports] == ["demo-v1-test"]  # the default report folder is in the run dir
+
+
+def test_default_report_folder_does_not_depend_on_the_working_directory(trained_run: Path, tmp_path: Path):
+    from app.evaluation.evaluate import default_report_dir
+
+    in_run = trained_run / "export" / "shapes" / "1"
+    assert default_report_dir(in_run, "val") == trained_run / "reports" / "shapes-v1-val"
+    elsewhere = tmp_path / "models" / "shapes" / "3"
+    assert default_report_dir(elsewhere, "test") == tmp_path / "models" / "shapes-reports" / "v3-test"
