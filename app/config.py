@@ -36,7 +36,10 @@ class TrainConfig:
     # phase 1: frozen backbone, new head
     epochs_head: int = _key(10, "phase-1 epochs, frozen backbone (early stopping may end sooner)", flag=True)
     lr_head: float = _key(1e-3, "phase-1 learning rate (AdamW)")
-    cache_features: bool = _key(False, "phase 1 on backbone features computed once (needs augment = false)")
+    cache_features: str = _key("auto", "phase 1 on backbone features computed once, for feature_views augmented views of"
+                                       " each training image: auto (on for one CPU worker) | true | false",
+                               choices=("auto", "true", "false"))
+    feature_views: int = _key(2, "augmented views per training image in the feature cache (1 forward pass each)")
     # phase 2: top of the backbone unfrozen
     epochs_finetune: int = _key(5, "phase-2 epochs, top of the backbone unfrozen", flag=True)
     lr_finetune: float = _key(1e-4, "phase-2 peak learning rate: linear warmup, then cosine decay")
@@ -74,6 +77,8 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     if key not in FIELDS:
         raise UserError(f"{origin}: unknown config key '{key}' (known: {', '.join(sorted(FIELDS))})")
     kind = type(getattr(TrainConfig(), key))
+    if FIELDS[key].metadata["choices"] and isinstance(value, (str, bool)):
+        value = str(value).lower()  # TOML `cache_features = true` means the choice "true"
     try:
         if kind is bool and isinstance(value, str):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -133,6 +138,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.image_size >= 0, "image_size must be >= 0 (0 = backbone default)"),
         (cfg.early_stopping_patience >= 1, "early_stopping_patience must be >= 1"),
         (cfg.max_steps_per_epoch >= 0, "max_steps_per_epoch must be >= 0"),
+        (cfg.feature_views >= 1, "feature_views must be >= 1"),
         (cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"), "unfreeze must be blocks:N, fraction:F or layer:NAME"),
     ]
     if "://" in cfg.out:

@@ -7,6 +7,7 @@
     RUN_DIR/learning_curves.png      loss and accuracy over both phases
     RUN_DIR/checkpoints/phaseN/      the last finished epoch of phase N (model, optimizer, state)
     RUN_DIR/checkpoints/phaseN_best_epochEEE.weights.h5   phase N's best weights so far
+    RUN_DIR/feature_cache.npz        phase-1 backbone features (cached mode), keyed by what decides them
     RUN_DIR/model.weights.h5         the kept weights of the whole run (what export rebuilds from)
     RUN_DIR/metrics.json             written last: its presence means the run is complete
     RUN_DIR/export/NAME/VERSION/     the serving exports (layout: app.export.layout)
@@ -46,6 +47,7 @@ class RunDir:
     tensorboard = property(lambda self: self.root / "tensorboard")
     learning_curves = property(lambda self: self.root / "learning_curves.png")
     checkpoints = property(lambda self: self.root / "checkpoints")
+    feature_cache = property(lambda self: self.root / "feature_cache.npz")
     final_weights = property(lambda self: self.root / "model.weights.h5")
     metrics = property(lambda self: self.root / "metrics.json")
     export_root = property(lambda self: self.root / "export")

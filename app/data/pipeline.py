@@ -7,6 +7,7 @@ naming the shard. Pass a `tf.distribute.InputContext` to shard per worker.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,12 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")
     return DatasetInfo(root, meta["classes"], meta["counts"], meta["shards"], meta.get("shard_records", {}))
+
+
+def dataset_fingerprint(data_dir: str | Path) -> str:
+    """sha256 of dataset.json: names the exact shards, counts and split of a dataset."""
+    path = storage.join(str(data_dir), schema.METADATA_FILE)
+    return hashlib.sha256(storage.read_bytes(path)).hexdigest() if storage.exists(path) else "unknown"
 
 
 class RecordCounter:

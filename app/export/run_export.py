@@ -4,25 +4,17 @@ TF Serving SavedModel, and optionally TFLite files. fine_tune.py and scripts/exp
 from __future__ import annotations
 
 import datetime
-import hashlib
 from pathlib import Path
 
 import keras
 
 import app
-from app import storage
-from app.data import schema
+from app.data.pipeline import dataset_fingerprint
 from app.errors import UserError
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
 from app.run_dir import FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
-
-
-def dataset_fingerprint(data_dir: str | Path) -> str:
-    """sha256 of dataset.json: names the exact shards, counts and split a model was trained on."""
-    path = storage.join(data_dir, schema.METADATA_FILE)
-    return hashlib.sha256(storage.read_bytes(path)).hexdigest() if storage.exists(path) else "unknown"
 
 
 def build_metadata(run: FinishedRun, metrics: dict) -> dict:

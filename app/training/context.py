@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from app.config import TrainConfig
 from app.data.pipeline import DatasetInfo, load_dataset_info, shard_policy
+from app.data.preprocess import Augment
 from app.data.service import check_reachable
 from app.errors import UserError
 from app.models.backbones import get_backbone
@@ -39,6 +40,12 @@ class Context:
     weights_used: str
     weights_warning: str | None
     scratch: RunDir | None  # a non-chief worker's private run dir for what it must write; None for the chief
+    cached_phase1: bool  # phase 1 trains the head on cached backbone features (see phase1_mode)
+    phase1_reason: str  # why, for the log
+
+    @property
+    def augmentation(self) -> Augment:
+        return Augment(color_jitter=self.cfg.color_jitter) if self.cfg.augment else Augment.off()
 
     @property
     def chief(self) -> bool:
@@ -72,10 +79,25 @@ def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Str
             f"batch size {global_batch} is larger than the train split ({info.num_examples('train')} images);"
             " lower --batch-size"
         )
-    if cfg.cache_features and num_workers(strategy) > 1:
+    if cfg.cache_features == "true" and num_workers(strategy) > 1:
         raise UserError("cache_features is not supported with several workers (each would cache every split)")
     if cfg.data_service:
         check_reachable(cfg.data_service)
+
+
+def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy) -> tuple[bool, str]:
+    """(train phase 1 on cached features?, why). `auto` caches on a single CPU worker, where the
+    frozen backbone's forward pass, repeated for every image in every epoch, is nearly all of
+    phase 1's time; K views cost K passes once, instead of one pass per epoch."""
+    views = f"{cfg.feature_views} augmented view(s) per training image" if cfg.augment else "unaugmented images (augment = false)"
+    if cfg.cache_features != "auto":
+        cached = cfg.cache_features == "true"
+        return cached, f"cache_features = {cfg.cache_features}" + (f"; {views}" if cached else "")
+    if num_workers(strategy) > 1 or cfg.data_service:
+        return False, "cache_features = auto: several workers or a tf.data service decode every epoch"
+    if tf.config.list_physical_devices("GPU"):
+        return False, "cache_features = auto: on a GPU the per-epoch forward pass is cheap (set true to cache anyway)"
+    return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {views}"
 
 
 def _claim_run_dir(cfg: TrainConfig, overwrite: bool, strategy: tf.distribute.Strategy, facts: dict) -> tuple[RunDir, RunDir | None]:
@@ -106,7 +128,7 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": backbone.weights_used}
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
     return Context(cfg, info, run, strategy, clf, image_size, History(run, enabled=scratch is None), policy,
-                   backbone.weights_used, backbone.warning, scratch)
+                   backbone.weights_used, backbone.warning, scratch, *phase1_mode(cfg, strategy))
 
 
 def describe_distribution(ctx: Context) -> str:

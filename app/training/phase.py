@@ -80,10 +80,11 @@ class Phase:
     spec: PhaseSpec
     steps: Steps  # compiled train/eval steps of the model being trained (logits, or head on features)
     inputs: PhaseInputs
-    model: keras.Model  # whose weights are checkpointed and kept as "best": the whole classifier
+    model: keras.Model  # whose weights are checkpointed and kept as "best" (cached phase 1: the head only)
     files: PhaseFiles
     history: History
     baseline: PhaseResult | None = None  # phase 1's result: phase 2 must beat it to count
+    baseline_model: keras.Model | None = None  # the model phase 1's best weights belong to
 
 
 def save_weights_atomic(model: keras.Model, path) -> None:
@@ -234,4 +235,4 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
         phase.model.load_weights(phase.files.best_to_load(number, int(state.best_epoch)))
     elif baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
         log.info("phase %d did not beat phase %d on val_loss; keeping phase %d's weights", number, number - 1, number - 1)
-        phase.model.load_weights(phase.files.best_to_load(number - 1, baseline.best_epoch))
+        (phase.baseline_model or phase.model).load_weights(phase.files.best_to_load(number - 1, baseline.best_epoch))

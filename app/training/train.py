@@ -66,23 +66,24 @@ def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int) -> keras.optimizer
 
 
 def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) -> Phase:
-    """Phase 1 (head; on cached features if configured) or phase 2 (the unfrozen top, from
-    phase 1's kept weights, which stay the result unless phase 2 beats `baseline`)."""
-    cfg = ctx.cfg
-    cached = number == 1 and cfg.cache_features
-    model = ctx.clf.head_model if cached else ctx.clf.logits_model
+    """Phase 1 (the head; on cached features when ctx.cached_phase1) or phase 2 (the unfrozen top,
+    from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`)."""
+    cfg, clf = ctx.cfg, ctx.clf
+    cached = number == 1 and ctx.cached_phase1
+    model = clf.head_model if cached else clf.logits_model
     rate = cfg.lr_head if number == 1 else finetune_schedule(cfg, ctx.steps_per_epoch)
     spec = PhaseSpec(
         phase=number, epochs=cfg.epochs_head if number == 1 else cfg.epochs_finetune,
         steps_per_epoch=ctx.steps_per_epoch, steps_per_execution=cfg.steps_per_execution,
         patience=cfg.early_stopping_patience, epoch_offset=baseline.epochs if baseline else 0,
     )
-    if not cached and ctx.history.enabled:
+    if ctx.history.enabled:
         ctx.history.board.images(f"phase{number}/augmented_inputs", augmented_sample(ctx), step=spec.epoch_offset,
-                                 description="training images as the input pipeline hands them to the model")
+                                 description="training images as the input pipeline makes them (before the backbone)")
     return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model)),
                  inputs=feature_inputs(ctx) if cached else image_inputs(ctx, number),
-                 model=ctx.clf.model, files=ctx.phase_files, history=ctx.history, baseline=baseline)
+                 model=clf.head_model if cached else clf.model, files=ctx.phase_files, history=ctx.history,
+                 baseline=baseline, baseline_model=clf.head_model if ctx.cached_phase1 else clf.model)
 
 
 def run_phase1(ctx: Context) -> PhaseResult:
@@ -123,9 +124,11 @@ def _train(ctx: Context) -> dict:
     log.info("backbone %s at %dx%d, weights: %s; precision %s", ctx.clf.spec.name, ctx.image_size, ctx.image_size,
              ctx.weights_used, ctx.policy)
     log.info("%s", describe_distribution(ctx))
+    log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
     ctx.clf.model.summary(show_trainable=True, line_length=100)
     metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
-                     "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes}
+                     "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes,
+                     "phase1_mode": "features" if ctx.cached_phase1 else "images"}
     phase1 = run_phase1(ctx) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
     phase2 = run_phase2(ctx, phase1) if cfg.epochs_finetune else None

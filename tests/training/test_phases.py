@@ -66,7 +66,7 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     write_tfrecords(images, data, val_fraction=0.25, test_fraction=0.0, workers=1)
     cfg = TrainConfig(
         data=str(data), out=str(root / "run"), weights=str(pretrained_weights), image_size=128, batch_size=16,
-        epochs_head=15, cache_features=True, augment=False, epochs_finetune=2, lr_finetune=5e-5,
+        epochs_head=15, cache_features="true", augment=False, epochs_finetune=2, lr_finetune=5e-5,
         early_stopping_patience=15,
     )
     ctx = setup(cfg)
@@ -77,6 +77,12 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     assert phase2.val_accuracy >= phase1.val_accuracy - 0.05, (phase1, phase2)
     # Cached-features mode is an optimisation, not a different method: a normal phase 1 on
     # images (same settings, augmentation off) lands in the same place.
-    normal = run_phase1(setup(cfg.replace(cache_features=False, out=str(root / "normal"), epochs_finetune=0)))
+    normal = run_phase1(setup(cfg.replace(cache_features="false", out=str(root / "normal"), epochs_finetune=0)))
     assert abs(normal.val_accuracy - phase1.val_accuracy) <= 0.1, (normal, phase1)
     assert abs(normal.val_loss - phase1.val_loss) <= 0.1, (normal, phase1)
+    # With augmentation too: the head on cached features of K = 2 augmented views lands where
+    # augmented training on images does.
+    augmented = cfg.replace(augment=True, epochs_finetune=0)
+    on_images = run_phase1(setup(augmented.replace(cache_features="false", out=str(root / "aug-images"))))
+    on_views = run_phase1(setup(augmented.replace(cache_features="true", feature_views=2, out=str(root / "aug-views"))))
+    assert on_views.val_accuracy >= 0.8 and abs(on_views.val_accuracy - on_images.val_accuracy) <= 0.1, (on_images, on_views)

@@ -1,0 +1,143 @@
+"""The usual recipe (app/training/recipe.py) vs fine_tune.py's defaults on the same photos.
+
+Each run is its own process, timed from its start to its end, imports and set-up included, as
+a user waits for them; the variants alternate over rounds and medians are reported. Per run:
+wall time, the time until a validation accuracy at least the usual recipe's final one was first
+printed, and the final validation accuracy of the model each delivers (the recipe keeps its last
+weights, fine_tune.py its best). Converting the JPEG folders to TFRecords, which fine_tune.py
+needs and the recipe does not, is timed once and added to fine_tune.py's wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from app.errors import UserError
+from app.run_dir import RunDir
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+VAL_ACCURACY = re.compile(r"\bval_accuracy ([0-9.]+)")  # the per-epoch line both runs print
+
+
+@dataclass
+class Trace:
+    seconds: float  # wall time of the whole process
+    epochs: list[tuple[float, float]]  # (seconds since start, val accuracy) per finished epoch
+    final_val_accuracy: float = float("nan")
+
+    def time_to_reach(self, target: float) -> float | None:
+        return next((t for t, accuracy in self.epochs if accuracy >= target - 1e-9), None)
+
+
+def _trace(cmd: list[str]) -> Trace:
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    epochs, final = [], float("nan")
+    for line in proc.stdout:
+        if line.startswith("final_val_accuracy"):
+            final = float(line.split()[1])
+        elif match := VAL_ACCURACY.search(line):
+            epochs.append((time.perf_counter() - start, float(match.group(1))))
+    stderr = proc.stderr.read()
+    if proc.wait():
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {stderr[-2000:]}")
+    return Trace(time.perf_counter() - start, epochs, final)
+
+
+def _subset(folder: Path, out: Path, per_class: int, seed: int) -> Path:
+    """train/ cut to `per_class` photos per class (seeded choice, symlinks), val/ whole."""
+    for split in ("train", "val"):
+        for class_dir in sorted(p for p in (folder / split).iterdir() if p.is_dir()):
+            files = sorted(p for p in class_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+            if split == "train":
+                random.Random(f"{seed}:{class_dir.name}").shuffle(files)
+                files = files[:per_class]
+            (out / split / class_dir.name).mkdir(parents=True)
+            for f in files:
+                (out / split / class_dir.name / f.name).symlink_to(f.resolve())
+    return out
+
+
+def _check_folder(folder: Path) -> None:
+    for split in ("train", "val"):
+        if not (folder / split).is_dir():
+            raise UserError(f"{folder}: needs train/ and val/ folders of class folders (missing {split}/)")
+
+
+def _ours(records: Path, run: Path, weights: str, image_size: int) -> Trace:
+    trace = _trace([sys.executable, str(SCRIPTS / "fine_tune.py"), "--data", str(records), "--out", str(run),
+                    "--weights", weights, "--image-size", str(image_size), "--overwrite"])
+    metrics = RunDir(run).read_metrics()
+    trace.final_val_accuracy = (metrics.get("phase2") or metrics["phase1"])["val_accuracy"]
+    return trace
+
+
+def _rounds(folder: Path, records: Path, tmp: Path, *, weights: str, image_size: int, rounds: int, seed: int,
+            log: Callable[[str], None]) -> list[tuple[Trace, Trace]]:
+    pairs = []
+    for r in range(rounds):
+        usual = _trace([sys.executable, "-m", "app.training.recipe", str(folder), weights, str(image_size), str(seed)])
+        ours = _ours(records, tmp / f"run{r}", weights, image_size)
+        pairs.append((usual, ours))
+        log(f"round {r + 1}/{rounds}: usual recipe {usual.seconds:.0f}s val {usual.final_val_accuracy:.4f};"
+            f" fine_tune.py {ours.seconds:.0f}s val {ours.final_val_accuracy:.4f}")
+    return pairs
+
+
+def _summary(pairs: list[tuple[Trace, Trace]], convert_seconds: float) -> dict:
+    usual_s = statistics.median(u.seconds for u, _ in pairs)
+    ours_s = statistics.median(o.seconds for _, o in pairs) + convert_seconds
+    reach = [o.time_to_reach(u.final_val_accuracy) for u, o in pairs]
+    reach_s = statistics.median(t + convert_seconds for t in reach) if None not in reach else None
+    return {
+        "usual_seconds": round(usual_s, 1), "ours_seconds": round(ours_s, 1), "convert_seconds": round(convert_seconds, 1),
+        "time_ratio": round(ours_s / usual_s, 3),
+        "ours_seconds_to_reach_usual_accuracy": None if reach_s is None else round(reach_s, 1),
+        "usual_val_accuracy": round(statistics.mean(u.final_val_accuracy for u, _ in pairs), 4),
+        "ours_val_accuracy": round(statistics.mean(o.final_val_accuracy for _, o in pairs), 4),
+        "rounds": len(pairs),
+    }
+
+
+def run_recipe_benchmark(folder: Path, *, weights: str, image_size: int = 224, train_per_class: int | None = None,
+                         rounds: int = 2, seed: int = 0, log: Callable[[str], None] = print) -> dict:
+    folder = Path(folder)
+    _check_folder(folder)
+    if not Path(weights).is_file():
+        raise UserError(f"--weights: no such file {weights} (both recipes load the same backbone file)")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        if train_per_class:
+            folder = _subset(folder, tmp / "photos", train_per_class, seed)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, str(SCRIPTS / "make_tfrecords.py"), str(folder), str(tmp / "records")],
+                       check=True, capture_output=True)
+        convert_seconds = time.perf_counter() - start
+        pairs = _rounds(folder, tmp / "records", tmp, weights=weights, image_size=image_size, rounds=rounds,
+                        seed=seed, log=log)
+    return _summary(pairs, convert_seconds)
+
+
+def format_result(result: dict) -> str:
+    from app.table import format_table
+
+    reach = result["ours_seconds_to_reach_usual_accuracy"]
+    rows = [["", "wall time (s)", "time to the usual accuracy (s)", "final val accuracy"],
+            ["usual recipe", f"{result['usual_seconds']:.0f}", f"{result['usual_seconds']:.0f}", f"{result['usual_val_accuracy']:.4f}"],
+            ["fine_tune.py", f"{result['ours_seconds']:.0f}", "never" if reach is None else f"{reach:.0f}",
+             f"{result['ours_val_accuracy']:.4f}"],
+            ["ratio", f"{result['time_ratio']:.2f}x", "" if reach is None else f"{reach / result['usual_seconds']:.2f}x",
+             f"{result['ours_val_accuracy'] - result['usual_val_accuracy']:+.4f}"]]
+    return format_table(rows) + f"\n(fine_tune.py times include {result['convert_seconds']:.0f}s of make_tfrecords.py)\n" + json.dumps(result)

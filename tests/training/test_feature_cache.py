@@ -1,0 +1,86 @@
+"""The phase-1 feature cache: K augmented views, kept in the run dir, reused on resume, rebuilt on change."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.config import TrainConfig
+from app.data.pipeline import make_eval_dataset
+from app.training.context import setup
+from app.training.feature_cache import load_or_build
+from app.training.train import run_phase1
+
+
+def _train_counts(ctx) -> np.ndarray:
+    return np.array([ctx.info.counts["train"][c] for c in ctx.info.classes])
+
+
+@pytest.fixture
+def cached_config(tiny_config: TrainConfig, demo_records: Path, tmp_path: Path) -> TrainConfig:
+    data = tmp_path / "data"
+    shutil.copytree(demo_records, data)  # a private copy: one test changes its dataset.json
+    return tiny_config.replace(data=str(data), cache_features="true", feature_views=3)
+
+
+def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline(cached_config: TrainConfig):
+    ctx = setup(cached_config)
+    cache = load_or_build(ctx)
+    n = ctx.info.num_examples("train")
+    assert cache.train_features.shape == (3 * n, 1280) and cache.train_features.dtype == np.float32
+    assert cache.val_features.shape == (ctx.info.num_examples("val"), 1280)
+    for view in range(3):  # each block of n rows is one pass over the training split
+        assert (np.bincount(cache.train_labels[view * n:(view + 1) * n], minlength=4) == _train_counts(ctx)).all()
+    plain = load_or_build(setup(cached_config.replace(augment=False, out=cached_config.out + "-plain")))
+    assert plain.train_features.shape == (n, 1280)  # augment = false: one unaugmented view
+    # Validation features are the backbone on the eval pipeline, the same in both.
+    images, labels = zip(*make_eval_dataset(ctx.cfg.data, split="val", image_size=64, batch_size=64))
+    expected = ctx.clf.features_model(np.concatenate(images), training=False).numpy()
+    np.testing.assert_allclose(cache.val_features, expected, rtol=1e-2, atol=0)  # batch size changes the rounding
+    assert cache.val_labels.tolist() == plain.val_labels.tolist() == np.concatenate(labels).tolist()
+    # Augmented views are not the unaugmented image: the mean feature of each class moves.
+    for label in range(4):
+        aug = cache.train_features[cache.train_labels == label].mean(0)
+        raw = plain.train_features[plain.train_labels == label].mean(0)
+        assert not np.allclose(aug, raw, rtol=1e-3, atol=0)  # relative: random-init features are tiny
+
+
+def test_cache_is_reused_on_resume_and_rebuilt_when_the_data_changes(cached_config: TrainConfig, caplog):
+    caplog.set_level(logging.INFO)
+    ctx = setup(cached_config)
+    first = load_or_build(ctx)
+    stamp = ctx.run.feature_cache.stat().st_mtime_ns
+    again = load_or_build(setup(cached_config))  # the same command run again: a resume
+    assert ctx.run.feature_cache.stat().st_mtime_ns == stamp and "reusing the feature cache" in caplog.text
+    np.testing.assert_array_equal(first.train_features, again.train_features)
+    meta_path = Path(cached_config.data) / "dataset.json"
+    meta = json.loads(meta_path.read_text())
+    meta["source"] = "rewritten by make_tfrecords.py --overwrite"  # other shards, same classes
+    meta_path.write_text(json.dumps(meta))
+    caplog.clear()
+    load_or_build(setup(cached_config))
+    assert "made for other data or settings; rebuilding" in caplog.text
+    assert ctx.run.feature_cache.stat().st_mtime_ns != stamp
+
+
+def test_cached_phase1_checkpoints_only_the_head_and_trains_it(cached_config: TrainConfig):
+    ctx = setup(cached_config.replace(epochs_head=2))
+    head = [w.numpy().copy() for w in ctx.clf.model.get_layer("logits").weights]
+    result = run_phase1(ctx)
+    assert result.epochs == 2 and np.isfinite(result.val_loss)
+    assert any(not np.array_equal(w.numpy(), before) for w, before in zip(ctx.clf.model.get_layer("logits").weights, head))
+    best = ctx.run.best_weights(1, result.best_epoch)
+    assert best.stat().st_size < 100_000  # the head (1280 x 4 + 4 floats), not the 9 MB backbone
+
+
+def test_auto_caches_on_a_cpu_and_says_why(tiny_config: TrainConfig):
+    ctx = setup(tiny_config)
+    assert tiny_config.cache_features == "auto" and ctx.cached_phase1
+    assert "on a CPU" in ctx.phase1_reason and "2 augmented view(s)" in ctx.phase1_reason
+    off = setup(tiny_config.replace(cache_features="false", out=tiny_config.out + "-off"))
+    assert not off.cached_phase1 and off.phase1_reason == "cache_features = false"
