@@ -179,21 +179,22 @@ def run_phase(phase: Phase) -> PhaseResult:
     phase.history.truncate(phase.spec.phase, state.epochs_done)
     iterator = None
     while not state.finished:
+        start = time.perf_counter()  # an epoch's seconds include making its input (the feature cache, once)
         if iterator is None:
             iterator = phase.inputs.train_iterator()
-        _run_epoch(phase, state, iterator)
+        _run_epoch(phase, state, iterator, start)
         if state.stopped:
             log.info("early stopping: val_loss has not improved for %d epochs", phase.spec.patience)
     _load_kept_weights(phase, state)
     return state.result()
 
 
-def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator) -> None:
+def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float) -> None:
     spec, epoch = phase.spec, state.epochs_done + 1
     print(f"Phase {spec.phase} epoch {epoch}/{spec.epochs}", flush=True)
-    start = time.perf_counter()
+    train_start = time.perf_counter()
     loss, accuracy = _train_epoch(phase.steps, iterator, spec)
-    train_seconds = time.perf_counter() - start
+    train_seconds = time.perf_counter() - train_start
     val = phase.steps.evaluate(phase.inputs.val_dataset())
     seconds = time.perf_counter() - start
     improved = state.improves(val)

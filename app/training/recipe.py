@@ -9,8 +9,9 @@ last weights kept. Two deliberate departures, so that the comparison is about th
 backbone weights come from the same file as ours (no download here), and the logits cover any
 number of classes (sparse cross-entropy; the tutorial's single logit is the 2-class case).
 
-Run as `python -m app.training.recipe SPLIT_FOLDER WEIGHTS IMAGE_SIZE SEED`: it prints
-`  val_accuracy X` after every epoch, as fine_tune.py does, and `final_val_accuracy X` at the end.
+Run as `python -m app.training.recipe SPLIT_FOLDER WEIGHTS IMAGE_SIZE SEED [EPOCHS_HEAD EPOCHS_FINETUNE]`:
+it prints `  val_accuracy X` after every epoch, as fine_tune.py does, and `final_val_accuracy X`
+at the end. The epochs are the tutorial's 10 + 10 unless given (the tests shorten them).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def build_model(num_classes: int, image_size: int, weights: str) -> tuple[keras.
     return keras.Model(inputs, outputs), base
 
 
-def run_usual_recipe(split_folder: Path, weights: str, image_size: int, seed: int) -> float:
+def run_usual_recipe(split_folder: Path, weights: str, image_size: int, seed: int,
+                     epochs_head: int = EPOCHS_HEAD, epochs_finetune: int = EPOCHS_FINETUNE) -> float:
     """Both phases; returns the final validation accuracy (the last epoch's weights)."""
     keras.utils.set_random_seed(seed)
     load = dict(batch_size=BATCH_SIZE, image_size=(image_size, image_size), seed=seed)
@@ -57,16 +59,16 @@ def run_usual_recipe(split_folder: Path, weights: str, image_size: int, seed: in
     train, val = train.prefetch(-1), val.prefetch(-1)  # AUTOTUNE, as the tutorial does
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=loss, metrics=["accuracy"])
-    history = model.fit(train, epochs=EPOCHS_HEAD, validation_data=val, callbacks=[_PrintValAccuracy()], verbose=2)
+    history = model.fit(train, epochs=epochs_head, validation_data=val, callbacks=[_PrintValAccuracy()], verbose=2)
     base.trainable = True
     for layer in base.layers[:FINE_TUNE_AT]:
         layer.trainable = False
     model.compile(optimizer=keras.optimizers.RMSprop(1e-5), loss=loss, metrics=["accuracy"])
-    history = model.fit(train, epochs=EPOCHS_HEAD + EPOCHS_FINETUNE, initial_epoch=len(history.epoch),
+    history = model.fit(train, epochs=epochs_head + epochs_finetune, initial_epoch=len(history.epoch),
                         validation_data=val, callbacks=[_PrintValAccuracy()], verbose=2)
     return float(history.history["val_accuracy"][-1])
 
 
 if __name__ == "__main__":
-    folder, weights_file, size, seed_arg = sys.argv[1:5]
-    print(f"final_val_accuracy {run_usual_recipe(Path(folder), weights_file, int(size), int(seed_arg)):.4f}", flush=True)
+    folder, weights_file, *numbers = sys.argv[1:]
+    print(f"final_val_accuracy {run_usual_recipe(Path(folder), weights_file, *map(int, numbers)):.4f}", flush=True)

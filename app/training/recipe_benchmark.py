@@ -85,10 +85,11 @@ def _ours(records: Path, run: Path, weights: str, image_size: int) -> Trace:
 
 
 def _rounds(folder: Path, records: Path, tmp: Path, *, weights: str, image_size: int, rounds: int, seed: int,
-            log: Callable[[str], None]) -> list[tuple[Trace, Trace]]:
+            recipe_epochs: tuple[int, int], log: Callable[[str], None]) -> list[tuple[Trace, Trace]]:
     pairs = []
     for r in range(rounds):
-        usual = _trace([sys.executable, "-m", "app.training.recipe", str(folder), weights, str(image_size), str(seed)])
+        usual = _trace([sys.executable, "-m", "app.training.recipe", str(folder), weights, str(image_size), str(seed),
+                        *map(str, recipe_epochs)])
         ours = _ours(records, tmp / f"run{r}", weights, image_size)
         pairs.append((usual, ours))
         log(f"round {r + 1}/{rounds}: usual recipe {usual.seconds:.0f}s val {usual.final_val_accuracy:.4f};"
@@ -112,7 +113,9 @@ def _summary(pairs: list[tuple[Trace, Trace]], convert_seconds: float) -> dict:
 
 
 def run_recipe_benchmark(folder: Path, *, weights: str, image_size: int = 224, train_per_class: int | None = None,
-                         rounds: int = 2, seed: int = 0, log: Callable[[str], None] = print) -> dict:
+                         rounds: int = 2, seed: int = 0, recipe_epochs: tuple[int, int] = (10, 10),
+                         log: Callable[[str], None] = print) -> dict:
+    """`recipe_epochs`: the usual recipe's epochs per phase, the tutorial's (10, 10) unless a test shortens them."""
     folder = Path(folder)
     _check_folder(folder)
     if not Path(weights).is_file():
@@ -126,7 +129,7 @@ def run_recipe_benchmark(folder: Path, *, weights: str, image_size: int = 224, t
                        check=True, capture_output=True)
         convert_seconds = time.perf_counter() - start
         pairs = _rounds(folder, tmp / "records", tmp, weights=weights, image_size=image_size, rounds=rounds,
-                        seed=seed, log=log)
+                        seed=seed, recipe_epochs=recipe_epochs, log=log)
     return _summary(pairs, convert_seconds)
 
 

@@ -98,9 +98,10 @@ def run_phase2(ctx: Context, phase1: PhaseResult | None) -> PhaseResult:
     return run_phase(build_phase(ctx, 2, phase1))
 
 
-def evaluate_split(ctx: Context, split: str) -> Evaluation:
-    """The current weights on `split`, unaugmented, with the plain (unsmoothed) loss."""
-    return make_steps(ctx, ctx.clf.logits_model, None).evaluate(eval_dataset(ctx, split))
+def evaluate_split(ctx: Context, split: str, steps: Steps | None = None) -> Evaluation:
+    """The current weights on `split`, unaugmented, with the plain (unsmoothed) loss. Pass the
+    same evaluation `steps` for several splits: its graph is then traced once."""
+    return (steps or make_steps(ctx, ctx.clf.logits_model, None)).evaluate(eval_dataset(ctx, split))
 
 
 def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
@@ -133,9 +134,10 @@ def _train(ctx: Context) -> dict:
     metrics["phase1"] = phase1.to_dict() if phase1 else None
     phase2 = run_phase2(ctx, phase1) if cfg.epochs_finetune else None
     metrics["phase2"] = phase2.to_dict() if phase2 else None
+    evaluation = make_steps(ctx, ctx.clf.logits_model, None)
     if ctx.info.num_examples("test"):
-        metrics["test"] = evaluate_split(ctx, "test").summary()
-    val = evaluate_split(ctx, "val")  # on every worker: evaluation is a collective under multi-worker training
+        metrics["test"] = evaluate_split(ctx, "test", evaluation).summary()
+    val = evaluate_split(ctx, "val", evaluation)  # on every worker: evaluation is a collective under multi-worker training
     if ctx.chief:
         _finish(ctx, metrics, val.confusion_matrix, epochs=sum(p.epochs for p in (phase1, phase2) if p))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting

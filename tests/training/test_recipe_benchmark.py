@@ -1,0 +1,60 @@
+"""The recipe benchmark: its arithmetic on known traces, and one real run of both recipes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.errors import UserError
+from app.training.recipe_benchmark import Trace, _subset, _summary, format_result, run_recipe_benchmark
+
+
+def test_time_to_reach_is_the_first_epoch_at_or_above_the_target():
+    trace = Trace(seconds=50.0, epochs=[(10.0, 0.70), (20.0, 0.85), (30.0, 0.80), (40.0, 0.90)])
+    assert trace.time_to_reach(0.85) == 20.0 and trace.time_to_reach(0.88) == 40.0
+    assert trace.time_to_reach(0.95) is None
+
+
+def test_summary_adds_the_conversion_to_our_times_and_takes_medians():
+    usual = [Trace(100.0, [(90.0, 0.8)], 0.8), Trace(120.0, [(110.0, 0.8)], 0.8)]
+    ours = [Trace(30.0, [(10.0, 0.7), (20.0, 0.85)], 0.9), Trace(50.0, [(12.0, 0.82)], 0.9)]
+    result = _summary(list(zip(usual, ours)), convert_seconds=5.0)
+    assert result["usual_seconds"] == 110.0 and result["ours_seconds"] == 45.0  # medians, + 5 s conversion
+    assert result["time_ratio"] == pytest.approx(45 / 110, abs=1e-3)
+    assert result["ours_seconds_to_reach_usual_accuracy"] == 21.0  # median of 20 and 12, + 5 s
+    assert (result["usual_val_accuracy"], result["ours_val_accuracy"]) == (0.8, 0.9)
+    assert "0.41x" in format_result(result) and "+0.1000" in format_result(result)
+
+
+def test_subset_keeps_n_training_photos_per_class_and_all_of_val(tmp_path: Path):
+    for split, n in (("train", 5), ("val", 3)):
+        for cls in ("a", "b"):
+            (tmp_path / "src" / split / cls).mkdir(parents=True)
+            for i in range(n):
+                (tmp_path / "src" / split / cls / f"{i}.jpg").write_bytes(b"x")
+    out = _subset(tmp_path / "src", tmp_path / "out", per_class=2, seed=0)
+    assert sorted(len(list((out / "train" / c).iterdir())) for c in "ab") == [2, 2]
+    assert sorted(len(list((out / "val" / c).iterdir())) for c in "ab") == [3, 3]
+
+
+def test_a_folder_without_train_and_val_is_refused(tmp_path: Path):
+    with pytest.raises(UserError, match="needs train/ and val/"):
+        run_recipe_benchmark(tmp_path, weights="w.h5")
+
+
+@pytest.mark.slow
+def test_both_recipes_run_on_the_same_photos(pretrained_weights: Path, tmp_path: Path):
+    from app.data.demo import generate_demo_images
+
+    for split, seed in (("train", 0), ("val", 1)):
+        generate_demo_images(tmp_path / "photos" / split, per_class=8, seed=seed)
+    for bad in ("circle/truncated.jpg", "square/not_an_image.jpg", "star/empty.jpg"):
+        for split in ("train", "val"):  # the usual recipe stops at the first file it cannot decode
+            (tmp_path / "photos" / split / bad).unlink()
+    lines: list[str] = []
+    result = run_recipe_benchmark(tmp_path / "photos", weights=str(pretrained_weights), image_size=64, rounds=1,
+                                  recipe_epochs=(1, 1), log=lines.append)
+    assert len(lines) == 1 and result["rounds"] == 1
+    assert result["usual_seconds"] > 0 and result["ours_seconds"] > result["convert_seconds"] > 0
+    assert 0 <= result["usual_val_accuracy"] <= 1 and 0 <= result["ours_val_accuracy"] <= 1
