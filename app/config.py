@@ -76,8 +76,8 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     """Convert a TOML/CLI value to the field's type, with an error naming where it came from."""
     if key not in FIELDS:
         raise UserError(f"{origin}: unknown config key '{key}' (known: {', '.join(sorted(FIELDS))})")
-    kind = type(getattr(TrainConfig(), key))
-    if FIELDS[key].metadata["choices"] and isinstance(value, (str, bool)):
+    kind, choices = type(FIELDS[key].default), FIELDS[key].metadata["choices"]
+    if choices and isinstance(value, (str, bool)):
         value = str(value).lower()  # TOML `cache_features = true` means the choice "true"
     try:
         if kind is bool and isinstance(value, str):
@@ -90,7 +90,6 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
             value = kind(value)
     except (TypeError, ValueError):
         raise UserError(f"{origin}: '{key}' must be {kind.__name__}, got {value!r}") from None
-    choices = FIELDS[key].metadata["choices"]
     if choices and value not in choices:
         raise UserError(f"{origin}: '{key}' must be one of {choices}, got {value!r}")
     return value

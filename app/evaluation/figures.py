@@ -15,6 +15,7 @@ from PIL import Image  # noqa: E402
 
 
 from app import storage  # noqa: E402
+from app.evaluation.metrics import row_normalized  # noqa: E402
 
 
 def save_figure(fig, path: Path) -> Path:
@@ -40,8 +41,7 @@ def plot_confusion_matrix(counts: np.ndarray, classes: list[str], path: Path) ->
 def confusion_matrix_figure(counts: np.ndarray, classes: list[str]):
     """Row-normalised colours; counts written in the cells while there are few enough classes."""
     counts = np.asarray(counts)
-    rows = counts.sum(axis=1, keepdims=True)
-    normalized = np.divide(counts, rows, out=np.zeros(counts.shape), where=rows > 0)
+    normalized = row_normalized(counts)
     n = len(classes)
     side = min(max(5.0, 0.45 * n + 2), 40.0)
     fig, ax = plt.subplots(figsize=(side, side))

@@ -18,6 +18,13 @@ def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, num_classes: int
     return matrix
 
 
+def row_normalized(matrix: np.ndarray) -> np.ndarray:
+    """Each row of a confusion matrix as fractions of its true class (all-zero rows stay zero)."""
+    matrix = np.asarray(matrix)
+    row_sums = matrix.sum(axis=1, keepdims=True)
+    return np.divide(matrix, row_sums, out=np.zeros(matrix.shape), where=row_sums > 0)
+
+
 def reliability_bins(labels: np.ndarray, probabilities: np.ndarray, bins: int = ECE_BINS) -> list[dict]:
     """Equal-width confidence bins: count, accuracy and mean confidence of the predictions in each."""
     confidence = probabilities.max(axis=1)
@@ -56,8 +63,7 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
     top = np.argsort(-probabilities, axis=1)[:, :k]
     eps = 1e-15
     log_loss = float(-np.mean(np.log(np.clip(probabilities[np.arange(len(labels)), labels], eps, 1.0))))
-    row_sums = matrix.sum(axis=1, keepdims=True)
-    normalized = np.divide(matrix, row_sums, out=np.zeros_like(matrix, dtype=float), where=row_sums > 0)
+    normalized = row_normalized(matrix)
     weights = support / support.sum()
     pairs = [(int(t), int(p), int(matrix[t, p])) for t in range(num_classes) for p in range(num_classes) if t != p and matrix[t, p]]
     pairs.sort(key=lambda x: -x[2])

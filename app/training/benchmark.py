@@ -60,8 +60,7 @@ def run_training_benchmark(
 def _phase1_run(cfg: TrainConfig) -> dict[str, float]:
     """One phase 1 from scratch, timed from setup to the kept weights (feature caching included)."""
     start = time.perf_counter()
-    with contextlib.redirect_stdout(sys.stderr):
-        result = run_phase1(setup(cfg, overwrite=True))
+    _, (_, result) = _timed_phase1(cfg)
     return {"val_accuracy": result.val_accuracy, "val_loss": result.val_loss, "seconds": time.perf_counter() - start}
 
 
