@@ -57,6 +57,8 @@ class TrainConfig:
     # performance and scale
     mixed_precision: str = _key("auto", "auto (on for GPUs) | on | off", choices=("auto", "on", "off"))
     strategy: str = _key("auto", "distribution strategy", choices=("auto", "default", "mirrored", "multiworker", "tpu"))
+    jit_compile: str = _key("auto", "XLA-compile the train step: auto (on for GPUs, as Keras does; off on CPUs, where it"
+                                    " made training slower) | true | false", choices=("auto", "true", "false"))
     steps_per_execution: int = _key(1, "train steps per tf.function call; raise on fast accelerators")
     max_steps_per_epoch: int = _key(0, "0 = a full pass over the training split; >0 caps it (smoke runs)")
     data_service: str = _key("", "grpc://HOST:PORT of a tf.data service dispatcher (scripts/data_service.py) that"

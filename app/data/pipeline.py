@@ -1,7 +1,8 @@
 """tf.data pipelines from a TFRecord folder: one for training, one for evaluation.
 
-Both yield (images float32 [B, S, S, 3] in 0..255, labels int32 [B]). Pixel normalisation
-belongs to the model. Corrupt records are skipped by default; `strict=True` raises instead,
+Both yield (images uint8 [B, S, S, 3], labels int32 [B]): a quarter of float32's bytes to copy,
+batch and send to an accelerator. Colour jitter and pixel normalisation belong to the training
+step and the model, which run on the device. Corrupt records are skipped by default; `strict=True` raises instead,
 naming the shard. Pass a `tf.distribute.InputContext` to shard per worker.
 """
 
@@ -16,7 +17,7 @@ import tensorflow as tf
 
 from app import storage
 from app.data import schema
-from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, color_jitter, decode_for_eval, decode_random_crop
+from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -204,15 +205,6 @@ def _train_decoder(image_size: int, augment: Augment):
     return lambda encoded, seed: decode_for_eval(encoded, image_size)
 
 
-def _jitter_batches(ds: tf.data.Dataset, strength: float, seed: int | None, deterministic: bool) -> tf.data.Dataset:
-    """Colour jitter on whole batches: one fused pass, GPU-shaped."""
-    seeds = tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2)
-    return tf.data.Dataset.zip(ds, seeds).map(
-        lambda e, s: {**e, "image": color_jitter(e["image"], s, strength)},
-        num_parallel_calls=AUTOTUNE, deterministic=deterministic,
-    )
-
-
 def make_train_dataset(
     data_dir: str | Path,
     *,
@@ -230,7 +222,8 @@ def make_train_dataset(
     data_service: str | None = None,
     service_job: str | None = None,
 ) -> tf.data.Dataset:
-    """Shuffled, augmented batches for training. `batch_size` is the batch this dataset yields
+    """Shuffled batches for training, with the host's share of `augment` (random-resized crop and
+    flip, done while decoding); `augment.color_jitter` is the training step's. `batch_size` is the batch this dataset yields
     (per replica under a distribution strategy). `deterministic=True` (with a seed) gives the
     same stream every time, for tests; otherwise order is traded for speed.
 
@@ -256,8 +249,6 @@ def make_train_dataset(
     ds = tf.data.Dataset.zip(ds, seeds)
     ds = _decoded(ds, _train_decoder(image_size, augment), strict=strict, deterministic=deterministic, counter=counter)
     ds = ds.batch(batch_size, drop_remainder=repeat)
-    if augment.color_jitter > 0:
-        ds = _jitter_batches(ds, augment.color_jitter, seed, deterministic)
     ds = ds.map(lambda e: (e["image"], e["label"]))
     if data_service:
         from app.data.service import distribute

@@ -2,8 +2,9 @@
 
 `decode_for_eval` is THE evaluation preprocessing: the eval pipeline maps it over records and the
 serving signature maps it over request bytes, so train/serve skew cannot creep in. The decode
-ops work on a single image (eagerly or inside tf.data); `color_jitter` works on one image or a
-whole batch at once, with plain arithmetic, so it runs well on a GPU too.
+ops work on a single image (eagerly or inside tf.data) and return uint8, so what crosses to the
+accelerator is a quarter of float32's bytes; `color_jitter` works on one image or a whole batch
+at once, with plain arithmetic: the training step runs it on the device (`app/training/steps.py`).
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ class Augment:
 
 
 def _resize(image: tf.Tensor, image_size: int) -> tf.Tensor:
-    """Bilinear with antialiasing, so large photos shrink without aliasing; float32 out."""
-    return tf.image.resize(image, [image_size, image_size], method="bilinear", antialias=True)
+    """Bilinear with antialiasing, so large photos shrink without aliasing."""
+    return to_uint8(tf.image.resize(image, [image_size, image_size], method="bilinear", antialias=True))
+
+
+def to_uint8(images: tf.Tensor) -> tf.Tensor:
+    """Round float pixels in 0..255 to uint8 (saturating): the dtype every pipeline hands over."""
+    return tf.saturate_cast(tf.round(images), tf.uint8)
 
 
 def decode_for_eval(encoded: tf.Tensor, image_size: int, crop_fraction: float = DEFAULT_CROP_FRACTION) -> tf.Tensor:
-    """Encoded JPEG/PNG/GIF/BMP bytes → float32 [S, S, 3] in 0..255.
+    """Encoded JPEG/PNG/GIF/BMP bytes → uint8 [S, S, 3].
 
     Equivalent to "resize the shorter side to S / crop_fraction, then centre-crop S", done as
     crop-then-resize so only the kept pixels are resampled.
@@ -59,7 +65,7 @@ def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, aug
     """Inception-style random-resized crop applied while decoding, then a random flip.
 
     Only the crop window is decoded (`decode_and_crop_jpeg`), and the flip is done on the small
-    uint8 crop before resizing. `seed` is a shape-[2] int tensor; every op is stateless, so a
+    uint8 crop before resizing; uint8 out. `seed` is a shape-[2] int tensor; every op is stateless, so a
     seeded pipeline is reproducible. Resizing is plain bilinear: random crops shrink by small
     factors, where antialiasing changes little and costs a lot (see README benchmark).
     """
@@ -80,17 +86,19 @@ def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, aug
     if augment.flip:
         flip = tf.random.stateless_uniform([], flip_seed) < 0.5
         image = tf.cond(flip, lambda: tf.reverse(image, axis=[1]), lambda: image)
-    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
+    image = to_uint8(tf.image.resize(image, [image_size, image_size], method="bilinear"))
     return tf.ensure_shape(image, [image_size, image_size, 3])
 
 
-def color_jitter(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tensor:
-    """Random brightness, contrast and saturation on float [..., H, W, 3] images in 0..255.
+LUMA = (0.2989, 0.5870, 0.1140)  # ITU-R BT.601, as tf.image.rgb_to_grayscale
 
-    Works on one image or a batch (independent factors per image). All three adjustments are
-    linear in the pixels, so they are composed into one 3x3 colour matrix plus an offset and
-    applied in a single pass. The training pipeline applies it to whole batches (measured ~10%
-    faster on CPU than per image, and the natural shape for a GPU).
+
+def color_jitter(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tensor:
+    """Random brightness, contrast and saturation on [..., H, W, 3] images in 0..255 (uint8 or
+    float); float32 out.
+
+    Works on one image or a batch (independent factors per image). The training step applies it
+    to whole batches, on the device. `seed` is a shape-[2] int tensor (stateless: reproducible).
     """
     batch_shape = tf.shape(images)[:-3]
     s_b, s_c, s_s = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
@@ -98,14 +106,17 @@ def color_jitter(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tens
     def factor(s: tf.Tensor) -> tf.Tensor:
         return tf.random.stateless_uniform(batch_shape, s, 1.0 - strength, 1.0 + strength)
 
-    brightness, contrast, saturation = factor(s_b), factor(s_c), factor(s_s)
-    luma = tf.constant([0.2989, 0.5870, 0.1140])
-    # saturation: x -> s*x + (1-s)*(luma.x)  ==  x @ (s*I + (1-s) * luma^T [1 1 1])
-    to_gray = tf.tile(luma[:, None], [1, 3])
-    sat = saturation[..., None, None] * tf.eye(3) + (1.0 - saturation)[..., None, None] * to_gray
-    # contrast around the mean of the brightened image: x -> c*x + (1-c)*mean
-    mean = tf.reduce_mean(images, axis=[-3, -2, -1]) * brightness
-    matrix = (brightness * contrast)[..., None, None] * sat
-    offset = ((1.0 - contrast) * mean)[..., None] * tf.reduce_sum(sat, axis=-2)
-    out = tf.einsum("...hwc,...cd->...hwd", images, matrix) + offset[..., None, None, :]
+    return _apply_color_jitter(images, factor(s_b), factor(s_c), factor(s_s))
+
+
+@tf.function(jit_compile=True)
+def _apply_color_jitter(images: tf.Tensor, brightness: tf.Tensor, contrast: tf.Tensor, saturation: tf.Tensor) -> tf.Tensor:
+    """Brightness, then contrast around the brightened image's mean, then saturation towards its
+    luma, composed into one linear expression of the pixels. XLA fuses it into a single pass
+    (on 2 CPU cores 2.7x faster than the same ops unfused, for a batch of 32 at 224)."""
+    x = tf.cast(images, tf.float32)
+    b, c, s = (f[..., None, None, None] for f in (brightness, contrast, saturation))
+    gray = tf.reduce_sum(x * tf.constant(LUMA), axis=-1, keepdims=True)
+    mean = tf.reduce_mean(x, axis=[-3, -2, -1], keepdims=True) * b
+    out = b * c * (s * x + (1.0 - s) * gray) + (1.0 - c) * mean * (s + (1.0 - s) * sum(LUMA))
     return tf.clip_by_value(out, 0.0, 255.0)

@@ -50,10 +50,11 @@ class ServingModule(tf.Module):
             input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes"), tf.TensorSpec([None], tf.string, name="key")])
 
     def _decode(self, image_bytes: tf.Tensor) -> tf.Tensor:
-        return tf.map_fn(
+        images = tf.map_fn(
             lambda b: decode_for_eval(b, self.image_size, self.crop_fraction), image_bytes,
-            fn_output_signature=tf.TensorSpec([self.image_size, self.image_size, 3], tf.float32),
+            fn_output_signature=tf.TensorSpec([self.image_size, self.image_size, 3], tf.uint8),
         )
+        return tf.cast(images, tf.float32)
 
     def _from_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         probabilities = tf.cast(self.model(images, training=False), tf.float32)

@@ -34,7 +34,7 @@ def convert(model: keras.Model, image_size: int, mode: str, data_dir: str) -> by
         def representative():
             ds = make_eval_dataset(data_dir, split="train", image_size=image_size, batch_size=1)
             for images, _ in ds.take(CALIBRATION_IMAGES):
-                yield [images]
+                yield [tf.cast(images, tf.float32)]
 
         options["representative_dataset"] = representative
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,7 +61,7 @@ def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, ima
     predict = tf.saved_model.load(str(saved_model_dir)).signatures["predict_images"]
     agree = correct_tflite = correct_saved = total = 0
     for images, labels in make_eval_dataset(data_dir, split="val", image_size=image_size, batch_size=32):
-        saved = predict(images=images)["probabilities"].numpy().argmax(-1)
+        saved = predict(images=tf.cast(images, tf.float32))["probabilities"].numpy().argmax(-1)
         lite = tflite_probabilities(tflite_model, images.numpy()).argmax(-1)
         labels = labels.numpy()
         agree += int((saved == lite).sum())

@@ -42,6 +42,8 @@ class Context:
     scratch: RunDir | None  # a non-chief worker's private run dir for what it must write; None for the chief
     cached_phase1: bool  # phase 1 trains the head on cached backbone features (see phase1_mode)
     phase1_reason: str  # why, for the log
+    jit_compile: bool  # XLA-compile the train step (see xla_mode)
+    jit_reason: str  # why, for the log
 
     @property
     def augmentation(self) -> Augment:
@@ -100,6 +102,15 @@ def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy) -> tuple[boo
     return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {views}"
 
 
+def xla_mode(cfg: TrainConfig) -> tuple[bool, str]:
+    """(XLA-compile the train step?, why). `auto` follows Keras' own default: on where a GPU is."""
+    if cfg.jit_compile != "auto":
+        return cfg.jit_compile == "true", f"jit_compile = {cfg.jit_compile}"
+    if tf.config.list_physical_devices("GPU"):
+        return True, "jit_compile = auto: on for GPUs"
+    return False, "jit_compile = auto: off on CPUs, where XLA made training slower"
+
+
 def _claim_run_dir(cfg: TrainConfig, overwrite: bool, strategy: tf.distribute.Strategy, facts: dict) -> tuple[RunDir, RunDir | None]:
     """(the run dir, this worker's scratch run dir or None). Only the chief writes the run dir."""
     chief = is_chief(strategy)
@@ -128,7 +139,7 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": backbone.weights_used}
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
     return Context(cfg, info, run, strategy, clf, image_size, History(run, enabled=scratch is None), policy,
-                   backbone.weights_used, backbone.warning, scratch, *phase1_mode(cfg, strategy))
+                   backbone.weights_used, backbone.warning, scratch, *phase1_mode(cfg, strategy), *xla_mode(cfg))
 
 
 def describe_distribution(ctx: Context) -> str:

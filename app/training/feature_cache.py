@@ -27,10 +27,11 @@ from tqdm import tqdm
 
 from app import storage
 from app.data.pipeline import dataset_fingerprint, make_eval_dataset, make_train_dataset
+from app.data.preprocess import color_jitter
 from app.training.context import Context
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 1  # bump when what is stored changes
+CACHE_VERSION = 2  # bump when what is stored changes
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,7 @@ def _build(ctx: Context) -> FeatureCache:
     extract = tf.function(lambda images: ctx.clf.features_model(images, training=False), reduce_retracing=True)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         if cfg.augment:
-            train = [_features(extract, make_train_dataset(
-                cfg.data, image_size=ctx.image_size, batch_size=cfg.batch_size, augment=ctx.augmentation,
-                seed=cfg.seed * 1000 + view, deterministic=True), bar) for view in range(k)]
+            train = [_features(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar) for view in range(k)]
         else:
             train = [_features(extract, _eval(ctx, "train"), bar)]
         val = _features(extract, _eval(ctx, "val"), bar)
@@ -93,8 +92,21 @@ def _build(ctx: Context) -> FeatureCache:
     return FeatureCache(np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), *val)
 
 
+def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
+    """One pass over the training split with the training augmentation: the pipeline's crop and
+    flip, then the colour jitter the train step would apply (float32 out)."""
+    ds = make_train_dataset(ctx.cfg.data, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size,
+                            augment=ctx.augmentation, seed=seed, deterministic=True)
+    strength = ctx.augmentation.color_jitter
+    if strength <= 0:
+        return ds.map(lambda images, labels: (tf.cast(images, tf.float32), labels))
+    seeds = tf.data.Dataset.random(seed=seed).batch(2)
+    return tf.data.Dataset.zip(ds, seeds).map(lambda batch, s: (color_jitter(batch[0], s, strength), batch[1]))
+
+
 def _eval(ctx: Context, split: str) -> tf.data.Dataset:
-    return make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
+    ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
+    return ds.map(lambda images, labels: (tf.cast(images, tf.float32), labels))
 
 
 def _features(extract, dataset: tf.data.Dataset, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:

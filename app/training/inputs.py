@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import make_eval_dataset, make_train_dataset
+from app.data.preprocess import color_jitter
 from app.data.service import job_name as service_job_name
 from app.training.context import Context
 from app.training.feature_cache import FeatureCache, load_or_build
@@ -44,11 +45,12 @@ def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
 
 
 def augmented_sample(ctx: Context, count: int = 8) -> np.ndarray:
-    """A few training images exactly as the pipeline hands them to the model (for TensorBoard)."""
+    """A few training images as the model gets them: the pipeline's crop and flip, then the
+    train step's colour jitter (float32 0..255, for TensorBoard)."""
     ds = make_train_dataset(ctx.cfg.data, image_size=ctx.image_size, batch_size=count, augment=ctx.augmentation,
                             seed=ctx.cfg.seed, shuffle_buffer=count)
     images, _ = next(iter(ds))
-    return images.numpy()
+    return color_jitter(images, tf.constant([ctx.cfg.seed, 1]), ctx.augmentation.color_jitter).numpy()
 
 
 def feature_inputs(ctx: Context) -> PhaseInputs:

@@ -2,7 +2,8 @@
 
 Keras 3's `model.fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585), so
 training does not use it anywhere: the same custom step serves one CPU, several GPUs and
-several workers. Each replica returns sums (loss, correct, count; evaluation adds the confusion
+several workers. Images arrive as uint8; the step casts them, and in training applies the colour
+jitter, on the device (the model normalises them). Each replica returns sums (loss, correct, count; evaluation adds the confusion
 matrix) that are reduced across replicas, so metrics are exact whatever the replica count.
 """
 
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 import tensorflow as tf
+
+from app.data.preprocess import color_jitter
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,16 @@ class Steps:
         global_batch_size: int,  # the loss is averaged over the global batch, whatever the replica count
         label_smoothing: float = 0.0,
         class_weights: list[float] | None = None,
+        color_jitter: float = 0.0,  # strength of the colour jitter applied to training images; 0 = off
+        seed: int = 0,  # with the replica and the optimizer's step count, seeds the jitter: resumable, no state
+        jit_compile: bool = False,  # XLA-compile each replica's train step
     ) -> None:
         self.strategy, self.model, self.optimizer = strategy, model, optimizer
         self.num_classes, self.global_batch_size = num_classes, global_batch_size
         self.label_smoothing = label_smoothing
         self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
+        self.color_jitter, self.seed = color_jitter, seed
+        self._replica_step = tf.function(self._replica_train, jit_compile=True) if jit_compile else self._replica_train
         self._train = tf.function(self._train_steps)
         self._eval = tf.function(self._eval_all)
 
@@ -56,8 +64,24 @@ class Steps:
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
         return tf.stack([tf.reduce_sum(per_example), correct, tf.cast(tf.size(labels), tf.float32)])
 
+    def _jitter_seed(self) -> tf.Tensor:
+        """A different stateless seed for every replica and step, the same again on resume."""
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        step = tf.cast(tf.convert_to_tensor(self.optimizer.iterations), tf.int32)
+        base = tf.random.experimental.stateless_fold_in(tf.constant([self.seed, 0]), replica)
+        return tf.random.experimental.stateless_fold_in(base, step)
+
+    def _train_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
+        """uint8 images → float32, colour-jittered; cached features pass through."""
+        if not inputs.dtype.is_integer:
+            return inputs
+        if self.color_jitter > 0:
+            return color_jitter(inputs, self._jitter_seed(), self.color_jitter)
+        return tf.cast(inputs, tf.float32)
+
     def _replica_train(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         variables = self.model.trainable_variables
+        inputs = self._train_inputs(inputs)
         with tf.GradientTape() as tape:
             logits = self.model(inputs, training=True)
             per_example = self._per_example_loss(labels, logits)
@@ -74,13 +98,13 @@ class Steps:
         totals = tf.zeros([3])
         for _ in tf.range(num_steps):
             inputs, labels = next(iterator)
-            per_replica = self.strategy.run(self._replica_train, args=(inputs, labels))
+            per_replica = self.strategy.run(self._replica_step, args=(inputs, labels))
             totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 
     def _replica_eval(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         def sums() -> tf.Tensor:
-            logits = self.model(inputs, training=False)
+            logits = self.model(tf.cast(inputs, tf.float32), training=False)
             predicted = tf.argmax(logits, -1, output_type=tf.int32)
             confusion = tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32)
             return tf.concat([self._sums(labels, logits, self._per_example_loss(labels, logits)),

@@ -44,14 +44,16 @@ def make_optimizer(ctx: Context, learning_rate, model: keras.Model) -> keras.opt
     return opt
 
 
-def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Optimizer | None) -> Steps:
-    """Training steps use the configured label smoothing and class weights; plain evaluation
-    (no optimizer) reports the unsmoothed loss."""
+def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Optimizer | None, phase: int = 0) -> Steps:
+    """Training steps use the configured label smoothing, class weights, colour jitter (on the
+    device) and XLA choice; plain evaluation (no optimizer) reports the unsmoothed loss."""
     training = optimizer is not None
     return Steps(
         ctx.strategy, model, optimizer, num_classes=len(ctx.info.classes), global_batch_size=ctx.global_batch,
         label_smoothing=ctx.cfg.label_smoothing if training else 0.0,
         class_weights=class_weights(ctx.info) if training and ctx.cfg.class_weights else None,
+        color_jitter=ctx.augmentation.color_jitter, seed=ctx.cfg.seed * 10 + phase,
+        jit_compile=training and ctx.jit_compile,
     )
 
 
@@ -80,7 +82,7 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
     if ctx.history.enabled:
         ctx.history.board.images(f"phase{number}/augmented_inputs", augmented_sample(ctx), step=spec.epoch_offset,
                                  description="training images as the input pipeline makes them (before the backbone)")
-    return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model)),
+    return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model), number),
                  inputs=feature_inputs(ctx) if cached else image_inputs(ctx, number),
                  model=clf.head_model if cached else clf.model, files=ctx.phase_files, history=ctx.history,
                  baseline=baseline, baseline_model=clf.head_model if ctx.cached_phase1 else clf.model)
@@ -126,6 +128,7 @@ def _train(ctx: Context) -> dict:
              ctx.weights_used, ctx.policy)
     log.info("%s", describe_distribution(ctx))
     log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
+    log.info("XLA %s (%s)", "on" if ctx.jit_compile else "off", ctx.jit_reason)
     ctx.clf.model.summary(show_trainable=True, line_length=100)
     metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
                      "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes,

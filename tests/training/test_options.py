@@ -78,3 +78,56 @@ def test_mixed_precision_keeps_logits_float32(tiny_config: TrainConfig):
         assert result.epochs == 1 and np.isfinite(result.val_loss)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def _replica_inputs(steps: Steps, batch: tf.Tensor) -> np.ndarray:
+    return steps.strategy.run(steps._train_inputs, args=(batch,)).numpy()
+
+
+def test_train_step_jitters_uint8_images_differently_at_each_step():
+    """The pipeline hands uint8 over; the step casts it and draws the colour jitter from
+    (seed, replica, optimizer step): the same again on resume, new at every step."""
+    model = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    images = tf.cast(tf.reshape(tf.range(2 * 4 * 4 * 3) * 5 % 256, [2, 4, 4, 3]), tf.uint8)
+
+    def steps(jitter: float) -> Steps:
+        return Steps(tf.distribute.get_strategy(), model, keras.optimizers.SGD(), num_classes=3, global_batch_size=2,
+                     color_jitter=jitter, seed=3)
+
+    plain = steps(0.0)
+    np.testing.assert_array_equal(_replica_inputs(plain, images), images.numpy().astype(np.float32))
+    jittered = steps(0.4)
+    first = _replica_inputs(jittered, images)
+    assert first.dtype == np.float32 and not np.allclose(first, images.numpy(), atol=1.0)
+    np.testing.assert_array_equal(_replica_inputs(jittered, images), first)  # same step, same jitter
+    jittered.optimizer.iterations.assign(1)
+    assert not np.allclose(_replica_inputs(jittered, images), first)
+    features = tf.random.stateless_normal([2, 8], [0, 1])  # cached features: not images, left alone
+    np.testing.assert_array_equal(_replica_inputs(jittered, features), features.numpy())
+
+
+def test_xla_compiled_step_trains_like_the_plain_one():
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(8, 4)).astype(np.float32)
+    labels = rng.integers(0, 3, 8).astype(np.int32)
+    kernels = []
+    for jit in (False, True):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, kernel_initializer="ones")])
+        steps = Steps(tf.distribute.get_strategy(), model, keras.optimizers.Adam(0.1), num_classes=3,
+                      global_batch_size=8, label_smoothing=0.1, jit_compile=jit)
+        steps.train(iter(tf.data.Dataset.from_tensors((features, labels)).repeat()), 3)
+        kernels.append(model.layers[0].kernel.numpy())
+    assert not np.allclose(kernels[0], 1.0)
+    np.testing.assert_allclose(kernels[1], kernels[0], rtol=1e-4, atol=1e-6)
+
+
+def test_jit_compile_option_is_off_on_cpus_unless_asked(tiny_config: TrainConfig):
+    ctx = setup(tiny_config)
+    assert not ctx.jit_compile and "off on CPUs" in ctx.jit_reason
+    steps = build_phase(ctx, 1).steps
+    assert steps._replica_step == steps._replica_train  # not wrapped in an XLA-compiled function
+    forced = setup(tiny_config.replace(jit_compile="true", cache_features="false", epochs_finetune=0,
+                                       out=tiny_config.out + "-xla"))
+    assert forced.jit_compile
+    result = run_phase1(forced)  # MobileNetV2's train step through XLA on the CPU
+    assert result.epochs == 1 and np.isfinite(result.val_loss)
