@@ -36,7 +36,10 @@ class ServingModule(tf.Module):
     def __init__(self, model: keras.Model, classes: list[str], image_size: int, crop_fraction: float, top_k: int,
                  labels_file: Path, metadata_file: Path) -> None:
         super().__init__()
-        self.model = model
+        # The model is called through a closure and only its variables are tracked: saving the
+        # Keras object graph of every layer took more than half of the export's time.
+        self._call_model = lambda images: model(images, training=False)
+        self.model_weights = [getattr(v, "value", v) for v in model.weights]
         self.class_names = tf.constant(classes)
         self.image_size, self.crop_fraction, self.top_k = image_size, crop_fraction, min(top_k, len(classes))
         self.labels_txt = tf.saved_model.Asset(str(labels_file))
@@ -57,7 +60,7 @@ class ServingModule(tf.Module):
         return tf.cast(images, tf.float32)
 
     def _from_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = tf.cast(self.model(images, training=False), tf.float32)
+        probabilities = tf.cast(self._call_model(images), tf.float32)
         scores, class_ids = tf.math.top_k(probabilities, k=self.top_k)
         return {"probabilities": probabilities, "class_ids": class_ids,
                 "classes": tf.gather(self.class_names, class_ids), "scores": scores}

@@ -34,6 +34,7 @@ class PhaseResult:
     stopped_early: bool
     seconds: float
     images_per_s: float
+    val_confusion_matrix: list[list[int]]  # of the kept weights; rows: true class
 
     def to_dict(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -111,12 +112,16 @@ class PhaseState:
         self.best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.wait = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        classes = phase.steps.num_classes
+        self.best_confusion = tf.Variable(tf.zeros([classes, classes], tf.int64), trainable=False)
         if phase.baseline is not None:
             self.best_val_loss.assign(phase.baseline.val_loss)
             self.best_val_accuracy.assign(phase.baseline.val_accuracy)
+            self.best_confusion.assign(phase.baseline.val_confusion_matrix)
         checkpoint = tf.train.Checkpoint(
             model=phase.model, optimizer=phase.steps.optimizer, epoch=self.epoch, best_val_loss=self.best_val_loss,
             best_val_accuracy=self.best_val_accuracy, best_epoch=self.best_epoch, wait=self.wait, seconds=self.seconds,
+            best_confusion=self.best_confusion,
         )
         self._checkpoint = checkpoint
         self._manager = tf.train.CheckpointManager(
@@ -151,6 +156,7 @@ class PhaseState:
             self.best_val_loss.assign(val.loss)
             self.best_val_accuracy.assign(val.accuracy)
             self.best_epoch.assign(epoch)
+            self.best_confusion.assign(val.confusion_matrix)
             self.wait.assign(0)
         else:
             self.wait.assign_add(1)
@@ -164,6 +170,7 @@ class PhaseState:
             val_loss=float(self.best_val_loss), val_accuracy=float(self.best_val_accuracy), epochs=self.epochs_done,
             best_epoch=int(self.best_epoch), stopped_early=self.stopped and self.epochs_done < spec.epochs,
             seconds=seconds, images_per_s=images / seconds if seconds else 0.0,
+            val_confusion_matrix=self.best_confusion.numpy().tolist(),
         )
 
 

@@ -1,8 +1,8 @@
 """TensorBoard logging of a run (`tensorboard --logdir RUN_DIR/tensorboard`).
 
-Per epoch: loss, accuracy, val_loss, val_accuracy, the learning rate and training images/s; at
-the start of each image-training phase a few augmented training images, exactly as the model
-sees them; at the end the validation confusion matrix of the kept weights.
+Per epoch: loss, accuracy, val_loss, val_accuracy, the learning rate and training images/s; once
+a run, a few augmented training images, exactly as the model sees them; at the end the
+validation confusion matrix of the kept weights.
 """
 
 from __future__ import annotations

@@ -79,8 +79,8 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
         steps_per_epoch=ctx.steps_per_epoch, steps_per_execution=cfg.steps_per_execution,
         patience=cfg.early_stopping_patience, epoch_offset=baseline.epochs if baseline else 0,
     )
-    if ctx.history.enabled:
-        ctx.history.board.images(f"phase{number}/augmented_inputs", augmented_sample(ctx), step=spec.epoch_offset,
+    if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike
+        ctx.history.board.images("train/augmented_inputs", augmented_sample(ctx), step=spec.epoch_offset,
                                  description="training images as the input pipeline makes them (before the backbone)")
     return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model), number),
                  inputs=feature_inputs(ctx) if cached else image_inputs(ctx, number),
@@ -138,11 +138,12 @@ def _train(ctx: Context) -> dict:
     phase2 = run_phase2(ctx, phase1) if cfg.epochs_finetune else None
     metrics["phase2"] = phase2.to_dict() if phase2 else None
     evaluation = make_steps(ctx, ctx.clf.logits_model, None)
-    if ctx.info.num_examples("test"):
+    if ctx.info.num_examples("test"):  # on every worker: evaluation is a collective under multi-worker training
         metrics["test"] = evaluate_split(ctx, "test", evaluation).summary()
-    val = evaluate_split(ctx, "val", evaluation)  # on every worker: evaluation is a collective under multi-worker training
+    kept = phase2 or phase1  # its validation pass already gave the kept weights' confusion matrix
+    confusion = np.array(kept.val_confusion_matrix) if kept else evaluate_split(ctx, "val", evaluation).confusion_matrix
     if ctx.chief:
-        _finish(ctx, metrics, val.confusion_matrix, epochs=sum(p.epochs for p in (phase1, phase2) if p))
+        _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -119,6 +120,9 @@ def test_full_run_writes_the_run_dir(trained_run: Path):
     assert saved["weights"].startswith("none") and saved["weights_warning"]
     assert {"val_accuracy", "val_loss", "epochs", "seconds"} <= saved["phase1"].keys()
     assert {"val_accuracy", "val_loss", "epochs", "seconds"} <= saved["phase2"].keys()
+    for phase in ("phase1", "phase2"):  # the kept weights' validation, whose matrix the report and TensorBoard show
+        matrix = np.array(saved[phase]["val_confusion_matrix"])
+        assert matrix.shape == (4, 4) and np.trace(matrix) / matrix.sum() == pytest.approx(saved[phase]["val_accuracy"], abs=1e-6)
     assert "accuracy" in saved["test"]
     assert Path(saved["export"]) == run.export_root / "shapes" / "1" and (Path(saved["export"]) / "saved_model.pb").exists()
     assert [(r["phase"], r["phase_epoch"]) for r in read_history(run.history)] == [("1", "1"), ("2", "1")]
@@ -133,11 +137,11 @@ def test_tensorboard_gets_scalars_augmented_images_and_the_confusion_matrix(trai
     assert [v for _, v in events["val_loss"]] == pytest.approx([float(r["val_loss"]) for r in history], abs=1e-5)
     assert [v for _, v in events["lr"]] == pytest.approx([float(r["lr"]) for r in history], rel=1e-2)
     assert all(v > 0 for _, v in events["images_per_s"])
-    for tag in ("phase1/augmented_inputs", "phase2/augmented_inputs", "val/confusion_matrix"):
+    for tag in ("train/augmented_inputs", "val/confusion_matrix"):
         (step, tensor), = events[tag]
         width, height, *pngs = tensor  # TensorBoard's image summary: width, height, then PNGs
         assert pngs and all(png.startswith(b"\x89PNG") for png in pngs), tag
-    assert len(events["phase1/augmented_inputs"][0][1]) - 2 == 8  # eight training images
+    assert len(events["train/augmented_inputs"][0][1]) - 2 == 8  # eight training images
     assert events["val/confusion_matrix"][0][0] == len(history)  # logged after the last epoch
 
 
