@@ -115,13 +115,26 @@ def _from_folders(src: Path, class_root: Path, skipped: list[dict[str, str]]) ->
     return by_class
 
 
+KEEP_COLUMN = "keep"  # optional manifest column: rows marked false/0/no are left out
+_FALSE = {"false", "0", "no", "n"}
+
+
+def _manifest_header(csv_path: Path, header: list[str]) -> tuple[bool, int | None]:
+    """(has a split column, index of the keep column). Further columns (e.g. an audit's
+    findings) are allowed and ignored."""
+    names = [h.strip() for h in header]
+    if names[:2] != ["path", "label"]:
+        raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split' (more columns may follow)")
+    return "split" in names[2:3], names.index(KEEP_COLUMN) if KEEP_COLUMN in names else None
+
+
 def _from_manifest(csv_path: Path, skipped: list[dict[str, str]]) -> tuple[dict[str, dict[str, list[Path]]], bool]:
     """Returns {split: {class: paths}} (split '' when the manifest has no split column)."""
     with csv_path.open(newline="") as f:
         rows = list(csv.reader(f))
-    if not rows or [h.strip() for h in rows[0]] not in (["path", "label"], ["path", "label", "split"]):
+    if not rows:
         raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'")
-    has_split = len(rows[0]) == 3
+    has_split, keep_at = _manifest_header(csv_path, rows[0])
     by_split: dict[str, dict[str, list[Path]]] = {}
     for line_no, row in enumerate(rows[1:], start=2):
         if not row:
@@ -135,6 +148,9 @@ def _from_manifest(csv_path: Path, skipped: list[dict[str, str]]) -> tuple[dict[
             raise UserError(f"{csv_path}:{line_no}: split must be one of {SPLITS}, got '{split}'")
         if not label:
             raise UserError(f"{csv_path}:{line_no}: empty label")
+        if keep_at is not None and row[keep_at].strip().lower() in _FALSE:
+            skipped.append({"path": row[0].strip(), "reason": f"{KEEP_COLUMN} = {row[keep_at].strip()} in the manifest"})
+            continue
         if not path.is_file():
             raise UserError(f"{csv_path}:{line_no}: no such file {path}")
         if _screen(path, path.parent, skipped):

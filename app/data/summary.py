@@ -23,8 +23,20 @@ def format_summary(meta: dict, out_dir: str) -> str:
     empty = [f"{name} in {s}" for s in splits for name in meta["classes"] if meta["counts"][s].get(name, 0) == 0]
     if empty:
         lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
+    lines += _duplicate_lines(meta.get("duplicates"))
     if meta["skipped"]:
         lines.append(f"skipped {len(meta['skipped'])} file(s):")
         lines += [f"  {s['path']}: {s['reason']}" for s in meta["skipped"]]
     lines.append(f"wrote {out_dir}")
     return "\n".join(lines)
+
+
+def _duplicate_lines(found: dict | None) -> list[str]:
+    if not found or not found["exact_groups"]:
+        return []
+    leaked = found["leaked_images"]
+    text = (f"exact duplicates (byte-identical files): {len(found['exact_groups'])} group(s), {found['leaks']} across"
+            f" splits ({leaked['val']} val and {leaked['test']} test images are copies of another split's)")
+    advice = ("; dropped: the train copy (else the first) of each was kept" if found["dropped"]
+              else "; --drop-duplicates drops them; scripts/audit.py finds near duplicates too")
+    return [("WARNING: " if found["leaks"] and not found["dropped"] else "") + text + advice]

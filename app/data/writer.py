@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app import storage
-from app.data import schema
+from app.data import duplicates, schema
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
 from app.data.sources import SPLITS, Source, SourceImage, scan_source
 from app.errors import UserError
@@ -196,6 +196,15 @@ def _check_options(num_shards: int | None, max_side: int | None, workers: int | 
         raise UserError(f"--writer-index must be in [0, --num-writers), got {writer_index} of {num_writers}")
 
 
+def _scan(src: Path, val_fraction: float, test_fraction: float, seed: int,
+          drop_duplicates: bool) -> tuple[Source, list[list[SourceImage]]]:
+    """The source to convert, and its byte-identical groups (the same on every writer: they
+    plan the same shards), dropped from it with `drop_duplicates`."""
+    source = scan_source(src, val_fraction, test_fraction, seed)
+    groups = duplicates.duplicate_groups(source)
+    return (duplicates.drop_duplicates(source, groups) if drop_duplicates else source), groups
+
+
 def write_tfrecords(
     src: Path,
     out: str | Path,
@@ -211,6 +220,7 @@ def write_tfrecords(
     overwrite: bool = False,
     num_writers: int = 1,
     writer_index: int = 0,
+    drop_duplicates: bool = False,
 ) -> dict:
     """Convert SRC into shards in OUT and return the dataset.json contents.
 
@@ -221,7 +231,7 @@ def write_tfrecords(
     _check_options(num_shards, max_side, workers, num_writers, writer_index)
     part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
     _check_out(out, overwrite, part)
-    source = scan_source(src, val_fraction, test_fraction, seed)
+    source, groups = _scan(src, val_fraction, test_fraction, seed, drop_duplicates)
     tasks = plan_shards(source, num_shards, target_shard_mb, seed, max_side, max_pixels)
     if part is not None:
         tasks = tasks[writer_index::num_writers]
@@ -237,7 +247,9 @@ def write_tfrecords(
         metadata = _metadata(source, results, src, dict(
             val_fraction=val_fraction, test_fraction=test_fraction, seed=seed, num_shards=num_shards,
             target_shard_mb=target_shard_mb, max_side=max_side, max_pixels=max_pixels, layout=source.layout,
+            drop_duplicates=drop_duplicates,
         ))
+        metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)

@@ -20,6 +20,8 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -62,18 +64,24 @@ def cache_key(ctx: Context) -> dict:
             "augment": repr(ctx.augmentation), "views": views(ctx), "seed": cfg.seed}
 
 
-def load_or_build(ctx: Context) -> FeatureCache:
-    key, path = cache_key(ctx), ctx.run.feature_cache
+def load_or_compute(path: Path, key: dict, compute: Callable[[], dict[str, np.ndarray]], what: str) -> dict[str, np.ndarray]:
+    """Arrays stored in `path` (npz) with the `key` they were computed for: reused when the key
+    matches, recomputed (and stored atomically) when it does not. Phase 1 and the audit use it."""
     if path.exists():
         with np.load(path) as stored:
             if json.loads(str(stored["key"])) == key:
-                log.info("phase 1: reusing the feature cache %s", path)
-                return FeatureCache(*(stored[name] for name in ("train_features", "train_labels", "val_features", "val_labels")))
-        log.info("phase 1: the feature cache %s was made for other data or settings; rebuilding it", path)
-    cache = _build(ctx)
+                log.info("%s: reusing %s", what, path)
+                return {name: stored[name] for name in stored.files if name != "key"}
+        log.info("%s: %s was made for other data or settings; recomputing it", what, path)
+    arrays = compute()
     with storage.atomic_path(path) as tmp:
-        np.savez(tmp, key=json.dumps(key), **cache.__dict__)
-    return cache
+        np.savez(tmp, key=json.dumps(key), **arrays)
+    return arrays
+
+
+def load_or_build(ctx: Context) -> FeatureCache:
+    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx).__dict__, "phase 1 feature cache")
+    return FeatureCache(**arrays)
 
 
 def _build(ctx: Context) -> FeatureCache:

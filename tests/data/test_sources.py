@@ -99,3 +99,19 @@ def test_bad_sources_fail_with_clear_message(tmp_path: Path, layout, kwargs, mes
 def test_missing_src(tmp_path: Path):
     with pytest.raises(UserError, match="no such file or folder"):
         scan_source(tmp_path / "nope")
+
+
+def test_manifest_may_carry_review_columns_and_keep_false_leaves_a_row_out(tmp_path: Path):
+    for name in ("a.jpg", "b.jpg"):
+        Image.new("RGB", (40, 40), (10, 20, 30)).save(tmp_path / name)
+    manifest = tmp_path / "reviewed.csv"
+    manifest.write_text("path,label,split,finding,keep\n"
+                        "a.jpg,cat,train,,true\nb.jpg,dog,train,,1\nb.jpg,cat,val,leak of b.jpg,false\n"
+                        "a.jpg,dog,val,,yes\nb.jpg,cat,val,,\n")
+    source = scan_source(manifest)
+    assert [(i.path.name, i.class_name, i.split) for i in source.images] == [
+        ("a.jpg", "cat", "train"), ("b.jpg", "dog", "train"), ("b.jpg", "cat", "val"), ("a.jpg", "dog", "val")]
+    assert source.skipped == [{"path": "b.jpg", "reason": "keep = false in the manifest"}]
+    manifest.write_text("label,path\ncat,a.jpg\n")
+    with pytest.raises(UserError, match="header 'path,label'"):
+        scan_source(manifest)

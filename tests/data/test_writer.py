@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from PIL import Image
 from app import storage
 from app.data import schema, writer
 from app.data.pipeline import load_dataset_info, make_eval_dataset, make_train_dataset
+from app.data.summary import format_summary
 from app.data.writer import write_tfrecords
 from app.errors import UserError
 from app.labels import LABELS_FILE, read_labels
@@ -177,3 +179,23 @@ def test_url_without_a_file_system_is_one_clear_error(demo_images: Path):
         write_tfrecords(demo_images, "s3://bucket/records")
     with pytest.raises(UserError, match="--data: TensorFlow has no file system for s3://"):
         load_dataset_info("s3://bucket/records")
+
+
+def test_byte_identical_files_are_reported_and_dropped_on_request(tmp_path: Path):
+    src = tmp_path / "photos"
+    for split in ("train", "val"):
+        for label, colour in (("red", (200, 30, 30)), ("blue", (30, 30, 200))):
+            (src / split / label).mkdir(parents=True)
+            for k in range(3):
+                Image.new("RGB", (48, 40), tuple(c + 7 * k + (split == "val") for c in colour)).save(src / split / label / f"{k}.png")
+    shutil.copy(src / "train" / "red" / "0.png", src / "val" / "red" / "leaked.png")  # a leak
+    shutil.copy(src / "train" / "blue" / "1.png", src / "train" / "blue" / "again.png")  # a duplicate within train
+    meta = write_tfrecords(src, tmp_path / "kept", num_shards=1, workers=1)
+    assert sorted(map(sorted, meta["duplicates"]["exact_groups"])) == [
+        ["train/blue/1.png", "train/blue/again.png"], ["train/red/0.png", "val/red/leaked.png"]]
+    assert meta["duplicates"]["leaks"] == 1 and meta["duplicates"]["leaked_images"] == {"val": 1, "test": 0}
+    assert meta["counts"]["val"]["red"] == 4
+    assert "WARNING: exact duplicates (byte-identical files): 2 group(s), 1 across splits (1 val" in format_summary(meta, "x")
+    dropped = write_tfrecords(src, tmp_path / "dropped", num_shards=1, workers=1, drop_duplicates=True)
+    assert dropped["counts"]["val"]["red"] == 3 and dropped["counts"]["train"]["blue"] == 3
+    assert sorted(s["path"] for s in dropped["skipped"]) == ["train/blue/again.png", "val/red/leaked.png"]

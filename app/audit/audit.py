@@ -1,0 +1,122 @@
+"""`audit(data, report_dir)`: scan, run every finder, and return one JSON-ready result.
+
+Findings name images by their path relative to DATA and carry split and label, so the
+report, the JSON and the manifest all speak about the same rows. Leaks (a duplicate pair
+that crosses train/val/test) are listed first: they inflate every accuracy measured on the
+affected validation or test images.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from app.audit import findings, report
+from app.audit.items import AuditInput, AuditItem, load_audit_input
+from app.audit.scan import Scan, scan_images
+from app.errors import UserError
+
+log = logging.getLogger(__name__)
+EMBEDDINGS_FILE = "embeddings.npz"
+
+
+def _image(item: AuditItem) -> dict:
+    return {"path": item.name, "split": item.split, "label": item.label}
+
+
+def _pairs(scan: Scan, items: list[AuditItem], threshold: float) -> tuple[list[dict], list[dict]]:
+    """(exact duplicate pairs, near duplicate pairs), each {a, b, similarity, kind}."""
+    item = lambda row: items[scan.indices[row]]  # noqa: E731
+    exact = []
+    for group in findings.exact_duplicate_groups(scan.pixel_hashes):
+        exact += [{"a": _image(item(group[0])), "b": _image(item(row)), "similarity": 1.0, "kind": "exact"}
+                  for row in group[1:]]
+    near = [{"a": _image(item(i)), "b": _image(item(j)), "similarity": round(s, 4), "kind": "near"}
+            for i, j, s in findings.near_duplicate_pairs(scan.embeddings, threshold)
+            if scan.pixel_hashes[i] != scan.pixel_hashes[j]]  # identical pixels are listed as exact
+    return exact, near
+
+
+def _label_issues(scan: Scan, audit_input: AuditInput) -> tuple[list[dict], list[dict]]:
+    """(flagged likely mislabels, every image ranked by self-confidence) from out-of-sample
+    probabilities; needs at least two classes with two images each."""
+    classes = audit_input.classes
+    labels = np.array([classes.index(audit_input.items[i].label) for i in scan.indices])
+    if len(classes) < 2 or np.bincount(labels, minlength=len(classes)).min() < 2:
+        return [], []
+    probabilities = findings.out_of_sample_probabilities(scan.embeddings, labels)
+    flagged = [{**_image(audit_input.items[scan.indices[row]]), "suggested": classes[suggested],
+                "confidence_in_label": round(conf, 4), "confidence_in_suggested": round(float(probabilities[row, suggested]), 4)}
+               for row, suggested, conf in findings.label_issues(probabilities, labels)]
+    self_confidence = probabilities[np.arange(len(labels)), labels]
+    ranking = [_image(audit_input.items[scan.indices[row]]) for row in np.argsort(self_confidence, kind="stable")]
+    return flagged, ranking
+
+
+def default_report_dir(data: str | Path) -> Path:
+    """DATA's sibling: photos/ → photos-audit/, photos.csv → photos-audit/."""
+    data = Path(data)
+    return data.parent / f"{data.stem}-audit"
+
+
+def run_audit(data: str | Path, report_dir: str | Path | None = None, manifest: str | Path | None = None,
+              **options) -> tuple[dict, list[Path]]:
+    """`audit`, then audit.json, report.html and (if asked) the review manifest. Checks that a
+    manifest can be written before any image is read."""
+    audit_input = load_audit_input(data)
+    if manifest is not None:
+        if not all(item.source for item in audit_input.items):
+            raise UserError(f"--write-manifest needs the original photos; {data} is a TFRecord folder (audit the folder or CSV you converted)")
+        if not Path(manifest).parent.is_dir():
+            raise UserError(f"--write-manifest: no such folder {Path(manifest).parent}")
+    report_dir = Path(report_dir) if report_dir else default_report_dir(data)
+    result = audit(audit_input, report_dir, **options)
+    written = list(report.write_reports(result, report_dir))
+    if manifest is not None:
+        written.append(report.write_manifest(result, audit_input.items, Path(manifest)))
+    return result, written
+
+
+def audit(data: str | Path | AuditInput, report_dir: str | Path, *, backbone: str = "mobilenet_v2", weights: str = "auto",
+          near_threshold: float = findings.NEAR_DUPLICATE_SIMILARITY, image_size: int = 0) -> dict:
+    """Every finding about DATA, as a dict (what audit.json holds, plus thumbnails)."""
+    if not 0.0 < near_threshold <= 1.0:
+        raise UserError(f"--near-threshold must be in (0, 1], got {near_threshold}")
+    audit_input = data if isinstance(data, AuditInput) else load_audit_input(data)
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    scan = scan_images(audit_input, report_dir / EMBEDDINGS_FILE, backbone, weights, image_size)
+    if scan.weights_warning:
+        log.warning("WARNING: %s: near duplicates, labels and outliers need pretrained features", scan.weights_warning)
+    exact, near = _pairs(scan, audit_input.items, near_threshold)
+    leaks = [p for p in exact + near if p["a"]["split"] != p["b"]["split"]]
+    mislabels, ranking = _label_issues(scan, audit_input)
+    similarity = findings.neighbour_similarity(scan.embeddings)
+    odd = findings.outliers(similarity, findings.PixelStats(scan.heights, scan.widths, scan.pixel_std, scan.detail,
+                                                            scan.flat_share))
+    thumbnails = {audit_input.items[i].name: thumb for i, thumb in zip(scan.indices, scan.thumbnails)}
+    return {
+        "data": str(audit_input.root), "images": len(audit_input.items), "readable": len(scan.indices),
+        "classes": audit_input.classes, "counts": _counts(audit_input.items), "weights": scan.weights_used,
+        "weights_warning": scan.weights_warning, "near_duplicate_threshold": near_threshold,
+        "leaks": leaks, "leaked_eval_images": _eval_images_in(leaks),
+        "exact_duplicates": exact, "near_duplicates": near, "likely_mislabels": mislabels,
+        "outliers": [{**_image(audit_input.items[scan.indices[row]]), "reasons": reasons} for row, reasons in sorted(odd.items())],
+        "unreadable": audit_input.unreadable, "label_ranking": ranking, "thumbnails": thumbnails,
+    }
+
+
+def _eval_images_in(leaks: list[dict]) -> dict[str, int]:
+    """How many validation and test images have a copy in another split."""
+    affected = {(side["split"], side["path"]) for pair in leaks for side in (pair["a"], pair["b"]) if side["split"] != "train"}
+    return {split: sum(1 for s, _ in affected if s == split) for split in ("val", "test")}
+
+
+def _counts(items: list[AuditItem]) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for item in items:
+        counts.setdefault(item.split, {}).setdefault(item.label, 0)
+        counts[item.split][item.label] += 1
+    return counts

@@ -1,0 +1,79 @@
+"""What the audit looks at: every image of DATA with its split and label, and the ones it could not read.
+
+DATA is anything `make_tfrecords.py` accepts (class folders, a pre-split tree, a CSV manifest;
+class folders are split as the converter would split them, same fractions and seed) or a
+TFRecord folder it wrote. Files are read through the converter's own `convert_image`, so the
+audit sees what training would see, and rejects what the converter would reject, with its reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import tensorflow as tf
+
+from app.data import schema
+from app.data.convert import ImageRejected, convert_image
+from app.data.pipeline import dataset_fingerprint, load_dataset_info
+from app.data.sources import scan_source
+from app.errors import UserError
+
+
+@dataclass(frozen=True)
+class AuditItem:
+    name: str  # the path relative to DATA (or the record's stored filename)
+    split: str
+    label: str
+    source: str  # the file to show and to write into a manifest: an absolute path, or "" for records
+
+
+@dataclass(frozen=True)
+class AuditInput:
+    root: str  # DATA as given
+    items: list[AuditItem]
+    classes: list[str]
+    unreadable: list[dict[str, str]]  # {path, reason}: skipped before or while reading
+    read: Callable[[], Iterator[tuple[int, bytes]]]  # (item index, JPEG bytes) for every readable item
+    fingerprint: str  # changes when any file, label or split changes: keys the embedding cache
+
+
+def load_audit_input(data: str | Path) -> AuditInput:
+    data = Path(data)
+    if (data / schema.METADATA_FILE).is_file():
+        return _from_records(data)
+    source = scan_source(data)
+    items = [AuditItem(i.relpath, i.split, i.class_name, str(i.path)) for i in source.images]
+    unreadable = list(source.skipped)
+
+    def read() -> Iterator[tuple[int, bytes]]:
+        for index, item in enumerate(items):
+            try:
+                yield index, convert_image(Path(item.source).read_bytes()).jpeg
+            except (ImageRejected, OSError) as err:
+                unreadable.append({"path": item.name, "reason": str(err)})
+
+    stats = [(i.name, i.split, i.label, Path(i.source).stat().st_size, Path(i.source).stat().st_mtime_ns) for i in items]
+    return AuditInput(str(data), items, source.classes, unreadable, read, _digest(stats))
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()
+
+
+def _from_records(data: Path) -> AuditInput:
+    info = load_dataset_info(data)
+    items: list[AuditItem] = []
+    payloads: list[bytes] = []
+    for split in sorted(info.shards):
+        for path in info.shard_paths(split):
+            for raw in tf.data.TFRecordDataset(path):
+                example = tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
+                label = info.classes[int(example[schema.LABEL])]
+                items.append(AuditItem(example[schema.FILENAME].numpy().decode(), split, label, ""))
+                payloads.append(example[schema.ENCODED].numpy())
+    if not items:
+        raise UserError(f"{data}: the TFRecord folder holds no records")
+    return AuditInput(str(data), items, info.classes, [], lambda: iter(enumerate(payloads)), dataset_fingerprint(data))

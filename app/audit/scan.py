@@ -1,0 +1,116 @@
+"""One pass over the images: pixel hashes, size and contrast, a thumbnail, and a backbone embedding.
+
+Embeddings are the frozen backbone's pooled features of `decode_for_eval` (the evaluation and
+serving preprocessing), computed in batches with a progress bar and kept in
+REPORT_DIR/embeddings.npz through phase 1's keyed feature cache (`load_or_compute`): a second
+audit of the same files with the same backbone and weights reuses them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from PIL import Image
+from tqdm import tqdm
+
+from app.audit.items import AuditInput
+from app.data.preprocess import decode_for_eval
+from app.models.backbones import get_backbone
+from app.models.classifier import build_classifier
+from app.models.pretrained import load_pretrained_backbone
+from app.training.feature_cache import load_or_compute, weights_fingerprint
+
+log = logging.getLogger(__name__)
+THUMBNAIL_SIDE = 112
+BATCH = 32
+
+
+@dataclass
+class Scan:
+    indices: np.ndarray  # [n] item index of each readable image
+    pixel_hashes: list[str]  # sha256 of the decoded pixels (and shape)
+    heights: np.ndarray
+    widths: np.ndarray
+    pixel_std: np.ndarray  # standard deviation of all pixel values: ~0 for a blank image
+    detail: np.ndarray  # mean absolute difference of neighbouring gray pixels: ~0 for gradients and blanks
+    flat_share: np.ndarray  # share of pixels in the most common colour (16 levels per channel)
+    thumbnails: list[str]  # data: URLs (JPEG)
+    embeddings: np.ndarray  # [n, D] float32, L2-normalised
+    weights_used: str
+    weights_warning: str | None
+
+
+def _thumbnail(pixels: np.ndarray) -> str:
+    image = Image.fromarray(pixels)
+    image.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=80)
+    return "data:image/jpeg;base64," + base64.b64encode(out.getvalue()).decode()
+
+
+def _describe(pixels: np.ndarray) -> tuple[str, float, float, float]:
+    """(pixel hash, pixel std, detail, flat share): what the cheap outlier checks need."""
+    digest = hashlib.sha256(str(pixels.shape).encode() + pixels.tobytes()).hexdigest()
+    gray = pixels.astype(np.float32).mean(axis=2)
+    detail = (np.abs(np.diff(gray, axis=0)).mean() + np.abs(np.diff(gray, axis=1)).mean()) / 2 if min(gray.shape) > 1 else 0.0
+    q = (pixels // 16).reshape(-1, 3).astype(np.int64)
+    flat_share = np.bincount(q[:, 0] * 256 + q[:, 1] * 16 + q[:, 2]).max() / len(q)
+    return digest, float(pixels.std()), float(detail), float(flat_share)
+
+
+def scan_images(audit_input: AuditInput, cache: Path, backbone: str = "mobilenet_v2", weights: str = "auto",
+                image_size: int = 0) -> Scan:
+    """Everything the finders need, in one pass; the backbone runs only when `cache` is stale."""
+    spec = get_backbone(backbone)
+    size = image_size or spec.default_size
+    pretrained = load_pretrained_backbone(spec, size, weights)
+    features = build_classifier(spec, pretrained.model, max(2, len(audit_input.classes)), size, 0.0).features_model
+    key = {"input": audit_input.fingerprint, "backbone": spec.name, "weights": weights_fingerprint(pretrained.model),
+           "image_size": size}
+    cols: dict[str, list] = {k: [] for k in ("indices", "hashes", "heights", "widths", "stds", "detail", "flat", "thumbs")}
+
+    def embed() -> dict[str, np.ndarray]:
+        return {"embeddings": _pass(audit_input, cols, features, size, with_embeddings=True)}
+
+    arrays = load_or_compute(cache, key, embed, "audit embeddings")
+    if not cols["indices"]:  # the embeddings came from the cache: the cheap part of the pass still runs
+        _pass(audit_input, cols, features, size, with_embeddings=False)
+    return Scan(np.array(cols["indices"], np.int64), cols["hashes"], np.array(cols["heights"]),
+                np.array(cols["widths"]), np.array(cols["stds"]), np.array(cols["detail"]), np.array(cols["flat"]),
+                cols["thumbs"], arrays["embeddings"], pretrained.weights_used, pretrained.warning)
+
+
+def _pass(audit_input: AuditInput, cols: dict[str, list], features, size: int, with_embeddings: bool) -> np.ndarray:
+    """Read every image once: fill `cols`; return the L2-normalised embeddings (if asked)."""
+    extract = tf.function(lambda images: features(tf.cast(images, tf.float32), training=False), reduce_retracing=True)
+    batches, pending = [], []
+    total = len(audit_input.items)
+    with tqdm(total=total, unit="img", desc="Embedding" if with_embeddings else "Reading", dynamic_ncols=True) as bar:
+        for index, jpeg in audit_input.read():
+            pixels = tf.io.decode_jpeg(jpeg, channels=3).numpy()
+            digest, std, detail, flat = _describe(pixels)
+            values = (index, digest, pixels.shape[0], pixels.shape[1], std, detail, flat, _thumbnail(pixels))
+            for name, value in zip(cols, values):
+                cols[name].append(value)
+            if with_embeddings:
+                pending.append(decode_for_eval(jpeg, size))
+                if len(pending) == BATCH:
+                    batches.append(extract(tf.stack(pending)).numpy()), pending.clear()
+            bar.update(1)
+        if pending:
+            batches.append(extract(tf.stack(pending)).numpy())
+        bar.update(total - bar.n)  # unreadable files count as done
+    return _normalised(batches, features.output_shape[-1])
+
+
+def _normalised(batches: list[np.ndarray], dim: int) -> np.ndarray:
+    embeddings = np.concatenate(batches).astype(np.float32) if batches else np.zeros((0, dim), np.float32)
+    norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
+    return embeddings / np.maximum(norms, 1e-12)
