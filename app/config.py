@@ -54,6 +54,8 @@ class TrainConfig:
     augment: bool = _key(True, "random-resized crop + flip + colour jitter during training")
     color_jitter: float = _key(0.2, "strength of brightness/contrast/saturation jitter; 0 = off")
     seed: int = _key(0, "seed for weights init, shuffling and augmentation")
+    calibrate: bool = _key(True, "fit a temperature on the validation split after training; the export serves"
+                                 " softmax(logits / T) (calibrated confidence, same predictions)")
     # performance and scale
     mixed_precision: str = _key("auto", "auto (on for GPUs) | on | off", choices=("auto", "on", "off"))
     strategy: str = _key("auto", "distribution strategy", choices=("auto", "default", "mirrored", "multiworker", "tpu"))

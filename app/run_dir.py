@@ -120,16 +120,16 @@ class FinishedRun:
         return self.state["image_size"]
 
     def build_model(self):
-        """The classifier (images → probabilities) with the run's final weights."""
+        """The classifier (images → probabilities) with the run's final weights and temperature."""
         from app.models.backbones import get_backbone
-        from app.models.classifier import build_classifier
+        from app.models.classifier import build_classifier, served_model
         from app.models.pretrained import load_backbone
 
         spec = get_backbone(self.state["backbone"])
         backbone, _ = load_backbone(spec, self.image_size, "auto" if spec.hub_handle else "none")
         clf = build_classifier(spec, backbone, len(self.classes), self.image_size, self.config.dropout)
         clf.model.load_weights(str(self.run.final_weights))
-        return clf.model
+        return served_model(clf, self.metrics.get("calibration"))
 
 
 def config_changes(saved: TrainConfig, cfg: TrainConfig) -> list[str]:

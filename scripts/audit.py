@@ -25,7 +25,8 @@ def main() -> None:
     p.add_argument("--write-manifest", type=Path, default=None, metavar="FILE", help="also write a review manifest (CSV)")
     p.add_argument("--backbone", default="mobilenet_v2", help="backbone for the embeddings (default mobilenet_v2)")
     p.add_argument("--weights", default="auto", help="auto | imagenet | PATH (default auto: ImageNet, else $PHOTOCLF_WEIGHTS)")
-    p.add_argument("--near-threshold", type=float, default=0.85, help="cosine similarity of embeddings above which two images are near duplicates (default 0.85)")
+    p.add_argument("--near-threshold", type=float, default=0.85,
+                   help="cosine similarity of embeddings at or above which two images are near duplicates (default 0.85)")
     args = p.parse_args()
     from app.audit.audit import run_audit
     from app.audit.report import summary

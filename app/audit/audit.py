@@ -68,7 +68,8 @@ def run_audit(data: str | Path, report_dir: str | Path | None = None, manifest: 
     audit_input = load_audit_input(data)
     if manifest is not None:
         if not all(item.source for item in audit_input.items):
-            raise UserError(f"--write-manifest needs the original photos; {data} is a TFRecord folder (audit the folder or CSV you converted)")
+            raise UserError(f"--write-manifest needs the original photos; {data} is a TFRecord folder"
+                            " (audit the folder or CSV you converted)")
         if not Path(manifest).parent.is_dir():
             raise UserError(f"--write-manifest: no such folder {Path(manifest).parent}")
     report_dir = Path(report_dir) if report_dir else default_report_dir(data)

@@ -30,7 +30,8 @@ def summary(result: dict) -> str:
     leaked = result["leaked_eval_images"]
     lines = [format_table([["class", *splits], *rows]), "",
              f"{result['readable']} of {result['images']} images read; {len(result['unreadable'])} unreadable",
-             f"leaks across splits:   {len(result['leaks'])} pairs ({leaked['val']} val and {leaked['test']} test images have a copy elsewhere)",
+             f"leaks across splits:   {len(result['leaks'])} pairs"
+             f" ({leaked['val']} val and {leaked['test']} test images have a copy elsewhere)",
              f"exact duplicates:      {len(result['exact_duplicates'])} pairs",
              f"near duplicates:       {len(result['near_duplicates'])} pairs (cosine >= {result['near_duplicate_threshold']})",
              f"likely wrong labels:   {len(result['likely_mislabels'])}",

@@ -13,10 +13,10 @@ from app import storage
 from app.data import schema
 from app.errors import UserError
 from app.evaluation.figures import plot_confusion_matrix, plot_mistakes, plot_per_class, plot_reliability
-from app.evaluation.metrics import compute_metrics
+from app.evaluation.metrics import calibration_effect, compute_metrics
 from app.evaluation.predict import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
 from app.evaluation.report import summary_table, write_html, write_metrics
-from app.export.layout import reports_dir, resolve_model_dir
+from app.export.layout import read_metadata, reports_dir, resolve_model_dir
 from app.run_dir import RunDir
 
 
@@ -91,6 +91,9 @@ def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_
     mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
     predictions = predict(version_dir, data_classes, total, examples, label_map=mapping, batch_size=batch_size)
     metrics = compute_metrics(predictions.labels, predictions.probabilities, predictions.classes, top_k)
+    calibration = read_metadata(version_dir).get("calibration")
+    if calibration:  # the model serves softmax(logits / T): show what T changed
+        metrics["calibration"] = calibration_effect(predictions.labels, predictions.probabilities, calibration["temperature"])
     metrics.update({"model": str(version_dir), "data": str(data), "split": split, "skipped": predictions.skipped})
     out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
     out.mkdir(parents=True, exist_ok=True)

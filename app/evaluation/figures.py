@@ -84,12 +84,19 @@ def plot_reliability(metrics: dict, path: Path) -> Path:
     ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
     ax.bar([b["low"] for b in bins], [b["accuracy"] for b in bins], width=[b["high"] - b["low"] for b in bins],
            align="edge", alpha=0.7, edgecolor="black", label="accuracy in bin")
-    ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o", color="C3", label="mean confidence")
+    ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o-", color="C3", label="calibrated" if "calibration" in metrics else "mean confidence")
+    title = f"Reliability (ECE {metrics['ece']:.3f})"
+    if "calibration" in metrics:  # the same predictions without the export's temperature
+        c = metrics["calibration"]
+        raw = [b for b in c["reliability_uncalibrated"] if b["count"]]
+        ax.plot([b["confidence"] for b in raw], [b["accuracy"] for b in raw], "s--", color="C7",
+                label=f"without temperature {c['temperature']:.2f}")
+        title = f"Reliability (ECE {metrics['ece']:.3f}; {c['ece_uncalibrated']:.3f} without T)"
     ax.set_xlabel("confidence")
     ax.set_ylabel("accuracy")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
-    ax.set_title(f"Reliability (ECE {metrics['ece']:.3f})")
+    ax.set_title(title)
     ax.legend(loc="upper left")
     return save_figure(fig, path)
 

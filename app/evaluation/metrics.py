@@ -39,6 +39,31 @@ def reliability_bins(labels: np.ndarray, probabilities: np.ndarray, bins: int = 
     return out
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+def uncalibrated(probabilities: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits) from served softmax(logits / T): softmax(T * log p) (the constant drops out)."""
+    return softmax(temperature * np.log(np.clip(np.asarray(probabilities, np.float64), 1e-300, 1.0)))
+
+
+def calibration_effect(labels: np.ndarray, probabilities: np.ndarray, temperature: float) -> dict:
+    """Log loss, ECE and reliability bins of the same predictions without the temperature."""
+    before = uncalibrated(probabilities, temperature)
+    bins = reliability_bins(labels, before)
+    return {"temperature": temperature, "log_loss_uncalibrated": log_loss(labels, before),
+            "ece_uncalibrated": expected_calibration_error(bins), "reliability_uncalibrated": bins}
+
+
+def log_loss(labels: np.ndarray, probabilities: np.ndarray, eps: float = 1e-15) -> float:
+    """Mean negative log probability of the true class."""
+    labels = np.asarray(labels, dtype=np.int64)
+    return float(-np.mean(np.log(np.clip(np.asarray(probabilities)[np.arange(len(labels)), labels], eps, 1.0))))
+
+
 def expected_calibration_error(bins: list[dict]) -> float:
     """Mean |accuracy − confidence| over the reliability bins, weighted by bin size."""
     total = sum(b["count"] for b in bins)
@@ -61,8 +86,6 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
     f1 = np.divide(2 * precision * recall, denominator, out=np.zeros(num_classes), where=denominator > 0)
     k = min(top_k, num_classes)
     top = np.argsort(-probabilities, axis=1)[:, :k]
-    eps = 1e-15
-    log_loss = float(-np.mean(np.log(np.clip(probabilities[np.arange(len(labels)), labels], eps, 1.0))))
     normalized = row_normalized(matrix)
     weights = support / support.sum()
     pairs = [(int(t), int(p), int(matrix[t, p])) for t in range(num_classes) for p in range(num_classes) if t != p and matrix[t, p]]
@@ -73,7 +96,7 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
         "accuracy": float((predicted == labels).mean()),
         "top_k": k,
         "top_k_accuracy": float((top == labels[:, None]).any(axis=1).mean()),
-        "log_loss": log_loss,
+        "log_loss": log_loss(labels, probabilities),
         "ece": expected_calibration_error(reliability),
         "per_class": {
             name: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]), "support": int(support[i])}

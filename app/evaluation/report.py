@@ -17,6 +17,10 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
                [f"top-{metrics['top_k']} accuracy", f"{metrics['top_k_accuracy']:.4f}"],
                ["macro F1", f"{metrics['macro_avg']['f1']:.4f}"], ["weighted F1", f"{metrics['weighted_avg']['f1']:.4f}"],
                ["log loss", f"{metrics['log_loss']:.4f}"], ["ECE", f"{metrics['ece']:.4f}"]]
+    if "calibration" in metrics:  # before the export's temperature
+        c = metrics["calibration"]
+        overall += [[f"log loss without T={c['temperature']:.2f}", f"{c['log_loss_uncalibrated']:.4f}"],
+                    [f"ECE without T={c['temperature']:.2f}", f"{c['ece_uncalibrated']:.4f}"]]
     classes = sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"])[:worst]
     rows = [["worst classes", "precision", "recall", "f1", "support"]] + [
         [name, f"{v['precision']:.3f}", f"{v['recall']:.3f}", f"{v['f1']:.3f}", str(v["support"])] for name, v in classes]

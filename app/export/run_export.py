@@ -21,6 +21,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
     return {
         "backbone": run.state["backbone"], "input_size": run.image_size, "classes": run.classes,
         "weights": run.state.get("weights"), "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test")},
+        "calibration": metrics.get("calibration"),  # served probabilities are softmax(logits / temperature)
         "dataset_fingerprint": dataset_fingerprint(run.config.data),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "package_version": app.__version__, "input": "0..255 RGB; serving_default takes encoded image bytes",

@@ -51,6 +51,19 @@ def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int
     )
 
 
+def with_temperature(logits_model: keras.Model, temperature: float) -> keras.Model:
+    """images → softmax(logits / T): the calibrated classifier that is exported and served.
+    Shares every layer (and weight) with `logits_model`; the temperature is a constant."""
+    scaled = keras.layers.Rescaling(1.0 / temperature, name="temperature", dtype="float32")(logits_model.output)
+    probabilities = keras.layers.Softmax(name="probabilities", dtype="float32")(scaled)
+    return keras.Model(logits_model.input, probabilities, name=logits_model.name.replace("_logits", "_classifier"))
+
+
+def served_model(clf: Classifier, calibration: dict | None) -> keras.Model:
+    """What is exported: the classifier, with the run's fitted temperature when it has one."""
+    return with_temperature(clf.logits_model, calibration["temperature"]) if calibration else clf.model
+
+
 def unfreeze_start(clf: Classifier, rule: str) -> int:
     """Index of the first backbone layer to train in phase 2, from blocks:N, fraction:F, layer:NAME."""
     kind, _, value = rule.partition(":")

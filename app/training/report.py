@@ -16,6 +16,10 @@ def format_result(metrics: dict) -> str:
         t = metrics["test"]
         rows.append(["test", "", f"{t['accuracy']:.4f}", f"{t['loss']:.4f}", "", ""])
     lines = ["", format_table(rows), "", f"weights: {metrics['weights']}"]
+    if metrics.get("calibration"):
+        c = metrics["calibration"]
+        lines.append(f"calibration: temperature {c['temperature']:.3f}; val ECE {c['val_ece_before']:.3f} -> {c['val_ece_after']:.3f},"
+                     f" log loss {c['val_log_loss_before']:.3f} -> {c['val_log_loss_after']:.3f}")
     if metrics.get("weights_warning"):
         lines.append(f"WARNING: {metrics['weights_warning']}")
     lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")

@@ -15,7 +15,7 @@ import numpy as np
 
 from app.config import TrainConfig
 from app.data.pipeline import DatasetInfo
-from app.models.classifier import freeze_backbone, unfreeze_top
+from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import completed_run
 from app.training.context import Context, describe_distribution, setup
 from app.training.inputs import augmented_sample, eval_dataset, feature_inputs, image_inputs
@@ -143,9 +143,21 @@ def _train(ctx: Context) -> dict:
     kept = phase2 or phase1  # its validation pass already gave the kept weights' confusion matrix
     confusion = np.array(kept.val_confusion_matrix) if kept else evaluate_split(ctx, "val", evaluation).confusion_matrix
     if ctx.chief:
+        if cfg.calibrate:
+            metrics["calibration"] = _calibrate(ctx)
         _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
+
+
+def _calibrate(ctx: Context) -> dict:
+    from app.training.calibration import calibrate
+
+    found = calibrate(ctx)
+    log.info("calibration: temperature %.3f fitted on %s; val log loss %.4f -> %.4f, ECE %.4f -> %.4f",
+             found["temperature"], found["fitted_on"], found["val_log_loss_before"], found["val_log_loss_after"],
+             found["val_ece_before"], found["val_ece_after"])
+    return found
 
 
 def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int) -> None:
@@ -155,7 +167,8 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int)
     from app.training.history import plot_learning_curves
 
     save_weights_atomic(ctx.clf.model, ctx.run.final_weights)
-    metrics["export"] = export_run(ctx.run.root, model=ctx.clf.model, metrics=metrics)["saved_model"]
+    served = served_model(ctx.clf, metrics.get("calibration"))
+    metrics["export"] = export_run(ctx.run.root, model=served, metrics=metrics)["saved_model"]
     plot_learning_curves(ctx.run.history, ctx.run.learning_curves)
     figure = confusion_matrix_figure(val_confusion, ctx.info.classes)
     ctx.history.board.figure("val/confusion_matrix", figure_png(figure), step=epochs,

@@ -126,8 +126,11 @@ def test_jit_compile_option_is_off_on_cpus_unless_asked(tiny_config: TrainConfig
     assert not ctx.jit_compile and "off on CPUs" in ctx.jit_reason
     steps = build_phase(ctx, 1).steps
     assert steps._replica_step == steps._replica_train  # not wrapped in an XLA-compiled function
-    forced = setup(tiny_config.replace(jit_compile="true", cache_features="false", epochs_finetune=0,
-                                       out=tiny_config.out + "-xla"))
-    assert forced.jit_compile
+    assert setup(tiny_config.replace(jit_compile="true", out=tiny_config.out + "-xla")).jit_compile
+
+
+@pytest.mark.slow
+def test_mobilenet_train_step_compiles_and_trains_under_xla(tiny_config: TrainConfig):
+    forced = setup(tiny_config.replace(jit_compile="true", cache_features="false", epochs_finetune=0))
     result = run_phase1(forced)  # MobileNetV2's train step through XLA on the CPU
     assert result.epochs == 1 and np.isfinite(result.val_loss)

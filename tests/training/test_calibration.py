@@ -1,0 +1,83 @@
+"""Temperature scaling: the fitted T, the calibrated export, and what evaluation reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.evaluation.metrics import calibration_effect, log_loss, softmax, uncalibrated
+from app.export.layout import read_metadata, resolve_model_dir
+from app.models.classifier import with_temperature
+from app.run_dir import RunDir
+from app.training.calibration import calibration_summary, fit_temperature
+from app.training.report import format_result
+
+
+def _synthetic(temperature: float, n: int = 20000, classes: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Logits whose labels are drawn from softmax(logits / temperature): T is the right answer."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0.0, 3.0, (n, classes))
+    p = softmax(logits / temperature)
+    labels = (p.cumsum(1) > rng.random((n, 1))).argmax(1)
+    return logits, labels
+
+
+@pytest.mark.parametrize("true_t", [0.5, 1.0, 2.5])
+def test_fitted_temperature_recovers_the_one_the_labels_were_drawn_with(true_t: float):
+    logits, labels = _synthetic(true_t)
+    assert fit_temperature(logits, labels) == pytest.approx(true_t, rel=0.05)
+
+
+def test_summary_reports_before_and_after_and_never_raises_the_log_loss():
+    logits, labels = _synthetic(2.5, n=3000)
+    found = calibration_summary(logits, labels, fit_temperature(logits, labels))
+    assert found["val_log_loss_after"] <= found["val_log_loss_before"]
+    assert found["val_ece_after"] < found["val_ece_before"] / 2  # over-confident logits, fixed
+    assert found["val_log_loss_before"] == pytest.approx(log_loss(labels, softmax(logits)), abs=1e-6)
+
+
+def test_the_calibrated_model_serves_softmax_of_logits_over_t():
+    inputs = keras.Input((3,))
+    logits_model = keras.Model(inputs, keras.layers.Dense(4, name="logits")(inputs), name="toy_logits")
+    x = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+    served = with_temperature(logits_model, 1.7)(x).numpy()
+    np.testing.assert_allclose(served, softmax(logits_model(x).numpy() / 1.7), rtol=1e-5, atol=1e-7)
+    assert (served.argmax(1) == logits_model(x).numpy().argmax(1)).all()  # predictions unchanged
+
+
+def test_evaluation_recovers_the_uncalibrated_probabilities():
+    logits, labels = _synthetic(2.0, n=500)
+    served = softmax(logits / 2.0)
+    np.testing.assert_allclose(uncalibrated(served, 2.0), softmax(logits), rtol=1e-6, atol=1e-9)
+    effect = calibration_effect(labels, served, 2.0)
+    assert effect["log_loss_uncalibrated"] == pytest.approx(log_loss(labels, softmax(logits)))
+
+
+def test_a_run_fits_t_and_its_export_serves_calibrated_probabilities(trained_run: Path):
+    run = RunDir(trained_run)
+    metrics = run.read_metrics()
+    calibration = metrics["calibration"]
+    assert calibration["val_log_loss_after"] <= calibration["val_log_loss_before"] + 1e-9
+    version = resolve_model_dir(trained_run)
+    assert read_metadata(version)["calibration"] == calibration
+    served = run.load().build_model()
+    logits = keras.Model(served.input, served.get_layer("logits").output)
+    images = tf.random.stateless_uniform([3, 64, 64, 3], [0, 1], 0, 255)
+    exported = tf.saved_model.load(str(version)).signatures["predict_images"](images=images)["probabilities"].numpy()
+    np.testing.assert_allclose(exported, softmax(logits(images).numpy() / calibration["temperature"]), rtol=1e-4, atol=1e-6)
+    assert json.loads(json.dumps(calibration))  # plain JSON
+    assert f"calibration: temperature {calibration['temperature']:.3f}; val ECE" in format_result(metrics)
+
+
+@pytest.mark.slow
+def test_calibrate_false_exports_the_plain_classifier(tiny_config):
+    from app.training.train import train
+
+    metrics = train(tiny_config.replace(calibrate=False, epochs_finetune=0))
+    assert "calibration" not in metrics
+    assert read_metadata(Path(metrics["export"]))["calibration"] is None
