@@ -64,16 +64,23 @@ def _digest(value: object) -> str:
 
 
 def _from_records(data: Path) -> AuditInput:
+    """Items from one parse of the shards; `read` streams the payloads again rather than holding
+    every JPEG of the dataset in memory."""
     info = load_dataset_info(data)
-    items: list[AuditItem] = []
-    payloads: list[bytes] = []
-    for split in sorted(info.shards):
-        for path in info.shard_paths(split):
+    paths = [(split, path) for split in sorted(info.shards) for path in info.shard_paths(split)]
+
+    def records():
+        for split, path in paths:
             for raw in tf.data.TFRecordDataset(path):
-                example = tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
-                label = info.classes[int(example[schema.LABEL])]
-                items.append(AuditItem(example[schema.FILENAME].numpy().decode(), split, label, ""))
-                payloads.append(example[schema.ENCODED].numpy())
+                yield split, tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
+
+    items = [AuditItem(ex[schema.FILENAME].numpy().decode(), split, info.classes[int(ex[schema.LABEL])], "")
+             for split, ex in records()]
     if not items:
         raise UserError(f"{data}: the TFRecord folder holds no records")
-    return AuditInput(str(data), items, info.classes, [], lambda: iter(enumerate(payloads)), dataset_fingerprint(data))
+
+    def read() -> Iterator[tuple[int, bytes]]:
+        for index, (_, ex) in enumerate(records()):
+            yield index, ex[schema.ENCODED].numpy()
+
+    return AuditInput(str(data), items, info.classes, [], read, dataset_fingerprint(data))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from app.models.classifier import build_classifier
 from app.models.pretrained import load_pretrained_backbone
 from app.training.feature_cache import load_or_compute, weights_fingerprint
 
-log = logging.getLogger(__name__)
 THUMBNAIL_SIDE = 112
 BATCH = 32
 

@@ -16,9 +16,9 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from app.data.pipeline import make_eval_dataset
 from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
 from app.training.context import Context
+from app.training.feature_cache import eval_images, model_outputs
 
 TEMPERATURE_RANGE = (0.05, 20.0)
 
@@ -48,12 +48,9 @@ def calibration_summary(logits: np.ndarray, labels: np.ndarray, temperature: flo
 def validation_logits(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """The current weights' logits for the whole validation split (run on the chief)."""
     model = ctx.clf.logits_model
-    call = tf.function(lambda images: model(tf.cast(images, tf.float32), training=False), reduce_retracing=True)
-    logits, labels = [], []
-    for images, y in make_eval_dataset(ctx.cfg.data, split="val", image_size=ctx.image_size, batch_size=ctx.cfg.batch_size):
-        logits.append(call(images).numpy())
-        labels.append(y.numpy())
-    return np.concatenate(logits).astype(np.float64), np.concatenate(labels)
+    call = tf.function(lambda images: model(images, training=False), reduce_retracing=True)
+    logits, labels = model_outputs(call, eval_images(ctx, "val"))
+    return logits.astype(np.float64), labels
 
 
 def calibrate(ctx: Context) -> dict:

@@ -91,10 +91,10 @@ def _build(ctx: Context) -> FeatureCache:
     extract = tf.function(lambda images: ctx.clf.features_model(images, training=False), reduce_retracing=True)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         if cfg.augment:
-            train = [_features(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar) for view in range(k)]
+            train = [model_outputs(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar) for view in range(k)]
         else:
-            train = [_features(extract, _eval(ctx, "train"), bar)]
-        val = _features(extract, _eval(ctx, "val"), bar)
+            train = [model_outputs(extract, eval_images(ctx, "train"), bar)]
+        val = model_outputs(extract, eval_images(ctx, "val"), bar)
     log.info("phase 1: cached %d train and %d val features in %.1fs", sum(len(y) for _, y in train), len(val[1]),
              time.perf_counter() - start)
     return FeatureCache(np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), *val)
@@ -112,15 +112,17 @@ def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
     return tf.data.Dataset.zip(ds, seeds).map(lambda batch, s: (color_jitter(batch[0], s, strength), batch[1]))
 
 
-def _eval(ctx: Context, split: str) -> tf.data.Dataset:
+def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
     ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
     return ds.map(lambda images, labels: (tf.cast(images, tf.float32), labels))
 
 
-def _features(extract, dataset: tf.data.Dataset, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
-    features, labels = [], []
+def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(outputs float32, labels int32) of `call` over every (images, labels) batch of `dataset`."""
+    outputs, labels = [], []
     for images, y in dataset:
-        features.append(extract(images).numpy().astype(np.float32))
+        outputs.append(call(images).numpy().astype(np.float32))
         labels.append(y.numpy().astype(np.int32))
-        bar.update(len(y))
-    return np.concatenate(features), np.concatenate(labels)
+        if bar is not None:
+            bar.update(len(y))
+    return np.concatenate(outputs), np.concatenate(labels)
