@@ -47,12 +47,19 @@ class TrainConfig:
                                     " finder's suggestion, swept under the trained head before phase 2")
     warmup_fraction: float = _key(0.1, "share of phase-2 steps spent warming up")
     unfreeze: str = _key("blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)")
+    layer_decay: float = _key(1.0, "phase 2's layer-wise rate decay: the head and top block train at lr_finetune, each"
+                                   " block below at the rate of the block above x this; 1 = one rate for all")
     # both phases
     batch_size: int = _key(32, "per-replica batch size; the global batch is this x the number of replicas", flag=True)
     weight_decay: float = _key(1e-4, "decoupled weight decay (AdamW); not applied to biases or BatchNorm")
     label_smoothing: float = _key(0.1, "label smoothing of the training loss")
     class_weights: bool = _key(False, "weight the loss by inverse class frequency from dataset.json")
-    early_stopping_patience: int = _key(3, "epochs without val_loss improvement before a phase stops")
+    early_stopping_patience: int = _key(3, "epochs without improvement of select_by before a phase stops")
+    select_by: str = _key("val_loss", "what picks a phase's kept epoch, stops it early and decides whether phase 2"
+                                      " beat phase 1: val_loss | val_accuracy (ties broken by val_loss)",
+                          choices=("val_loss", "val_accuracy"))
+    ema_decay: float = _key(0.0, "validate, keep and export an exponential moving average of the weights: 0 = off;"
+                                 " else its decay, warmed up as min(decay, (1 + step) / (10 + step))")
     augment: bool = _key(True, "random-resized crop + flip + colour jitter during training")
     color_jitter: float = _key(0.2, "strength of brightness/contrast/saturation jitter; 0 = off")
     seed: int = _key(0, "seed for weights init, shuffling and augmentation")
@@ -146,6 +153,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.image_size >= 0, "image_size must be >= 0 (0 = backbone default)"),
         (cfg.early_stopping_patience >= 1, "early_stopping_patience must be >= 1"),
         (cfg.max_steps_per_epoch >= 0, "max_steps_per_epoch must be >= 0"),
+        (0.0 < cfg.layer_decay <= 1.0, "layer_decay must be in (0, 1]"),
+        (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
         (cfg.feature_views >= 1, "feature_views must be >= 1"),
         (cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"), "unfreeze must be blocks:N, fraction:F or layer:NAME"),
     ]

@@ -74,12 +74,14 @@ def suggest(learning_rates: list[float], smoothed: list[float]) -> float:
 def sweep(ctx: Context, phase: int, model: keras.Model, inputs, *, lr_min: float = 1e-7, lr_max: float = 1.0,
           steps: int = 100, diverge: float = 4.0) -> Sweep:
     """Train `steps` batches at exponentially rising rates; the weights are put back afterwards."""
+    from app.training.optimizer import layer_rate_scales
     from app.training.train import make_optimizer, make_steps
 
     ratio = (lr_max / lr_min) ** (1 / max(1, steps - 1))
     schedule = keras.optimizers.schedules.ExponentialDecay(lr_min, decay_steps=1, decay_rate=ratio)
     saved = [w.copy() for w in model.get_weights()]
-    train = make_steps(ctx, model, make_optimizer(ctx, schedule, model), phase)
+    scales = layer_rate_scales(ctx.clf, ctx.cfg.unfreeze, ctx.cfg.layer_decay) if phase == 2 else None  # the rates phase 2 will use
+    train = make_steps(ctx, model, make_optimizer(ctx, schedule, model, scales), phase)
     iterator, rates, losses = inputs.train_iterator(), [], []
     try:
         for step in range(steps):

@@ -20,6 +20,7 @@ import tensorflow as tf
 from app import storage
 from app.run_dir import RunDir
 from app.training.history import History
+from app.training.optimizer import averaged_weights
 from app.training.steps import Evaluation, Steps
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class PhaseResult:
     seconds: float
     images_per_s: float
     val_confusion_matrix: list[list[int]]  # of the kept weights; rows: true class
+    still_improving: bool = False  # its last epoch was its best: more epochs would likely help
 
     def to_dict(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -46,8 +48,9 @@ class PhaseSpec:
     epochs: int
     steps_per_epoch: int
     steps_per_execution: int
-    patience: int  # epochs without val_loss improvement before stopping
+    patience: int  # epochs without improvement of select_by before stopping
     epoch_offset: int  # global epoch number of this phase's epoch 0
+    select_by: str = "val_loss"  # or "val_accuracy", ties broken by val_loss
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +89,15 @@ class Phase:
     history: History
     baseline: PhaseResult | None = None  # phase 1's result: phase 2 must beat it to count
     baseline_model: keras.Model | None = None  # the model phase 1's best weights belong to
+
+
+def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, select_by: str) -> bool:
+    """Whether an epoch's validation result beats the best so far: lower loss, or with
+    select_by="val_accuracy" higher accuracy, equal accuracy going to the lower loss."""
+    lower_loss = loss < best_loss - 1e-7
+    if select_by == "val_loss":
+        return lower_loss
+    return accuracy > best_accuracy + 1e-9 or (abs(accuracy - best_accuracy) <= 1e-9 and lower_loss)
 
 
 def save_weights_atomic(model: keras.Model, path) -> None:
@@ -149,7 +161,8 @@ class PhaseState:
         return self.epochs_done >= self.phase.spec.epochs or self.stopped
 
     def improves(self, val: Evaluation) -> bool:
-        return val.loss < float(self.best_val_loss) - 1e-7
+        return beats(val.loss, val.accuracy, float(self.best_val_loss), float(self.best_val_accuracy),
+                     self.phase.spec.select_by)
 
     def record(self, epoch: int, val: Evaluation, seconds: float, improved: bool) -> None:
         if improved:
@@ -171,11 +184,12 @@ class PhaseState:
             best_epoch=int(self.best_epoch), stopped_early=self.stopped and self.epochs_done < spec.epochs,
             seconds=seconds, images_per_s=images / seconds if seconds else 0.0,
             val_confusion_matrix=self.best_confusion.numpy().tolist(),
+            still_improving=self.epochs_done == spec.epochs and int(self.best_epoch) == spec.epochs > 1,
         )
 
 
 def run_phase(phase: Phase) -> PhaseResult:
-    """Train up to spec.epochs, keep the weights with the lowest val_loss, return their metrics.
+    """Train up to spec.epochs, keep the weights that score best on spec.select_by, return their metrics.
 
     With a `baseline` (phase 1's result, whose weights are loaded at the start), an epoch must
     beat it to count as best; if none does, the phase ends with the baseline's weights. So
@@ -191,9 +205,14 @@ def run_phase(phase: Phase) -> PhaseResult:
             iterator = phase.inputs.train_iterator()
         _run_epoch(phase, state, iterator, start)
         if state.stopped:
-            log.info("early stopping: val_loss has not improved for %d epochs", phase.spec.patience)
+            log.info("early stopping: %s has not improved for %d epochs", phase.spec.select_by, phase.spec.patience)
     _load_kept_weights(phase, state)
-    return state.result()
+    result = state.result()
+    if result.still_improving:
+        flag = "--epochs-head" if phase.spec.phase == 1 else "--epochs-finetune"
+        log.warning("phase %d was still improving %s at its last epoch (%d); more epochs may help (%s)",
+                    phase.spec.phase, phase.spec.select_by, result.epochs, flag)
+    return result
 
 
 def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float) -> None:
@@ -202,11 +221,12 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
     train_start = time.perf_counter()
     loss, accuracy = _train_epoch(phase.steps, iterator, spec)
     train_seconds = time.perf_counter() - train_start
-    val = phase.steps.evaluate(phase.inputs.val_dataset())
+    with averaged_weights(phase.steps.optimizer):  # with ema_decay: the average is validated and kept
+        val = phase.steps.evaluate(phase.inputs.val_dataset())
+        improved = state.improves(val)
+        if improved:
+            save_weights_atomic(phase.model, phase.files.write.best_weights(spec.phase, epoch))
     seconds = time.perf_counter() - start
-    improved = state.improves(val)
-    if improved:
-        save_weights_atomic(phase.model, phase.files.write.best_weights(spec.phase, epoch))
     state.record(epoch, val, seconds, improved)
     phase.history.append({
         "phase": spec.phase, "epoch": spec.epoch_offset + epoch, "phase_epoch": epoch,
@@ -242,5 +262,6 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
     if int(state.best_epoch):
         phase.model.load_weights(phase.files.best_to_load(number, int(state.best_epoch)))
     elif baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
-        log.info("phase %d did not beat phase %d on val_loss; keeping phase %d's weights", number, number - 1, number - 1)
+        log.info("phase %d did not beat phase %d on %s; keeping phase %d's weights", number, number - 1,
+                 phase.spec.select_by, number - 1)
         (phase.baseline_model or phase.model).load_weights(phase.files.best_to_load(number - 1, baseline.best_epoch))
