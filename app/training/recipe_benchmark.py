@@ -56,7 +56,7 @@ def _trace(cmd: list[str]) -> Trace:
     return Trace(time.perf_counter() - start, epochs, final)
 
 
-def _subset(folder: Path, out: Path, per_class: int, seed: int) -> Path:
+def subset_folder(folder: Path, out: Path, per_class: int, seed: int) -> Path:
     """train/ cut to `per_class` photos per class (seeded choice, symlinks), val/ whole."""
     for split in ("train", "val"):
         for class_dir in sorted(p for p in (folder / split).iterdir() if p.is_dir()):
@@ -70,7 +70,7 @@ def _subset(folder: Path, out: Path, per_class: int, seed: int) -> Path:
     return out
 
 
-def _check_folder(folder: Path) -> None:
+def check_split_folder(folder: Path) -> None:
     for split in ("train", "val"):
         if not (folder / split).is_dir():
             raise UserError(f"{folder}: needs train/ and val/ folders of class folders (missing {split}/)")
@@ -117,13 +117,13 @@ def run_recipe_benchmark(folder: Path, *, weights: str, image_size: int = 224, t
                          log: Callable[[str], None] = print) -> dict:
     """`recipe_epochs`: the usual recipe's epochs per phase, the tutorial's (10, 10) unless a test shortens them."""
     folder = Path(folder)
-    _check_folder(folder)
+    check_split_folder(folder)
     if not Path(weights).is_file():
         raise UserError(f"--weights: no such file {weights} (both recipes load the same backbone file)")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         if train_per_class:
-            folder = _subset(folder, tmp / "photos", train_per_class, seed)
+            folder = subset_folder(folder, tmp / "photos", train_per_class, seed)
         start = time.perf_counter()
         subprocess.run([sys.executable, str(SCRIPTS / "make_tfrecords.py"), str(folder), str(tmp / "records")],
                        check=True, capture_output=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import UserError
-from app.training.recipe_benchmark import Trace, _subset, _summary, format_result, run_recipe_benchmark
+from app.training.recipe_benchmark import Trace, subset_folder, _summary, format_result, run_recipe_benchmark
 
 
 def test_time_to_reach_is_the_first_epoch_at_or_above_the_target():
@@ -33,7 +33,7 @@ def test_subset_keeps_n_training_photos_per_class_and_all_of_val(tmp_path: Path)
             (tmp_path / "src" / split / cls).mkdir(parents=True)
             for i in range(n):
                 (tmp_path / "src" / split / cls / f"{i}.jpg").write_bytes(b"x")
-    out = _subset(tmp_path / "src", tmp_path / "out", per_class=2, seed=0)
+    out = subset_folder(tmp_path / "src", tmp_path / "out", per_class=2, seed=0)
     assert sorted(len(list((out / "train" / c).iterdir())) for c in "ab") == [2, 2]
     assert sorted(len(list((out / "val" / c).iterdir())) for c in "ab") == [3, 3]
 

@@ -1,0 +1,121 @@
+"""Does phase 2 pay? Phase 1 vs phase 2 validation accuracy and loss, per training-set size and
+config variant, over seeds, on the user's own photos.
+
+For each photos-per-class size and seed, the training split is cut to that many photos per
+class (a seeded choice; validation stays whole), written to TFRecords once, and every variant
+trains on it in turn (variants alternate within each seed), through the same phases as
+fine_tune.py without the export. The batch size is the default 32, or the largest power of two that
+fits a training split of fewer than 32 photos (fine_tune.py refuses a batch larger than the split). Accuracy and loss are of the kept weights; "phase 2's own
+best" is the best epoch phase 2 reached, whether or not it was kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from app.config import TrainConfig, load_config
+from app.errors import UserError
+from app.training.recipe_benchmark import check_split_folder, subset_folder
+
+Variant = tuple[str, dict[str, str]]  # name, config overrides
+
+
+def parse_variant(text: str) -> Variant:
+    """NAME or NAME:key=value,key=value (the config keys of fine_tune.py --set)."""
+    name, _, settings = text.partition(":")
+    overrides = {}
+    for item in filter(None, settings.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--variant {text}: expected key=value, got '{item}'")
+        overrides[key.strip().replace("-", "_")] = value.strip()
+    return name, overrides
+
+
+def _records(folder: Path, per_class: int, seed: int, tmp: Path) -> tuple[Path, int]:
+    """TFRecords of the subset, and how many training photos it holds (unreadable files are skipped)."""
+    from app.data.writer import write_tfrecords
+
+    photos = subset_folder(folder, tmp / f"photos-{per_class}-{seed}", per_class, seed)
+    out = tmp / f"records-{per_class}-{seed}"
+    metadata = write_tfrecords(photos, out, num_shards=2)
+    return out, sum(metadata["counts"]["train"].values())
+
+
+def _one_run(cfg: TrainConfig) -> dict:
+    from app.training.context import setup
+    from app.training.train import run_phase1, run_phase2
+
+    ctx = setup(cfg, overwrite=True)
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the result
+        phase1 = run_phase1(ctx)
+        phase2 = run_phase2(ctx, phase1)
+    with open(ctx.run.history) as f:
+        own = [float(row["val_accuracy"]) for row in csv.DictReader(f) if row["phase"] == "2"]
+    return {"p1_accuracy": phase1.val_accuracy, "p1_loss": phase1.val_loss, "p2_accuracy": phase2.val_accuracy,
+            "p2_loss": phase2.val_loss, "p2_own_best_accuracy": max(own), "p2_epochs": phase2.epochs,
+            "p2_seconds": phase2.seconds, "seconds": time.perf_counter() - start,
+            "val_images": ctx.info.num_examples("val")}
+
+
+def run_phase2_benchmark(folder: Path, *, weights: str, variants: list[Variant], per_class: tuple[int, ...],
+                         seeds: tuple[int, ...], log: Callable[[str], None] = print, **fixed: object) -> list[dict]:
+    """One row per (variant, size, seed). `fixed`: config keys for every run (e.g. image_size)."""
+    folder = Path(folder)
+    check_split_folder(folder)
+    if weights not in ("auto", "imagenet", "none") and not Path(weights).is_file():
+        raise UserError(f"--weights: no such file {weights}")
+    for _, overrides in variants:  # a bad key or value fails now, not after the first runs
+        load_config(None, {**fixed, **overrides})
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for n in per_class:
+            for seed in seeds:
+                records, train_images = _records(folder, n, seed, tmp)
+                for name, overrides in variants:
+                    batch = {} if train_images >= 32 or "batch_size" in overrides else {"batch_size": 2 ** (train_images.bit_length() - 1)}
+                    cfg = load_config(None, {"data": str(records), "out": str(tmp / "run"), "weights": weights,
+                                             "seed": seed, "calibrate": False, **batch, **fixed, **overrides})
+                    row = {"variant": name, "per_class": n, "seed": seed, **_one_run(cfg)}
+                    rows.append(row)
+                    log(f"{name} {n}/class seed {seed}: phase 1 {row['p1_accuracy']:.3f} -> kept {row['p2_accuracy']:.3f}"
+                        f" (phase 2's own best {row['p2_own_best_accuracy']:.3f}), {row['seconds']:.0f}s")
+    return rows
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per (variant, size): mean and spread over seeds; the phase-2 gain also in validation images."""
+    def ms(values: list[float]) -> str:
+        return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
+
+    out = []
+    for key in dict.fromkeys((r["variant"], r["per_class"]) for r in rows):
+        group = [r for r in rows if (r["variant"], r["per_class"]) == key]
+        gain = statistics.mean((r["p2_accuracy"] - r["p1_accuracy"]) * r["val_images"] for r in group)
+        out.append({"variant": key[0], "per_class": key[1], "seeds": len(group),
+                    "phase1_accuracy": ms([r["p1_accuracy"] for r in group]),
+                    "phase2_accuracy": ms([r["p2_accuracy"] for r in group]), "gain_images": round(gain, 1),
+                    "phase1_loss": ms([r["p1_loss"] for r in group]), "phase2_loss": ms([r["p2_loss"] for r in group]),
+                    "phase2_own_best": ms([r["p2_own_best_accuracy"] for r in group]),
+                    "phase2_epochs": round(statistics.mean(r["p2_epochs"] for r in group), 1),
+                    "phase2_seconds": round(statistics.median(r["p2_seconds"] for r in group), 1)})
+    return out
+
+
+def format_summary(summary: list[dict]) -> str:
+    from app.table import format_table
+
+    head = ["variant", "per class", "phase 1 val acc", "kept val acc", "gain (images)", "phase 1 val loss",
+            "kept val loss", "phase 2's own best", "phase-2 epochs", "phase-2 s"]
+    keys = ["variant", "per_class", "phase1_accuracy", "phase2_accuracy", "gain_images", "phase1_loss", "phase2_loss",
+            "phase2_own_best", "phase2_epochs", "phase2_seconds"]
+    return format_table([head] + [[str(s[k]) for k in keys] for s in summary])
