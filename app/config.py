@@ -35,7 +35,7 @@ class TrainConfig:
     dropout: float = _key(0.2, "dropout before the logits layer")
     # phase 1: frozen backbone, new head
     epochs_head: int = _key(10, "phase-1 epochs, frozen backbone (early stopping may end sooner)", flag=True)
-    lr_head: float = _key(1e-3, "phase-1 learning rate (AdamW); auto = the learning-rate finder's suggestion"
+    lr_head: float = _key(3e-3, "phase-1 learning rate (AdamW); auto = the learning-rate finder's suggestion"
                                 " (scripts/find_lr.py), swept on this run's data and model before phase 1")
     cache_features: str = _key("auto", "phase 1 on backbone features computed once, for feature_views augmented views of"
                                        " each training image: auto (on for one CPU worker) | true | false",

@@ -4,7 +4,10 @@ config variant, over seeds, on the user's own photos.
 For each photos-per-class size and seed, the training split is cut to that many photos per
 class (a seeded choice; validation stays whole), written to TFRecords once, and every variant
 trains on it in turn (variants alternate within each seed), through the same phases as
-fine_tune.py without the export. The batch size is the default 32, or the largest power of two that
+fine_tune.py without the export. Validation chose each kept epoch, so its figures flatter a
+variant that selects more eagerly (e.g. by accuracy); up to `test_per_class` of the training
+photos the subset left out form a held-out test split, read once after phase 1 and once at the
+end, which chose nothing. The batch size is the default 32, or the largest power of two that
 fits a training split of fewer than 32 photos (fine_tune.py refuses a batch larger than the split). Accuracy and loss are of the kept weights; "phase 2's own
 best" is the best epoch phase 2 reached, whether or not it was kept.
 """
@@ -39,11 +42,11 @@ def parse_variant(text: str) -> Variant:
     return name, overrides
 
 
-def _records(folder: Path, per_class: int, seed: int, tmp: Path) -> tuple[Path, int]:
+def _records(folder: Path, per_class: int, seed: int, tmp: Path, test_per_class: int) -> tuple[Path, int]:
     """TFRecords of the subset, and how many training photos it holds (unreadable files are skipped)."""
     from app.data.writer import write_tfrecords
 
-    photos = subset_folder(folder, tmp / f"photos-{per_class}-{seed}", per_class, seed)
+    photos = subset_folder(folder, tmp / f"photos-{per_class}-{seed}", per_class, seed, test_per_class)
     out = tmp / f"records-{per_class}-{seed}"
     metadata = write_tfrecords(photos, out, num_shards=2)
     return out, sum(metadata["counts"]["train"].values())
@@ -51,23 +54,28 @@ def _records(folder: Path, per_class: int, seed: int, tmp: Path) -> tuple[Path, 
 
 def _one_run(cfg: TrainConfig) -> dict:
     from app.training.context import setup
-    from app.training.train import run_phase1, run_phase2
+    from app.training.train import evaluate_split, run_phase1, run_phase2
 
     ctx = setup(cfg, overwrite=True)
+    held_out = ctx.info.num_examples("test") > 0
     start = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the result
         phase1 = run_phase1(ctx)
+        test1 = evaluate_split(ctx, "test").accuracy if held_out else None  # phase 1's kept weights
         phase2 = run_phase2(ctx, phase1)
+        test2 = evaluate_split(ctx, "test").accuracy if held_out else None
     with open(ctx.run.history) as f:
         own = [float(row["val_accuracy"]) for row in csv.DictReader(f) if row["phase"] == "2"]
     return {"p1_accuracy": phase1.val_accuracy, "p1_loss": phase1.val_loss, "p2_accuracy": phase2.val_accuracy,
-            "p2_loss": phase2.val_loss, "p2_own_best_accuracy": max(own), "p2_epochs": phase2.epochs,
+            "p2_loss": phase2.val_loss, "p1_test_accuracy": test1, "p2_test_accuracy": test2,
+            "test_images": ctx.info.num_examples("test"), "p2_own_best_accuracy": max(own), "p2_epochs": phase2.epochs,
             "p2_seconds": phase2.seconds, "seconds": time.perf_counter() - start,
             "val_images": ctx.info.num_examples("val")}
 
 
 def run_phase2_benchmark(folder: Path, *, weights: str, variants: list[Variant], per_class: tuple[int, ...],
-                         seeds: tuple[int, ...], log: Callable[[str], None] = print, **fixed: object) -> list[dict]:
+                         seeds: tuple[int, ...], test_per_class: int = 100, log: Callable[[str], None] = print,
+                         **fixed: object) -> list[dict]:
     """One row per (variant, size, seed). `fixed`: config keys for every run (e.g. image_size)."""
     folder = Path(folder)
     check_split_folder(folder)
@@ -80,42 +88,55 @@ def run_phase2_benchmark(folder: Path, *, weights: str, variants: list[Variant],
         tmp = Path(tmp_name)
         for n in per_class:
             for seed in seeds:
-                records, train_images = _records(folder, n, seed, tmp)
+                records, train_images = _records(folder, n, seed, tmp, test_per_class)
                 for name, overrides in variants:
                     batch = {} if train_images >= 32 or "batch_size" in overrides else {"batch_size": 2 ** (train_images.bit_length() - 1)}
                     cfg = load_config(None, {"data": str(records), "out": str(tmp / "run"), "weights": weights,
                                              "seed": seed, "calibrate": False, **batch, **fixed, **overrides})
                     row = {"variant": name, "per_class": n, "seed": seed, **_one_run(cfg)}
                     rows.append(row)
-                    log(f"{name} {n}/class seed {seed}: phase 1 {row['p1_accuracy']:.3f} -> kept {row['p2_accuracy']:.3f}"
-                        f" (phase 2's own best {row['p2_own_best_accuracy']:.3f}), {row['seconds']:.0f}s")
+                    test = (f"; test {row['p1_test_accuracy']:.3f} -> {row['p2_test_accuracy']:.3f}"
+                            if row["test_images"] else "")
+                    log(f"{name} {n}/class seed {seed}: val {row['p1_accuracy']:.3f} -> kept {row['p2_accuracy']:.3f}"
+                        f" (phase 2's own best {row['p2_own_best_accuracy']:.3f}){test}, {row['seconds']:.0f}s")
     return rows
 
 
 def summarise(rows: list[dict]) -> list[dict]:
     """Per (variant, size): mean and spread over seeds; the phase-2 gain also in validation images."""
-    def ms(values: list[float]) -> str:
-        return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
-
     out = []
     for key in dict.fromkeys((r["variant"], r["per_class"]) for r in rows):
         group = [r for r in rows if (r["variant"], r["per_class"]) == key]
         gain = statistics.mean((r["p2_accuracy"] - r["p1_accuracy"]) * r["val_images"] for r in group)
         out.append({"variant": key[0], "per_class": key[1], "seeds": len(group),
-                    "phase1_accuracy": ms([r["p1_accuracy"] for r in group]),
-                    "phase2_accuracy": ms([r["p2_accuracy"] for r in group]), "gain_images": round(gain, 1),
-                    "phase1_loss": ms([r["p1_loss"] for r in group]), "phase2_loss": ms([r["p2_loss"] for r in group]),
-                    "phase2_own_best": ms([r["p2_own_best_accuracy"] for r in group]),
+                    "phase1_accuracy": _ms([r["p1_accuracy"] for r in group]),
+                    "phase2_accuracy": _ms([r["p2_accuracy"] for r in group]), "gain_images": round(gain, 1),
+                    **_test_summary(group),
+                    "phase1_loss": _ms([r["p1_loss"] for r in group]), "phase2_loss": _ms([r["p2_loss"] for r in group]),
+                    "phase2_own_best": _ms([r["p2_own_best_accuracy"] for r in group]),
                     "phase2_epochs": round(statistics.mean(r["p2_epochs"] for r in group), 1),
                     "phase2_seconds": round(statistics.median(r["p2_seconds"] for r in group), 1)})
     return out
+
+
+def _test_summary(group: list[dict]) -> dict:
+    """Held-out test accuracy after phase 1 and of the kept model, where every seed had a test split."""
+    if not all(r["test_images"] for r in group):
+        return {"phase1_test_accuracy": "-", "phase2_test_accuracy": "-", "test_images": 0}
+    return {"phase1_test_accuracy": _ms([r["p1_test_accuracy"] for r in group]),
+            "phase2_test_accuracy": _ms([r["p2_test_accuracy"] for r in group]),
+            "test_images": min(r["test_images"] for r in group)}
+
+
+def _ms(values: list[float]) -> str:
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
 
 
 def format_summary(summary: list[dict]) -> str:
     from app.table import format_table
 
     head = ["variant", "per class", "phase 1 val acc", "kept val acc", "gain (images)", "phase 1 val loss",
-            "kept val loss", "phase 2's own best", "phase-2 epochs", "phase-2 s"]
+            "kept val loss", "phase 2's own best", "phase 1 test acc", "kept test acc", "phase-2 epochs", "phase-2 s"]
     keys = ["variant", "per_class", "phase1_accuracy", "phase2_accuracy", "gain_images", "phase1_loss", "phase2_loss",
-            "phase2_own_best", "phase2_epochs", "phase2_seconds"]
+            "phase2_own_best", "phase1_test_accuracy", "phase2_test_accuracy", "phase2_epochs", "phase2_seconds"]
     return format_table([head] + [[str(s[k]) for k in keys] for s in summary])

@@ -56,17 +56,23 @@ def _trace(cmd: list[str]) -> Trace:
     return Trace(time.perf_counter() - start, epochs, final)
 
 
-def subset_folder(folder: Path, out: Path, per_class: int, seed: int) -> Path:
-    """train/ cut to `per_class` photos per class (seeded choice, symlinks), val/ whole."""
+def subset_folder(folder: Path, out: Path, per_class: int, seed: int, test_per_class: int = 0) -> Path:
+    """train/ cut to `per_class` photos per class (seeded choice, symlinks), val/ whole; with
+    `test_per_class`, up to that many of the training photos left out become test/ (held out:
+    they choose nothing)."""
     for split in ("train", "val"):
         for class_dir in sorted(p for p in (folder / split).iterdir() if p.is_dir()):
             files = sorted(p for p in class_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+            chosen = {split: files}
             if split == "train":
                 random.Random(f"{seed}:{class_dir.name}").shuffle(files)
-                files = files[:per_class]
-            (out / split / class_dir.name).mkdir(parents=True)
-            for f in files:
-                (out / split / class_dir.name / f.name).symlink_to(f.resolve())
+                chosen = {"train": files[:per_class], "test": files[per_class:per_class + test_per_class]}
+            for name, picked in chosen.items():
+                if not picked:
+                    continue
+                (out / name / class_dir.name).mkdir(parents=True)
+                for f in picked:
+                    (out / name / class_dir.name / f.name).symlink_to(f.resolve())
     return out
 
 

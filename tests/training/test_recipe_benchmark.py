@@ -36,6 +36,11 @@ def test_subset_keeps_n_training_photos_per_class_and_all_of_val(tmp_path: Path)
     out = subset_folder(tmp_path / "src", tmp_path / "out", per_class=2, seed=0)
     assert sorted(len(list((out / "train" / c).iterdir())) for c in "ab") == [2, 2]
     assert sorted(len(list((out / "val" / c).iterdir())) for c in "ab") == [3, 3]
+    assert not (out / "test").exists()
+    held = subset_folder(tmp_path / "src", tmp_path / "held", per_class=2, seed=0, test_per_class=10)
+    for c in "ab":  # the 3 training photos the subset left out, none of them in its train/
+        test = {p.name for p in (held / "test" / c).iterdir()}
+        assert len(test) == 3 and not test & {p.name for p in (held / "train" / c).iterdir()}
 
 
 def test_a_folder_without_train_and_val_is_refused(tmp_path: Path):
