@@ -88,7 +88,6 @@ class Phase:
     files: PhaseFiles
     history: History
     baseline: PhaseResult | None = None  # phase 1's result: phase 2 must beat it to count
-    baseline_model: keras.Model | None = None  # the model phase 1's best weights belong to
 
 
 def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, select_by: str) -> bool:
@@ -192,12 +191,15 @@ def run_phase(phase: Phase) -> PhaseResult:
     """Train up to spec.epochs, keep the weights that score best on spec.select_by, return their metrics.
 
     With a `baseline` (phase 1's result, whose weights are loaded at the start), an epoch must
-    beat it to count as best; if none does, the phase ends with the baseline's weights. So
-    phase 2 can never leave the model worse on validation than phase 1 did.
+    beat it to count as best; if none does, the phase ends with the weights it started from,
+    saved as its "epoch 0" before training (the whole model: a cached phase 1 kept only the
+    head). So phase 2 can never leave the model worse on validation than phase 1 did.
     """
     state = PhaseState(phase)
     state.restore()
     phase.history.truncate(phase.spec.phase, state.epochs_done)
+    if phase.baseline is not None and state.epochs_done == 0:  # the weights to fall back to, backbone included
+        save_weights_atomic(phase.model, phase.files.write.best_weights(phase.spec.phase, 0))
     iterator = None
     while not state.finished:
         start = time.perf_counter()  # an epoch's seconds include making its input (the feature cache, once)
@@ -261,7 +263,7 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
     number, baseline = phase.spec.phase, phase.baseline
     if int(state.best_epoch):
         phase.model.load_weights(phase.files.best_to_load(number, int(state.best_epoch)))
-    elif baseline is not None and baseline.best_epoch:  # phase 1's kept weights, reloaded on resume too
+    elif baseline is not None:  # back to the weights the phase started from (saved as its epoch 0)
         log.info("phase %d did not beat phase %d on %s; keeping phase %d's weights", number, number - 1,
                  phase.spec.select_by, number - 1)
-        (phase.baseline_model or phase.model).load_weights(phase.files.best_to_load(number - 1, baseline.best_epoch))
+        phase.model.load_weights(phase.files.best_to_load(number, 0))

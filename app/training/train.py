@@ -91,7 +91,7 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
     return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model, scales), number),
                  inputs=feature_inputs(ctx) if cached else image_inputs(ctx, number),
                  model=clf.head_model if cached else clf.model, files=ctx.phase_files, history=ctx.history,
-                 baseline=baseline, baseline_model=clf.head_model if ctx.cached_phase1 else clf.model)
+                 baseline=baseline)
 
 
 def run_phase1(ctx: Context) -> PhaseResult:

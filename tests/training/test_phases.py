@@ -86,3 +86,30 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     on_images = run_phase1(setup(augmented.replace(cache_features="false", out=str(root / "aug-images"))))
     on_views = run_phase1(setup(augmented.replace(cache_features="true", feature_views=2, out=str(root / "aug-views"))))
     assert on_views.val_accuracy >= 0.8 and abs(on_views.val_accuracy - on_images.val_accuracy) <= 0.1, (on_images, on_views)
+
+
+def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_config: TrainConfig, monkeypatch):
+    """Phase 1 on cached features checkpoints only the head; falling back must restore the
+    backbone's top too, which phase 2 trained."""
+    from app.training import phase as phase_module
+
+    ctx = setup(tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, epochs_finetune=2))
+    phase1 = run_phase1(ctx)
+    assert ctx.cached_phase1
+    start = {v.path: v.numpy().copy() for v in ctx.clf.model.weights}
+    trained, train_epoch = [], phase_module._train_epoch
+
+    def recording_train_epoch(steps, iterator, spec):
+        out = train_epoch(steps, iterator, spec)
+        trained.append({v.path: v.numpy().copy() for v in ctx.clf.backbone.trainable_weights})
+        return out
+
+    monkeypatch.setattr(phase_module, "_train_epoch", recording_train_epoch)
+    unbeatable = dataclasses.replace(phase1, val_loss=-float("inf"))
+    result = run_phase2(ctx, unbeatable)
+    assert result.best_epoch == 0 and result.epochs == 2
+    moved = [p for p in trained[-1] if not np.array_equal(trained[-1][p], start[p])]
+    assert moved, "phase 2 trained no backbone weight: the check below would prove nothing"
+    final = {v.path: v.numpy() for v in ctx.clf.model.weights}
+    for path, value in start.items():
+        np.testing.assert_array_equal(final[path], value, err_msg=path)
