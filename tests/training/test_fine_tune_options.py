@@ -95,6 +95,7 @@ def test_selection_by_accuracy_prefers_accuracy_and_breaks_ties_by_loss():
     assert not beats(0.10, 0.80, 0.30, 0.85, "val_accuracy")
 
 
+@pytest.mark.slow  # a real phase 2 (8 s); the swap itself is checked above in the fast tier
 def test_phase2_validates_and_keeps_the_averaged_weights(tiny_config: TrainConfig, monkeypatch):
     cfg = tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, ema_decay=0.9,
                               epochs_finetune=2, max_steps_per_epoch=1)
