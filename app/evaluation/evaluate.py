@@ -28,7 +28,7 @@ from app.evaluation.predict import (
 )
 from app.evaluation.report import summary_table, write_html, write_metrics
 from app.export.layout import read_metadata, reports_dir, resolve_model_dir
-from app.models.tta import TTA_MODES
+from app.models.tta import check_tta
 from app.run_dir import RunDir
 
 
@@ -100,9 +100,7 @@ def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_
              runtime: str = "tf", tta: str = "none") -> EvaluationResult:
     version_dir = resolve_model_dir(model)
     baked = read_metadata(version_dir).get("tta", "none")
-    if tta not in TTA_MODES:
-        raise UserError(f"--tta must be one of {TTA_MODES}, got '{tta}'")
-    if tta != "none" and baked != "none":
+    if check_tta(tta) != "none" and baked != "none":
         raise UserError(f"--tta {tta}: {version_dir} already applies '{baked}' test-time augmentation in its graph")
     data = str(data)
     data_classes, total, examples = _examples(data, split)

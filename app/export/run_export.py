@@ -16,7 +16,7 @@ from app.errors import UserError
 from app.export.layout import read_metadata
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
 from app.export.tflite import write_litert
-from app.models.tta import TTA_MODES
+from app.models.tta import check_tta
 from app.run_dir import FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
@@ -45,8 +45,7 @@ def export_run(
         raise UserError(f"--tflite must be one of {TFLITE_MODES}, got '{tflite}'")
     if top_k < 1:
         raise UserError(f"--top-k must be >= 1, got {top_k}")
-    if tta not in TTA_MODES:
-        raise UserError(f"--tta must be one of {TTA_MODES}, got '{tta}'")
+    check_tta(tta)
     if not max_megapixels > 0:
         raise UserError(f"--max-megapixels must be > 0, got {max_megapixels}")
     run = RunDir(run_dir)

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.errors import UserError
+
 TTA_MODES = ("none", "flip")
+
+
+def check_tta(mode: str) -> str:
+    """A --tta value, or a one-line error naming the flag."""
+    if mode not in TTA_MODES:
+        raise UserError(f"--tta must be one of {TTA_MODES}, got '{mode}'")
+    return mode
 
 
 def with_tta(predict: Callable, images, mode: str):

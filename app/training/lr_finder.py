@@ -7,7 +7,8 @@ Each step trains one batch at a learning rate `ratio` times the previous one, fr
 longest stretch of the curve over which the smoothed loss keeps falling, and the rate about
 halfway along it. On cats-dogs (20 photos per class, 3 seeds) it landed within 3x of a grid's
 best for the head in 3 of 3 seeds and for phase 2 in 2 of 3, where "the minimum / 10" (fastai
-v1's rule) was 8x too fast for the head (README, "Learning-rate finder"). The weights are restored after each sweep, so a sweep never changes the model it measured.
+v1's rule) was 8x too fast for the head (README, "Learning-rate finder"). The weights are
+restored after each sweep, so a sweep never changes the model it measured.
 """
 
 from __future__ import annotations
@@ -74,14 +75,12 @@ def suggest(learning_rates: list[float], smoothed: list[float]) -> float:
 def sweep(ctx: Context, phase: int, model: keras.Model, inputs, *, lr_min: float = 1e-7, lr_max: float = 1.0,
           steps: int = 100, diverge: float = 4.0) -> Sweep:
     """Train `steps` batches at exponentially rising rates; the weights are put back afterwards."""
-    from app.training.optimizer import layer_rate_scales
     from app.training.train import make_optimizer, make_steps
 
     ratio = (lr_max / lr_min) ** (1 / max(1, steps - 1))
     schedule = keras.optimizers.schedules.ExponentialDecay(lr_min, decay_steps=1, decay_rate=ratio)
     saved = [w.copy() for w in model.get_weights()]
-    scales = layer_rate_scales(ctx.clf, ctx.cfg.unfreeze, ctx.cfg.layer_decay) if phase == 2 else None  # the rates phase 2 will use
-    train = make_steps(ctx, model, make_optimizer(ctx, schedule, model, scales), phase)
+    train = make_steps(ctx, model, make_optimizer(ctx, schedule, model, phase), phase)  # phase 2's own per-block rates
     iterator, rates, losses = inputs.train_iterator(), [], []
     try:
         for step in range(steps):

@@ -14,7 +14,7 @@ so that a phase of a few dozen steps averages its recent steps instead of stayin
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import keras
 import tensorflow as tf
@@ -99,4 +99,3 @@ def layer_rate_scales(clf: Classifier, unfreeze: str, decay: float) -> dict[str,
         for variable in layer.trainable_weights:
             scales[variable.path] = decay ** below_top
     return scales
-

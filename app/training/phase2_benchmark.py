@@ -7,21 +7,19 @@ trains on it in turn (variants alternate within each seed), through the same pha
 fine_tune.py without the export. Validation chose each kept epoch, so its figures flatter a
 variant that selects more eagerly (e.g. by accuracy); up to `test_per_class` of the training
 photos the subset left out form a held-out test split, read once after phase 1 and once at the
-end, which chose nothing. The batch size is the default 32, or the largest power of two that
-fits a training split of fewer than 32 photos (fine_tune.py refuses a batch larger than the split). Accuracy and loss are of the kept weights; "phase 2's own
-best" is the best epoch phase 2 reached, whether or not it was kept.
+end, which chose nothing. Accuracy and loss are of the kept weights; "phase 2's own best" is
+the best epoch phase 2 reached, whether or not it was kept.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from app.config import TrainConfig, load_config
 from app.errors import UserError
@@ -52,8 +50,15 @@ def _records(folder: Path, per_class: int, seed: int, tmp: Path, test_per_class:
     return out, sum(metadata["counts"]["train"].values())
 
 
+def _batch_size(train_images: int) -> dict[str, int]:
+    """The default 32, or the largest power of two that fits a smaller training split
+    (fine_tune.py refuses a batch larger than the split)."""
+    return {} if train_images >= 32 else {"batch_size": 2 ** (train_images.bit_length() - 1)}
+
+
 def _one_run(cfg: TrainConfig) -> dict:
     from app.training.context import setup
+    from app.training.history import read_history
     from app.training.train import evaluate_split, run_phase1, run_phase2
 
     ctx = setup(cfg, overwrite=True)
@@ -64,8 +69,7 @@ def _one_run(cfg: TrainConfig) -> dict:
         test1 = evaluate_split(ctx, "test").accuracy if held_out else None  # phase 1's kept weights
         phase2 = run_phase2(ctx, phase1)
         test2 = evaluate_split(ctx, "test").accuracy if held_out else None
-    with open(ctx.run.history) as f:
-        own = [float(row["val_accuracy"]) for row in csv.DictReader(f) if row["phase"] == "2"]
+    own = [float(row["val_accuracy"]) for row in read_history(ctx.run.history) if row["phase"] == "2"]
     return {"p1_accuracy": phase1.val_accuracy, "p1_loss": phase1.val_loss, "p2_accuracy": phase2.val_accuracy,
             "p2_loss": phase2.val_loss, "p1_test_accuracy": test1, "p2_test_accuracy": test2,
             "test_images": ctx.info.num_examples("test"), "p2_own_best_accuracy": max(own), "p2_epochs": phase2.epochs,
@@ -90,9 +94,9 @@ def run_phase2_benchmark(folder: Path, *, weights: str, variants: list[Variant],
             for seed in seeds:
                 records, train_images = _records(folder, n, seed, tmp, test_per_class)
                 for name, overrides in variants:
-                    batch = {} if train_images >= 32 or "batch_size" in overrides else {"batch_size": 2 ** (train_images.bit_length() - 1)}
                     cfg = load_config(None, {"data": str(records), "out": str(tmp / "run"), "weights": weights,
-                                             "seed": seed, "calibrate": False, **batch, **fixed, **overrides})
+                                             "seed": seed, "calibrate": False, **_batch_size(train_images), **fixed,
+                                             **overrides})
                     row = {"variant": name, "per_class": n, "seed": seed, **_one_run(cfg)}
                     rows.append(row)
                     test = (f"; test {row['p1_test_accuracy']:.3f} -> {row['p2_test_accuracy']:.3f}"

@@ -34,11 +34,11 @@ def class_weights(info: DatasetInfo) -> list[float]:
     return (counts.sum() / (len(counts) * np.maximum(counts, 1))).round(6).tolist()
 
 
-def make_optimizer(ctx: Context, learning_rate, model: keras.Model,
-                   rate_scales: dict[str, float] | None = None) -> keras.optimizers.Optimizer:
-    """AdamW (with per-block rates and the weight average when configured), its slot variables
-    built here under the strategy's scope: created lazily inside the first replicated step
-    instead, they fail under MirroredStrategy with several devices."""
+def make_optimizer(ctx: Context, learning_rate, model: keras.Model, phase: int) -> keras.optimizers.Optimizer:
+    """AdamW (phase 2 with its per-block rates; the weight average when configured), its slot
+    variables built here under the strategy's scope: created lazily inside the first replicated
+    step instead, they fail under MirroredStrategy with several devices."""
+    rate_scales = layer_rate_scales(ctx.clf, ctx.cfg.unfreeze, ctx.cfg.layer_decay) if phase == 2 else None
     with ctx.strategy.scope():
         opt = FineTuneAdamW(learning_rate=learning_rate, weight_decay=ctx.cfg.weight_decay,
                             rate_scales=rate_scales, ema_decay=ctx.cfg.ema_decay)
@@ -79,7 +79,6 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
     cached = number == 1 and ctx.cached_phase1
     model = clf.head_model if cached else clf.logits_model
     rate = cfg.lr_head if number == 1 else finetune_schedule(cfg, ctx.steps_per_epoch)
-    scales = layer_rate_scales(clf, cfg.unfreeze, cfg.layer_decay) if number == 2 else None
     spec = PhaseSpec(
         phase=number, epochs=cfg.epochs_head if number == 1 else cfg.epochs_finetune,
         steps_per_epoch=ctx.steps_per_epoch, steps_per_execution=cfg.steps_per_execution,
@@ -88,7 +87,7 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
     if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike
         ctx.history.board.images("train/augmented_inputs", augmented_sample(ctx), step=spec.epoch_offset,
                                  description="training images as the input pipeline makes them (before the backbone)")
-    return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model, scales), number),
+    return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model, number), number),
                  inputs=feature_inputs(ctx) if cached else image_inputs(ctx, number),
                  model=clf.head_model if cached else clf.model, files=ctx.phase_files, history=ctx.history,
                  baseline=baseline)
