@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
 from app.serving.batcher import Batcher
-from app.serving.rest import Limits, make_app
+from app.serving.rest import BATCHER, Limits, make_app
 from app.serving.store import LoadedModel
 
 
@@ -71,6 +71,15 @@ def serve(tmp_path: Path, runtime: GatedRuntime, scenario, **limits) -> None:
     asyncio.run(main())
 
 
+async def until(condition, what: str, seconds: float = 20) -> None:
+    """Poll instead of sleeping a fixed time: a slow machine takes longer to get the requests queued."""
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"still not {what} after {seconds} s")
+
+
 def classify(client: TestClient, body: bytes):
     return client.post("/v1/models/pets:classify", data=body, headers={"Content-Type": "image/jpeg"})
 
@@ -79,8 +88,9 @@ def test_a_full_queue_answers_503_with_retry_after_and_the_queued_ones_finish(tm
     runtime = GatedRuntime()
 
     async def scenario(client: TestClient) -> None:
-        waiting = [asyncio.create_task(classify(client, jpeg())) for _ in range(3)]  # 1 running + 2 queued
-        await asyncio.sleep(0.5)
+        batcher = client.server.app[BATCHER]
+        waiting = [asyncio.create_task(classify(client, jpeg())) for _ in range(3)]
+        await until(lambda: batcher.waiting == 2, "1 running + 2 queued")
         refused = await classify(client, jpeg())
         assert refused.status == 503 and refused.headers["Retry-After"] == "1"
         assert "limit 2" in (await refused.json())["error"]
@@ -102,7 +112,8 @@ def test_past_the_deadline_the_client_gets_504_and_unstarted_work_is_dropped(tmp
         assert [r.status for r in answers] == [504, 504]
         assert "300 ms deadline" in (await answers[1].json())["error"]
         runtime.gate.set()
-        await asyncio.sleep(0.3)  # the batcher finishes the started call and skips the dropped one
+        batcher = client.server.app[BATCHER]  # it finishes the started call and skips the dropped one
+        await until(lambda: runtime.ran == 1 and batcher.waiting == 0, "done with the first two")
         assert (await classify(client, jpeg())).status == 200
 
     serve(tmp_path, runtime, scenario, request_timeout_ms=300)
