@@ -9,6 +9,17 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+FAST_TIER_WORKERS = 2
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two worker processes for the fast tier: most of its time is single-threaded graph tracing,
+    so two take ~40% off even on 2 cores. The slow tier (any -m other than the default) runs in
+    one process: its load, multi-process and browser tests should not compete for the cores."""
+    if config.getoption("markexpr", "") != "not slow":
+        return 0
+    return FAST_TIER_WORKERS
+
 
 @pytest.fixture(scope="session")
 def demo_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
