@@ -23,6 +23,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores for >=1000 images, else 1)")
     p.add_argument("--overwrite", action="store_true", help="replace shards already in OUT")
     p.add_argument("--drop-duplicates", action="store_true", help="keep one file of each byte-identical group (the train copy if any)")
+    p.add_argument("--feature-columns", default=None, metavar="COLS",
+                   help="manifest columns stored as side features, e.g. 'age,site:categorical' (numeric unless"
+                        " ':categorical'; empty or NA cells are missing, see README 'Side features')")
     p.add_argument("--num-writers", type=int, default=1, help="split the work over N machines (default 1); then run merge_tfrecords.py OUT")
     p.add_argument("--writer-index", type=int, default=0, help="this machine's index in [0, N) (default 0)")
     return p.parse_args()
@@ -37,6 +40,7 @@ def main() -> None:
         args.src, args.out, val_fraction=args.val_fraction, test_fraction=args.test_fraction, seed=args.seed,
         num_shards=args.num_shards, max_side=args.max_side, workers=args.workers, overwrite=args.overwrite,
         num_writers=args.num_writers, writer_index=args.writer_index, drop_duplicates=args.drop_duplicates,
+        feature_columns=args.feature_columns,
     )
     if args.num_writers > 1:
         shards = sum(len(v) for v in meta["shards"].values())

@@ -82,7 +82,7 @@ def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None
     return image.filter(ImageFilter.GaussianBlur(0.7))
 
 
-def _encode(image: Image.Image, fmt: str) -> bytes:
+def encode_image(image: Image.Image, fmt: str) -> bytes:
     out = io.BytesIO()
     image.save(out, format=fmt, quality=90) if fmt == "JPEG" else image.save(out, format=fmt)
     return out.getvalue()
@@ -101,11 +101,11 @@ def generate_demo_images(out: Path, per_class: int = DEFAULT_PER_CLASS, seed: in
             for i in range(per_class):
                 image = draw_image(kind, rng)
                 if i % 15 == 7:
-                    (class_dir / f"{kind}_{i:03d}.png").write_bytes(_encode(image, "PNG"))
+                    (class_dir / f"{kind}_{i:03d}.png").write_bytes(encode_image(image, "PNG"))
                 elif i % 15 == 11:
-                    (class_dir / f"{kind}_{i:03d}.jpg").write_bytes(_encode(image.convert("L"), "JPEG"))
+                    (class_dir / f"{kind}_{i:03d}.jpg").write_bytes(encode_image(image.convert("L"), "JPEG"))
                 else:
-                    (class_dir / f"{kind}_{i:03d}.jpg").write_bytes(_encode(image, "JPEG"))
+                    (class_dir / f"{kind}_{i:03d}.jpg").write_bytes(encode_image(image, "JPEG"))
         good = (staging / CLASSES[0] / f"{CLASSES[0]}_000.jpg").read_bytes()
         (staging / CLASSES[0] / "truncated.jpg").write_bytes(good[: len(good) // 3])
         (staging / CLASSES[1] / "not_an_image.jpg").write_bytes(b"this is a text file, not a JPEG\n")

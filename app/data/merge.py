@@ -37,6 +37,7 @@ def merge_writers(out: str | Path) -> dict:
         if m["classes"] != first["classes"] or m["options"] != first["options"]:
             raise UserError(f"{out}: writer parts were made with different classes or options")
     merged = {**first, "counts": {}, "shards": {}, "shard_records": {}, "reencoded": 0, "bytes": 0, "skipped": []}
+    merged.pop("side_feature_missing", None)  # summed over the parts below
     merged.pop("writer")
     for m in metas:
         for split, per_class in m["counts"].items():
@@ -49,6 +50,10 @@ def merge_writers(out: str | Path) -> dict:
         merged["reencoded"] += m["reencoded"]
         merged["bytes"] += m["bytes"]
         merged["skipped"] += m["skipped"]
+        for split, per_column in m.get("side_feature_missing", {}).items():
+            target = merged.setdefault("side_feature_missing", {}).setdefault(split, dict.fromkeys(per_column, 0))
+            for name, n in per_column.items():
+                target[name] += n
     for split, names in merged["shards"].items():
         names.sort()
         total = int(schema.SHARD_PATTERN.match(names[0]).group("count"))

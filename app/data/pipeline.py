@@ -1,13 +1,16 @@
 """tf.data pipelines from a TFRecord folder: one for training, one for evaluation.
 
 Both yield (images uint8 [B, S, S, 3], labels int32 [B]): a quarter of float32's bytes to copy,
-batch and send to an accelerator. Colour jitter and pixel normalisation belong to the training
+batch and send to an accelerator. A dataset with side features (app/data/side_features.py)
+yields ({"image": images, "side": float32 [B, F]}, labels) instead; `map_image` applies a
+function to the images of either. Colour jitter and pixel normalisation belong to the training
 step and the model, which run on the device. Corrupt records are skipped by default; `strict=True` raises instead,
 naming the shard. Pass a `tf.distribute.InputContext` to shard per worker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -34,6 +37,11 @@ class DatasetInfo:
     counts: dict[str, dict[str, int]]
     shards: dict[str, list[str]]
     shard_records: dict[str, int]
+    side_features: list[dict] = dataclasses.field(default_factory=list)  # side_features.fit's columns
+
+    @property
+    def side_width(self) -> int:
+        return len(self.side_features)
 
     def num_examples(self, split: str) -> int:
         return sum(self.counts.get(split, {}).values())
@@ -56,7 +64,22 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
         raise UserError(f"{meta_path}: not valid JSON ({err})") from None
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")
-    return DatasetInfo(root, meta["classes"], meta["counts"], meta["shards"], meta.get("shard_records", {}))
+    return DatasetInfo(root, meta["classes"], meta["counts"], meta["shards"], meta.get("shard_records", {}),
+                       meta.get("side_features", []))
+
+
+def map_image(inputs, fn):
+    """`fn(images)` for a batch's model inputs: the images themselves, or the "image" entry of
+    a side-features dict (everything else in it passes through, as does a dict without images:
+    cached features)."""
+    if isinstance(inputs, dict):
+        return {**inputs, "image": fn(inputs["image"])} if "image" in inputs else inputs
+    return fn(inputs)
+
+
+def model_inputs(example: dict[str, tf.Tensor]):
+    """A decoded example's model inputs: the image, or {"image", "side"} with side features."""
+    return {"image": example["image"], "side": example["side"]} if "side" in example else example["image"]
 
 
 def dataset_fingerprint(data_dir: str | Path) -> str:
@@ -161,15 +184,18 @@ def _record_shard(files: list[str], input_context: tf.distribute.InputContext | 
     return None
 
 
-def _parse(records: tf.data.Dataset, counter: RecordCounter | None) -> tf.data.Dataset:
+def _parse(records: tf.data.Dataset, counter: RecordCounter | None, side_width: int = 0) -> tf.data.Dataset:
     """Batched parse (one parse_example per PARSE_BATCH records), then back to single examples."""
 
     def parse(serialized: tf.Tensor, shards: tf.Tensor) -> dict[str, tf.Tensor]:
-        features = schema.parse_batch(serialized)
+        features = schema.parse_batch(serialized, side_width)
         if counter is not None:
             counter.read.assign_add(tf.cast(tf.size(serialized), tf.int64))
-        return {"encoded": features[schema.ENCODED], "label": tf.cast(features[schema.LABEL], tf.int32),
-                "filename": features[schema.FILENAME], "shard": shards}
+        parsed = {"encoded": features[schema.ENCODED], "label": tf.cast(features[schema.LABEL], tf.int32),
+                  "filename": features[schema.FILENAME], "shard": shards}
+        if side_width:
+            parsed["side"] = features[schema.SIDE_VALUES]
+        return parsed
 
     return records.batch(PARSE_BATCH).map(parse, num_parallel_calls=AUTOTUNE).unbatch()
 
@@ -191,7 +217,8 @@ def _decoded(
         if counter is not None:
             with tf.control_dependencies([counter.decoded.assign_add(1)]):
                 encoded = tf.identity(encoded)
-        return {"image": decode(encoded, *seed), "label": example["label"], "filename": example["filename"]}
+        decoded = {"image": decode(encoded, *seed), "label": example["label"], "filename": example["filename"]}
+        return {**decoded, "side": example["side"]} if "side" in example else decoded
 
     return examples.map(fn, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
@@ -244,12 +271,12 @@ def make_train_dataset(
     ds = _records(file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8),
                   record_shard=_record_shard(files, input_context))
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    ds = _parse(ds, counter)
+    ds = _parse(ds, counter, info.side_width)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
     ds = tf.data.Dataset.zip(ds, seeds)
     ds = _decoded(ds, _train_decoder(image_size, augment), strict=strict, deterministic=deterministic, counter=counter)
     ds = ds.batch(batch_size, drop_remainder=repeat)
-    ds = ds.map(lambda e: (e["image"], e["label"]))
+    ds = ds.map(lambda e: (model_inputs(e), e["label"]))
     if data_service:
         from app.data.service import distribute
 
@@ -277,9 +304,9 @@ def make_eval_dataset(
         verify_shards(files)
     ds = _records(_shard_files(files, input_context), strict=strict, deterministic=True, cycle_length=1,
                   record_shard=_record_shard(files, input_context))
-    ds = _parse(ds, counter)
+    ds = _parse(ds, counter, info.side_width)
     decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)
     if with_filenames:
-        return ds.map(lambda e: (e["image"], e["label"], e["filename"])).prefetch(AUTOTUNE)
-    return ds.map(lambda e: (e["image"], e["label"])).prefetch(AUTOTUNE)
+        return ds.map(lambda e: (model_inputs(e), e["label"], e["filename"])).prefetch(AUTOTUNE)
+    return ds.map(lambda e: (model_inputs(e), e["label"])).prefetch(AUTOTUNE)

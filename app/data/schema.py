@@ -20,6 +20,7 @@ TEXT = "image/class/text"
 HEIGHT = "image/height"
 WIDTH = "image/width"
 FILENAME = "image/filename"
+SIDE_VALUES = "side/values"  # float [F]: a dataset's side features, in dataset.json's order (side_features.py)
 
 FEATURE_SPEC = {
     ENCODED: tf.io.FixedLenFeature([], tf.string),
@@ -40,9 +41,10 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 
 def make_example(
-    jpeg: bytes, label: int, class_name: str, height: int, width: int, filename: str
+    jpeg: bytes, label: int, class_name: str, height: int, width: int, filename: str, side: list[float] | None = None
 ) -> tf.train.Example:
-    """One image as a `tf.train.Example`; `jpeg` must already be a valid RGB JPEG."""
+    """One image as a `tf.train.Example`; `jpeg` must already be a valid RGB JPEG. `side` (the
+    encoded side features) is stored only when the dataset has them."""
 
     def _bytes(value: bytes) -> tf.train.Feature:
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
@@ -50,21 +52,25 @@ def make_example(
     def _int(value: int) -> tf.train.Feature:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
-    return tf.train.Example(
-        features=tf.train.Features(
-            feature={
-                ENCODED: _bytes(jpeg),
-                FORMAT: _bytes(b"jpeg"),
-                LABEL: _int(label),
-                TEXT: _bytes(class_name.encode()),
-                HEIGHT: _int(height),
-                WIDTH: _int(width),
-                FILENAME: _bytes(filename.encode()),
-            }
-        )
-    )
+    feature = {
+        ENCODED: _bytes(jpeg),
+        FORMAT: _bytes(b"jpeg"),
+        LABEL: _int(label),
+        TEXT: _bytes(class_name.encode()),
+        HEIGHT: _int(height),
+        WIDTH: _int(width),
+        FILENAME: _bytes(filename.encode()),
+    }
+    if side is not None:
+        feature[SIDE_VALUES] = tf.train.Feature(float_list=tf.train.FloatList(value=side))
+    return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def parse_batch(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+def feature_spec(side_width: int = 0) -> dict[str, tf.io.FixedLenFeature]:
+    """What a record holds: FEATURE_SPEC, plus the side-feature vector when the dataset has one."""
+    return {**FEATURE_SPEC, SIDE_VALUES: tf.io.FixedLenFeature([side_width], tf.float32)} if side_width else FEATURE_SPEC
+
+
+def parse_batch(serialized: tf.Tensor, side_width: int = 0) -> dict[str, tf.Tensor]:
     """Parse a batch (vector) of serialized Examples in one op: much cheaper than per record."""
-    return tf.io.parse_example(serialized, FEATURE_SPEC)
+    return tf.io.parse_example(serialized, feature_spec(side_width))

@@ -1,7 +1,8 @@
 """Find the images to convert and assign each to a split, before any file is written.
 
 Three source layouts are accepted: a folder of class folders (split here, stratified and
-seeded), a folder already split into train/val[/test], or a CSV manifest `path,label[,split]`.
+seeded), a folder already split into train/val[/test], or a CSV manifest `path,label[,split]`
+(whose further columns may be side features, app/data/side_features.py).
 Everything that can be checked without decoding images is checked here, so a bad SRC fails
 in a second instead of after an hour of conversion.
 """
@@ -13,6 +14,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.data.side_features import Column, parse_numeric
 from app.errors import UserError
 
 SPLITS = ("train", "val", "test")
@@ -24,6 +26,7 @@ class SourceImage:
     relpath: str  # path relative to SRC (stored as image/filename)
     class_name: str
     split: str
+    side: tuple[str, ...] = ()  # the manifest's cells of each side-feature column, as written
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class Source:
     classes: list[str]  # sorted; index = label id
     skipped: list[dict[str, str]]  # {path, reason} for files rejected before conversion
     layout: str  # "folders", "presplit" or "manifest"
+    side_columns: tuple[Column, ...] = ()
 
 
 def _is_hidden(name: str) -> bool:
@@ -128,14 +132,38 @@ def _manifest_header(csv_path: Path, header: list[str]) -> tuple[bool, int | Non
     return "split" in names[2:3], names.index(KEEP_COLUMN) if KEEP_COLUMN in names else None
 
 
-def _from_manifest(csv_path: Path, skipped: list[dict[str, str]]) -> tuple[dict[str, dict[str, list[Path]]], bool]:
-    """Returns {split: {class: paths}} (split '' when the manifest has no split column)."""
+def _side_columns_at(csv_path: Path, header: list[str], columns: tuple[Column, ...]) -> list[int]:
+    names = [h.strip() for h in header]
+    for column in columns:
+        if column.name not in names:
+            raise UserError(f"{csv_path}: no column '{column.name}' for --feature-columns (it has: {', '.join(names)})")
+    return [names.index(c.name) for c in columns]
+
+
+def _side_cells(row: list[str], at: list[int], columns: tuple[Column, ...], where: str) -> tuple[str, ...]:
+    """The row's side-feature cells; a numeric column's cells must be numbers or missing."""
+    cells = tuple(row[i] for i in at)
+    for column, cell in zip(columns, cells):
+        if column.kind == "numeric":
+            parse_numeric(cell, where, column.name)
+    return cells
+
+
+Manifest = dict[str, dict[str, list[Path]]]  # {split: {class: paths}}
+
+
+def _from_manifest(csv_path: Path, skipped: list[dict[str, str]],
+                   columns: tuple[Column, ...] = ()) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
+    """Returns {split: {class: paths}} (split '' when the manifest has no split column), whether
+    it has a split column, and each path's side-feature cells."""
     with csv_path.open(newline="") as f:
         rows = list(csv.reader(f))
     if not rows:
         raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'")
     has_split, keep_at = _manifest_header(csv_path, rows[0])
-    by_split: dict[str, dict[str, list[Path]]] = {}
+    side_at = _side_columns_at(csv_path, rows[0], columns)
+    by_split: Manifest = {}
+    cells: dict[Path, tuple[str, ...]] = {}
     for line_no, row in enumerate(rows[1:], start=2):
         if not row:
             continue
@@ -153,9 +181,10 @@ def _from_manifest(csv_path: Path, skipped: list[dict[str, str]]) -> tuple[dict[
             continue
         if not path.is_file():
             raise UserError(f"{csv_path}:{line_no}: no such file {path}")
+        cells[path] = _side_cells(row, side_at, columns, f"{csv_path}:{line_no}")
         if _screen(path, path.parent, skipped):
             by_split.setdefault(split, {}).setdefault(label, []).append(path)
-    return by_split, has_split
+    return by_split, has_split, cells
 
 
 def _relpath(path: Path, root: Path) -> str:
@@ -165,18 +194,23 @@ def _relpath(path: Path, root: Path) -> str:
         return str(path)
 
 
-def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0) -> Source:
-    """Resolve SRC into a list of images with class and split. Raises UserError on bad input."""
+def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
+                feature_columns: tuple[Column, ...] = ()) -> Source:
+    """Resolve SRC into a list of images with class, split and side-feature cells. Raises
+    UserError on bad input."""
     src = Path(src)
     _check_fractions(val_fraction, test_fraction)
     skipped: list[dict[str, str]] = []
+    cells: dict[Path, tuple[str, ...]] = {}
     if not src.exists():
         raise UserError(f"{src}: no such file or folder")
+    if feature_columns and not src.is_file():
+        raise UserError(f"--feature-columns: {src} is a folder; side features come from a CSV manifest's columns")
     if src.is_file():
         if src.suffix.lower() != ".csv":
             raise UserError(f"{src}: expected a folder of class folders or a .csv manifest")
         root = src.parent.resolve()
-        manifest, has_split = _from_manifest(src, skipped)
+        manifest, has_split, cells = _from_manifest(src, skipped, tuple(feature_columns))
         if not manifest:
             raise UserError(f"{src}: the manifest lists no images")
         if has_split:
@@ -201,9 +235,9 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
         raise UserError(f"{src}: no training images")
     classes = _check_classes(by_split, src)
     images = [
-        SourceImage(path=p.resolve(), relpath=_relpath(p, root), class_name=name, split=split)
+        SourceImage(path=p.resolve(), relpath=_relpath(p, root), class_name=name, split=split, side=cells.get(p, ()))
         for split in SPLITS
         for name, paths in sorted(by_split[split].items())
         for p in paths
     ]
-    return Source(images=images, classes=classes, skipped=skipped, layout=layout)
+    return Source(images=images, classes=classes, skipped=skipped, layout=layout, side_columns=tuple(feature_columns))

@@ -24,6 +24,7 @@ def format_summary(meta: dict, out_dir: str) -> str:
     if empty:
         lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
     lines += _duplicate_lines(meta.get("duplicates"))
+    lines += _side_feature_lines(meta)
     if meta["skipped"]:
         lines.append(f"skipped {len(meta['skipped'])} file(s):")
         lines += [f"  {s['path']}: {s['reason']}" for s in meta["skipped"]]
@@ -40,3 +41,14 @@ def _duplicate_lines(found: dict | None) -> list[str]:
     advice = ("; dropped: the train copy (else the first) of each was kept" if found["dropped"]
               else "; --drop-duplicates drops them; scripts/audit.py finds near duplicates too")
     return [("WARNING: " if found["leaks"] and not found["dropped"] else "") + text + advice]
+
+
+def _side_feature_lines(meta: dict) -> list[str]:
+    """One line per side feature: what the model will get, and how many cells were missing."""
+    lines = []
+    for column in meta.get("side_features", []):
+        missing = ", ".join(f"{s} {per[column['name']]}" for s, per in meta["side_feature_missing"].items())
+        kind = (f"numeric, train mean {column['mean']:.4g}, std {column['std']:.4g}" if column["kind"] == "numeric"
+                else f"categorical, {len(column['vocabulary'])} values in train")
+        lines.append(f"side feature {column['name']}: {kind}; missing or unseen: {missing}")
+    return lines

@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app import storage
-from app.data import duplicates, schema
+from app.data import duplicates, schema, side_features
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
 from app.data.sources import SPLITS, Source, SourceImage, scan_source
 from app.errors import UserError
@@ -40,6 +40,7 @@ class ShardTask:
     labels: dict[str, int]
     max_side: int | None
     max_pixels: int
+    side: list[dict] = field(default_factory=list)  # the fitted side-feature columns (side_features.fit)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class ShardResult:
     skipped: list[dict[str, str]] = field(default_factory=list)
     reencoded: int = 0
     bytes_written: int = 0
+    side_missing: Counter = field(default_factory=Counter)  # side-feature column → missing or unseen cells
 
     @property
     def records(self) -> int:
@@ -76,6 +78,10 @@ def write_shard(task: ShardTask, directory: str) -> ShardResult:
             except ImageRejected as err:
                 result.skipped.append({"path": image.relpath, "reason": str(err)})
             else:
+                side = None
+                if task.side:
+                    side, missing = side_features.encode(task.side, image.side)
+                    result.side_missing.update(c["name"] for c, m in zip(task.side, missing) if m)
                 example = schema.make_example(
                     converted.jpeg,
                     task.labels[image.class_name],
@@ -83,6 +89,7 @@ def write_shard(task: ShardTask, directory: str) -> ShardResult:
                     converted.height,
                     converted.width,
                     image.relpath,
+                    side,
                 )
                 writer.write(example.SerializeToString())
                 result.counts[image.class_name] += 1
@@ -98,6 +105,7 @@ def plan_shards(
 ) -> list[ShardTask]:
     """Mix classes within each shard (seeded shuffle, round-robin) and size shards by bytes."""
     labels = {name: i for i, name in enumerate(source.classes)}
+    side = side_features.fit(list(source.side_columns), [im.side for im in source.images if im.split == "train"])
     tasks = []
     for split in SPLITS:
         images = [im for im in source.images if im.split == split]
@@ -112,7 +120,7 @@ def plan_shards(
         count = min(count, len(images))
         for index in range(count):
             name = schema.shard_name(split, index, count)
-            tasks.append(ShardTask(split, name, images[index::count], labels, max_side, max_pixels))
+            tasks.append(ShardTask(split, name, images[index::count], labels, max_side, max_pixels, side))
     return tasks
 
 
@@ -197,10 +205,10 @@ def _check_options(num_shards: int | None, max_side: int | None, workers: int | 
 
 
 def _scan(src: Path, val_fraction: float, test_fraction: float, seed: int,
-          drop_duplicates: bool) -> tuple[Source, list[list[SourceImage]]]:
+          drop_duplicates: bool, feature_columns: str | None) -> tuple[Source, list[list[SourceImage]]]:
     """The source to convert, and its byte-identical groups (the same on every writer: they
     plan the same shards), dropped from it with `drop_duplicates`."""
-    source = scan_source(src, val_fraction, test_fraction, seed)
+    source = scan_source(src, val_fraction, test_fraction, seed, tuple(side_features.parse_columns(feature_columns)))
     groups = duplicates.duplicate_groups(source)
     return (duplicates.drop_duplicates(source, groups) if drop_duplicates else source), groups
 
@@ -221,22 +229,24 @@ def write_tfrecords(
     num_writers: int = 1,
     writer_index: int = 0,
     drop_duplicates: bool = False,
+    feature_columns: str | None = None,
 ) -> dict:
     """Convert SRC into shards in OUT and return the dataset.json contents.
 
     With num_writers > 1, N machines run the same command with writer_index 0..N-1: each plans
     the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT).
-    OUT may be local or a gs:// (any tf.io.gfile) URL; SRC is a local folder or CSV."""
+    OUT may be local or a gs:// (any tf.io.gfile) URL; SRC is a local folder or CSV.
+    `feature_columns` ('age,site:categorical') stores those manifest columns as side features."""
     src, out = Path(src), str(out)
     _check_options(num_shards, max_side, workers, num_writers, writer_index)
     part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
     _check_out(out, overwrite, part)
-    source, groups = _scan(src, val_fraction, test_fraction, seed, drop_duplicates)
+    source, groups = _scan(src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns)
     tasks = plan_shards(source, num_shards, target_shard_mb, seed, max_side, max_pixels)
     if part is not None:
         tasks = tasks[writer_index::num_writers]
         if writer_index:  # files rejected by the scan are reported once, by writer 0
-            source = Source(source.images, source.classes, [], source.layout)
+            source = Source(source.images, source.classes, [], source.layout, source.side_columns)
     if workers is None:
         workers = 1 if len(source.images) < MIN_IMAGES_FOR_WORKERS else os.cpu_count() or 1
     workers = max(1, min(workers, len(tasks)))
@@ -250,12 +260,24 @@ def write_tfrecords(
             drop_duplicates=drop_duplicates,
         ))
         metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
+        if tasks and tasks[0].side:
+            metadata.update(_side_metadata(tasks[0].side, results, feature_columns))
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)
     finally:
         storage.rmtree(staging)
     return metadata
+
+
+def _side_metadata(side: list[dict], results: list[ShardResult], feature_columns: str) -> dict:
+    """The fitted columns (what the model needs) and the missing cells per split and column."""
+    missing: dict[str, dict[str, int]] = {}
+    for result in results:
+        per_column = missing.setdefault(result.split, {c["name"]: 0 for c in side})
+        for name, n in result.side_missing.items():
+            per_column[name] += n
+    return {"side_features": side, "side_feature_missing": missing, "feature_columns": feature_columns}
 
 
 def _metadata(source: Source, results: list[ShardResult], src: Path, options: dict) -> dict:

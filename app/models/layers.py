@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from app.data.side_features import input_width
+
 
 @keras.saving.register_keras_serializable(package="app")
 class PixelNormalization(keras.layers.Layer):
@@ -24,3 +26,37 @@ class PixelNormalization(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "mean": self.mean, "std": self.std, "bgr": self.bgr}
+
+
+@keras.saving.register_keras_serializable(package="app")
+class SideFeatureEncoding(keras.layers.Layer):
+    """A dataset's stored side features (app/data/side_features.py) → what the model's side
+    branch takes: numbers standardised with the training split's mean and std (a missing
+    number, NaN, becomes 0: the training mean), categories one-hot (index 0: missing or not seen
+    in training; any index out of range counts as that). Inside the model, so serving needs
+    nothing but the raw values."""
+
+    def __init__(self, columns: list[dict], **kwargs):
+        super().__init__(**kwargs)
+        self.columns = [dict(c) for c in columns]
+
+    def call(self, values):
+        values = ops.cast(values, "float32")
+        parts = []
+        for i, column in enumerate(self.columns):
+            x = values[:, i]
+            if column["kind"] == "numeric":
+                z = (x - column["mean"]) / column["std"]
+                parts.append(ops.expand_dims(ops.where(ops.isnan(x), ops.zeros_like(x), z), -1))
+            else:
+                depth = len(column["vocabulary"]) + 1
+                index = ops.cast(ops.where(ops.isnan(x), ops.zeros_like(x), x), "int32")
+                index = ops.where((index < 0) | (index >= depth), ops.zeros_like(index), index)
+                parts.append(ops.one_hot(index, depth))
+        return ops.cast(ops.concatenate(parts, axis=-1), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_width(self.columns))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "columns": self.columns}

@@ -1,0 +1,63 @@
+"""A generated dataset whose label needs both the photo and its side features.
+
+Each image is a circle or a square (demo.py's drawings); each row also has a numeric `reading`
+and a categorical `site`. The label is the shape and a hidden level together
+(circle_low, circle_high, square_low, square_high): the image shows the shape but not the level;
+`reading` is drawn around -1 (low) or +1 (high) with noise, and `site` leans towards the level.
+So an image-only model can reach about half, a side-features-only model about half, and a fused
+model far more. Some cells are left empty, as real manifests have them. Same seed → same files.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from app.data.demo import draw_image, encode_image
+
+SHAPES, LEVELS = ("circle", "square"), ("low", "high")
+SITES = {"low": ("north", "north", "south", "east"), "high": ("south", "south", "north", "east")}
+FEATURE_COLUMNS = "reading,site:categorical"
+MISSING_RATE = 0.05
+
+
+def _row(rng: np.random.Generator, image_name: str, shape: str, level: str, noise: float) -> list[str]:
+    reading = rng.normal(1.0 if level == "high" else -1.0, noise)
+    site = str(rng.choice(SITES[level]))
+    cells = [f"{reading:.4f}", site]
+    for i in range(2):
+        if rng.random() < MISSING_RATE:
+            cells[i] = "" if i == 0 else "NA"
+    return [image_name, f"{shape}_{level}", *cells]
+
+
+def generate_side_feature_dataset(out: Path, per_class: int = 60, seed: int = 0, image_size: int = 128,
+                                  noise: float = 0.6) -> Path:
+    """Write `out/images/*.jpg` and `out/manifest.csv` (path,label,reading,site); returns the
+    manifest. Written to a temp folder, then renamed."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        (staging / "images").mkdir()
+        rows = []
+        for shape_index, shape in enumerate(SHAPES):
+            for level_index, level in enumerate(LEVELS):
+                rng = np.random.default_rng([seed, shape_index, level_index])
+                for i in range(per_class):
+                    name = f"images/{shape}_{level}_{i:04d}.jpg"
+                    (staging / name).write_bytes(encode_image(draw_image(shape, rng, (image_size, image_size)), "JPEG"))
+                    rows.append(_row(rng, name, shape, level, noise))
+        with (staging / "manifest.csv").open("w", newline="") as f:
+            csv.writer(f).writerows([["path", "label", "reading", "site"], *rows])
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out / "manifest.csv"

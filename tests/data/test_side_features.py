@@ -1,0 +1,115 @@
+"""Side features from a CSV manifest: the stored schema, dataset.json's statistics, missing
+values, the dict pipelines, and the one-line errors that come before anything is written."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from app.data import schema
+from app.data.pipeline import make_eval_dataset, make_train_dataset
+from app.data.side_features import parse_columns
+from app.data.writer import write_tfrecords
+from app.errors import UserError
+
+# path, label, split, age, site: train ages 10, 20, 30, (missing) → mean 20, std sqrt(200/3)
+ROWS = [
+    ("a0.jpg", "cat", "train", "10", "arm"), ("a1.jpg", "cat", "train", "20", "leg"),
+    ("b0.jpg", "dog", "train", "30", "arm"), ("b1.jpg", "dog", "train", "NA", ""),
+    ("a2.jpg", "cat", "val", "", "head"), ("b2.jpg", "dog", "val", "25", "leg"),
+]
+
+
+def manifest(folder: Path, rows=ROWS, header=("path", "label", "split", "age", "site")) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        Image.new("RGB", (24, 24), (200, 30, 30) if row[1] == "cat" else (30, 30, 200)).save(folder / row[0])
+    with (folder / "manifest.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+    return folder / "manifest.csv"
+
+
+def records_by_file(out: Path, split: str, side_width: int) -> dict[str, dict]:
+    info = json.loads((out / schema.METADATA_FILE).read_text())
+    found = {}
+    for shard in info["shards"][split]:
+        for raw in tf.data.TFRecordDataset(str(out / shard)):
+            parsed = tf.io.parse_single_example(raw, schema.feature_spec(side_width))
+            found[parsed[schema.FILENAME].numpy().decode()] = {k: v.numpy() for k, v in parsed.items()}
+    return found
+
+
+def test_columns_are_numeric_unless_marked_and_bad_specs_are_named():
+    assert [(c.name, c.kind) for c in parse_columns("age, site:categorical")] == [("age", "numeric"), ("site", "categorical")]
+    for spec, words in (("age:number", "':numeric' or ':categorical'"), ("age,age", "named twice"),
+                        ("label", "reserved"), ("2nd", "not usable as an input name")):
+        with pytest.raises(UserError, match=words):
+            parse_columns(spec)
+
+
+def test_values_statistics_and_missing_cells_round_trip(tmp_path: Path):
+    out = tmp_path / "records"
+    meta = write_tfrecords(manifest(tmp_path / "src"), out, feature_columns="age,site:categorical", num_shards=1)
+    stored = json.loads((out / schema.METADATA_FILE).read_text())
+    assert stored["side_features"] == meta["side_features"] == [
+        {"name": "age", "kind": "numeric", "mean": 20.0, "std": pytest.approx(math.sqrt(200 / 3))},
+        {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]},  # from train only: not "head"
+    ]
+    assert stored["side_feature_missing"] == {"train": {"age": 1, "site": 1}, "val": {"age": 1, "site": 1}}
+    train, val = records_by_file(out, "train", 2), records_by_file(out, "val", 2)
+    assert train["a1.jpg"][schema.SIDE_VALUES].tolist() == [20.0, 2.0]  # "leg" is index 2; 0 is missing
+    assert math.isnan(train["b1.jpg"][schema.SIDE_VALUES][0]) and train["b1.jpg"][schema.SIDE_VALUES][1] == 0
+    assert val["a2.jpg"][schema.SIDE_VALUES][1] == 0  # a category training never saw counts as missing
+
+
+def test_pipelines_yield_image_and_side_dicts_with_the_labels(tmp_path: Path):
+    out = tmp_path / "records"
+    write_tfrecords(manifest(tmp_path / "src"), out, feature_columns="age,site:categorical", num_shards=1)
+    inputs, labels = next(iter(make_eval_dataset(out, split="val", image_size=16, batch_size=8)))
+    assert sorted(inputs) == ["image", "side"] and inputs["image"].dtype == tf.uint8
+    by_label = dict(zip(labels.numpy().tolist(), inputs["side"].numpy().tolist()))
+    assert by_label[1] == [25.0, 2.0] and math.isnan(by_label[0][0])
+    inputs, labels = next(iter(make_train_dataset(out, image_size=16, batch_size=4, seed=0, deterministic=True)))
+    assert inputs["side"].shape == (4, 2) and sorted(labels.numpy().tolist()) == [0, 0, 1, 1]
+
+
+def test_a_dataset_without_side_features_is_written_as_before(tmp_path: Path):
+    out = tmp_path / "records"
+    meta = write_tfrecords(manifest(tmp_path / "src"), out, num_shards=1)
+    assert not {"side_features", "side_feature_missing", "feature_columns"} & set(meta)
+    record = next(iter(records_by_file(out, "train", 0).values()))
+    assert schema.SIDE_VALUES not in record
+    images, _ = next(iter(make_eval_dataset(out, split="val", image_size=16)))
+    assert isinstance(images, tf.Tensor) and images.shape[1:] == (16, 16, 3)
+
+
+@pytest.mark.parametrize("columns, rows, words", [
+    ("age,weight", ROWS, "no column 'weight' for --feature-columns"),
+    ("age", [*ROWS[:2], ("b0.jpg", "dog", "train", "old", "arm"), *ROWS[3:]], r"manifest.csv:4: column 'age' is numeric but holds 'old'"),
+])
+def test_bad_columns_fail_in_one_line_before_anything_is_written(tmp_path: Path, columns, rows, words):
+    out = tmp_path / "records"
+    with pytest.raises(UserError, match=words):
+        write_tfrecords(manifest(tmp_path / "src", rows), out, feature_columns=columns)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_side_features_need_a_manifest_not_class_folders(demo_images: Path, tmp_path: Path):
+    with pytest.raises(UserError, match="is a folder; side features come from a CSV manifest"):
+        write_tfrecords(demo_images, tmp_path / "records", feature_columns="age")
+
+
+def test_the_encoding_layer_standardises_numbers_and_one_hots_categories():
+    from app.models.layers import SideFeatureEncoding
+
+    layer = SideFeatureEncoding([{"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0},
+                                 {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]}])
+    encoded = np.asarray(layer(np.array([[30.0, 2.0], [np.nan, 0.0], [0.0, 7.0]], np.float32)))
+    np.testing.assert_allclose(encoded, [[1.0, 0, 0, 1], [0.0, 1, 0, 0], [-2.0, 1, 0, 0]])  # NaN → the mean; 7 → missing
