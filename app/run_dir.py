@@ -119,6 +119,11 @@ class FinishedRun:
     def image_size(self) -> int:
         return self.state["image_size"]
 
+    @property
+    def side_features(self) -> list[dict]:
+        """The side-feature columns the model takes besides the image ([] for image-only runs)."""
+        return self.state.get("side_features", [])
+
     def build_model(self):
         """The classifier (images → probabilities) with the run's final weights and temperature."""
         from app.models.backbones import get_backbone
@@ -127,7 +132,7 @@ class FinishedRun:
 
         spec = get_backbone(self.state["backbone"])
         backbone, _ = load_backbone(spec, self.image_size, "auto" if spec.hub_handle else "none")
-        clf = build_classifier(spec, backbone, len(self.classes), self.image_size, self.config.dropout)
+        clf = build_classifier(spec, backbone, len(self.classes), self.image_size, self.config.dropout, self.side_features)
         clf.model.load_weights(str(self.run.final_weights))
         return served_model(clf, self.metrics.get("calibration"))
 

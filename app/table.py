@@ -13,3 +13,10 @@ def format_table(rows: list[list[str]]) -> str:
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def mean_sd(values: list[float]) -> str:
+    """'0.912 ± 0.014' over seeds (the value alone for one seed): how benchmarks report spread."""
+    import statistics
+
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"

@@ -9,6 +9,7 @@ confident mistakes are kept, never the images, so any dataset size fits in memor
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from app.data import schema
+from app.data import schema, side_features
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.pipeline import load_dataset_info
 from app.data.sources import class_dirs, list_files
@@ -26,7 +27,7 @@ from app.errors import UserError
 from app.export import layout
 from app.serving.runtime import load_runtime, probabilities_or_reasons
 
-Example = tuple[bytes, int, str]  # encoded image, dataset label id, filename
+Example = tuple[bytes, int, str, dict]  # encoded image, dataset label id, filename, side features ({} if none)
 
 
 @dataclass
@@ -46,10 +47,12 @@ def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int,
     total = info.num_examples(split)
 
     def gen() -> Iterator[Example]:
-        spec = {k: schema.FEATURE_SPEC[k] for k in (schema.ENCODED, schema.LABEL, schema.FILENAME)}
+        keys = (schema.ENCODED, schema.LABEL, schema.FILENAME) + ((schema.SIDE_VALUES,) if info.side_width else ())
+        spec = {k: schema.feature_spec(info.side_width)[k] for k in keys}
         for raw in tf.data.TFRecordDataset(paths).ignore_errors(log_warning=True):
             ex = tf.io.parse_single_example(raw, spec)
-            yield ex[schema.ENCODED].numpy(), int(ex[schema.LABEL]), ex[schema.FILENAME].numpy().decode()
+            side = side_features.decode(info.side_features, ex[schema.SIDE_VALUES].numpy()) if info.side_width else {}
+            yield ex[schema.ENCODED].numpy(), int(ex[schema.LABEL]), ex[schema.FILENAME].numpy().decode(), side
 
     return info.classes, total, gen()
 
@@ -59,7 +62,7 @@ def folder_examples(folder: str | Path) -> tuple[list[str], int, Iterator[Exampl
     folder = Path(folder)
     class_folders = class_dirs(folder)
     files = [(f, i) for i, c in enumerate(class_folders) for f in list_files(c)]
-    return [c.name for c in class_folders], len(files), ((f.read_bytes(), i, str(f.relative_to(folder))) for f, i in files)
+    return [c.name for c in class_folders], len(files), ((f.read_bytes(), i, str(f.relative_to(folder)), {}) for f, i in files)
 
 
 def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[str, str] | None) -> np.ndarray:
@@ -87,6 +90,20 @@ def load_label_map(path: str | Path | None) -> dict[str, str] | None:
     return mapping
 
 
+def _with_side_features(examples: Iterator[Example], model, tta: str) -> Iterator[Example]:
+    """The examples, checked first against what the model takes besides the image."""
+    needed = sorted(set(model.signatures()["serving_default"][0]) - {"image_bytes"})
+    first = next(examples, None)
+    if first is None:
+        return iter(())
+    if needed and sorted(first[3]) != needed:
+        raise UserError(f"the model takes side features {needed}; evaluate it on TFRecords written with"
+                        f" --feature-columns (this data has {sorted(first[3]) or 'none'})")
+    if needed and tta != "none":
+        raise UserError(f"--tta {tta}: not supported for a model with side features (export it with --tta instead)")
+    return itertools.chain([first], examples)
+
+
 def predict(version_dir: Path, data_classes: list[str], total: int, examples: Iterator[Example], *,
             label_map: dict[str, str] | None = None, batch_size: int = 32, keep_mistakes: int = 16,
             runtime: str = "tf", tta: str = "none") -> Predictions:
@@ -96,12 +113,14 @@ def predict(version_dir: Path, data_classes: list[str], total: int, examples: It
     mapping = label_mapping(data_classes, classes, label_map)
     model = load_runtime(version_dir, runtime)
     limit = layout.read_metadata(version_dir).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
+    examples = _with_side_features(examples, model, tta)
     labels, probs, names, skipped, mistakes = [], [], [], [], []
     bar = tqdm(total=total, unit="img", desc="Evaluating", dynamic_ncols=True)
 
     def run(batch: list[Example]) -> None:
-        results = probabilities_or_reasons(model, [data for data, _, _ in batch], limit, tta)
-        for (data, label, name), p in zip(batch, results):
+        side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
+        results = probabilities_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)
+        for (data, label, name, _), p in zip(batch, results):
             if isinstance(p, str):
                 skipped.append({"path": name, "reason": p})
                 continue

@@ -20,6 +20,7 @@ from app.models.tta import check_tta
 from app.run_dir import FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
+NO_LITERT_WITH_SIDE_FEATURES = "not written: LiteRT files of models with side features are not supported yet"
 
 
 def build_metadata(run: FinishedRun, metrics: dict) -> dict:
@@ -30,6 +31,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "dataset_fingerprint": dataset_fingerprint(run.config.data),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "package_version": app.__version__, "input": "0..255 RGB; serving_default takes encoded image bytes",
+        **({"side_features": run.side_features} if run.side_features else {}),
     }
 
 
@@ -57,9 +59,11 @@ def export_run(
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
     def litert(staged: Path) -> dict:
+        if finished.side_features:
+            return {"litert": {mode: {"passed": False, "missing": NO_LITERT_WITH_SIDE_FEATURES} for mode in modes}}
         return write_litert(model, staged, finished.image_size, finished.config.data, modes, tta)
 
     path = export_saved_model(model, finished.classes, finished.image_size, export_dir, name, version=version,
                               metadata=metadata, top_k=top_k, max_megapixels=max_megapixels, tta=tta,
-                              finish=litert)
+                              finish=litert, side_features=finished.side_features)
     return {"saved_model": str(path), "litert": read_metadata(path)["litert"]}

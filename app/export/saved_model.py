@@ -9,6 +9,9 @@ Signatures (all return probabilities [N, C], class_ids/classes/scores [N, k]):
   `max_megapixels` from the header before decoding (the image-bomb guard, app.data.image_header)
 - serving_keyed(image_bytes: string [N], key: string [N]) also returns `key` unchanged
 - predict_images(images: float32 [N, H, W, 3] in 0..255)
+A model with side features (app/data/side_features.py) takes them too: the byte signatures one
+input per column, named as in the manifest (app/export/side_inputs.py), before `key`;
+predict_images a `side` float32 [N, F] vector as stored in the TFRecords.
 With `tta="flip"` every signature averages the probabilities of each image and its mirror.
 An undecodable image fails the whole call with InvalidArgumentError (TF cannot flag one item
 without decoding it); the local server then retries items one by one to name the bad one.
@@ -33,6 +36,7 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
 from app.errors import UserError
 from app.export import layout
+from app.export.side_inputs import SideInputs
 from app.labels import LABELS_FILE, write_labels
 from app.models.tta import with_tta
 
@@ -42,41 +46,45 @@ DEFAULT_TOP_K = 5
 class ServingModule(tf.Module):
     def __init__(self, model: keras.Model, classes: list[str], image_size: int, crop_fraction: float, top_k: int,
                  labels_file: Path, metadata_file: Path, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-                 tta: str = "none") -> None:
+                 tta: str = "none", side_features: list[dict] | None = None) -> None:
         super().__init__()
         # The model is called through a closure and only its variables are tracked: saving the
         # Keras object graph of every layer took more than half of the export's time.
-        self._call_model = lambda images: model(images, training=False)
+        self._call_model = lambda inputs: model(inputs, training=False)
+        self.side = SideInputs(side_features) if side_features else None
         self.model_weights = [getattr(v, "value", v) for v in model.weights]
         self.class_names = tf.constant(classes)
         self.image_size, self.crop_fraction, self.top_k = image_size, crop_fraction, min(top_k, len(classes))
         self.max_megapixels, self.tta = max_megapixels, tta
         self.labels_txt = tf.saved_model.Asset(str(labels_file))
         self.metadata_json = tf.saved_model.Asset(str(metadata_file))
-        self.predict_images = tf.function(
-            self._from_images, input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")])
-        self.serving_default = tf.function(
-            self._from_bytes, input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
-        self.serving_keyed = tf.function(
-            self._from_bytes_keyed,
-            input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes"), tf.TensorSpec([None], tf.string, name="key")])
+        images = tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")
+        image_bytes, key = tf.TensorSpec([None], tf.string, name="image_bytes"), tf.TensorSpec([None], tf.string, name="key")
+        side_vector = [tf.TensorSpec([None, len(side_features)], tf.float32, name="side")] if side_features else []
+        columns = self.side.specs() if self.side else []
+        self.predict_images = tf.function(self._from_images, input_signature=[images, *side_vector])
+        self.serving_default = tf.function(self._from_bytes, input_signature=[image_bytes, *columns])
+        self.serving_keyed = tf.function(self._from_bytes_keyed, input_signature=[image_bytes, *columns, key])
 
     def _decode(self, image_bytes: tf.Tensor) -> tf.Tensor:
         return tf.cast(decode_batch(image_bytes, self.image_size, self.crop_fraction, self.max_megapixels), tf.float32)
 
-    def _from_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = tf.cast(with_tta(self._call_model, images, self.tta), tf.float32)
+    def _from_images(self, images: tf.Tensor, *side: tf.Tensor) -> dict[str, tf.Tensor]:
+        call = (lambda x: self._call_model({"image": x, "side": side[0]})) if side else self._call_model
+        probabilities = tf.cast(with_tta(call, images, self.tta), tf.float32)
         scores, class_ids = tf.math.top_k(probabilities, k=self.top_k)
         return {"probabilities": probabilities, "class_ids": class_ids,
                 "classes": tf.gather(self.class_names, class_ids), "scores": scores}
 
     # The byte signatures call the traced functions above them rather than their Python bodies,
     # so the model's graph is traced once for the three signatures, not three times.
-    def _from_bytes(self, image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self.predict_images(self._decode(image_bytes))
+    def _from_bytes(self, image_bytes: tf.Tensor, *columns: tf.Tensor) -> dict[str, tf.Tensor]:
+        side = [self.side.encode(columns)] if self.side else []
+        return self.predict_images(self._decode(image_bytes), *side)
 
-    def _from_bytes_keyed(self, image_bytes: tf.Tensor, key: tf.Tensor) -> dict[str, tf.Tensor]:
-        return {**self.serving_default(image_bytes), "key": tf.identity(key)}
+    def _from_bytes_keyed(self, image_bytes: tf.Tensor, *columns_then_key: tf.Tensor) -> dict[str, tf.Tensor]:
+        *columns, key = columns_then_key
+        return {**self.serving_default(image_bytes, *columns), "key": tf.identity(key)}
 
 
 @contextlib.contextmanager
@@ -97,7 +105,7 @@ def export_saved_model(
     model: keras.Model, classes: list[str], image_size: int, export_root: Path, name: str, *,
     version: int | None = None, metadata: dict | None = None, top_k: int = DEFAULT_TOP_K,
     crop_fraction: float = DEFAULT_CROP_FRACTION, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-    tta: str = "none", finish: Callable[[Path], dict] | None = None,
+    tta: str = "none", finish: Callable[[Path], dict] | None = None, side_features: list[dict] | None = None,
 ) -> Path:
     """Write EXPORT_ROOT/NAME/VERSION atomically (temp dir + rename); never overwrite a version.
 
@@ -123,7 +131,8 @@ def export_saved_model(
         write_labels(labels, classes)
         metadata = {**(metadata or {}), "max_megapixels": max_megapixels, "top_k": min(top_k, len(classes)), "tta": tta}
         storage.write_json_atomic(metadata_file, metadata)
-        module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file, max_megapixels, tta)
+        module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file, max_megapixels, tta,
+                               side_features)
         saved = staging / "model"
         with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
             tf.saved_model.save(module, str(saved), signatures={

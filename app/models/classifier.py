@@ -1,5 +1,10 @@
 """The classifier: 0..255 RGB → normalise → backbone → pool → dropout → logits → softmax.
 
+With side features (app/data/side_features.py) the model takes {"image", "side"}: the side
+vector is encoded (standardised numbers, one-hot categories: "side_encoding"), passed through
+a small MLP ("side_dense") and concatenated ("fuse") with the pooled image features before
+the dropout and the head.
+
 Layer names are stable ("normalize", "backbone", "pool", "dropout", "logits",
 "probabilities") so checkpoints, tests and exports can find them. Logits and softmax stay
 float32 under mixed precision.
@@ -14,19 +19,31 @@ import keras
 
 from app.errors import UserError
 from app.models.backbones import BackboneSpec, blocks
+from app.models.layers import SideFeatureEncoding
+
+SIDE_UNITS = 32  # the side branch's width: a handful of columns needs no more
 
 
 @dataclass
 class Classifier:
-    model: keras.Model  # images → probabilities: what is evaluated and exported
-    logits_model: keras.Model  # images → logits: what is trained (stable loss from logits)
-    head_model: keras.Model  # pooled features → logits: phase 1 on cached features
+    model: keras.Model  # inputs → probabilities: what is evaluated and exported
+    logits_model: keras.Model  # inputs → logits: what is trained (stable loss from logits)
+    head_model: keras.Model  # pooled features (+ side) → logits: phase 1 on cached features
     features_model: keras.Model  # images → pooled features (frozen backbone)
     backbone: keras.Model
     spec: BackboneSpec
+    side_features: list[dict] | None = None  # the dataset's side-feature columns, when it has them
 
 
-def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int, image_size: int, dropout: float) -> Classifier:
+def _side_branch(side_features: list[dict]) -> tuple[keras.layers.Layer, ...]:
+    return (SideFeatureEncoding(side_features, name="side_encoding"),
+            keras.layers.Dense(SIDE_UNITS, activation="relu", name="side_dense"),
+            keras.layers.Concatenate(name="fuse"))
+
+
+def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int, image_size: int, dropout: float,
+                     side_features: list[dict] | None = None) -> Classifier:
+    """The models of one classifier, sharing every layer; `side_features` adds the side branch."""
     backbone = keras.Model(backbone.input, backbone.output, name="backbone")
     backbone.trainable = False
     images = keras.Input((image_size, image_size, 3), name="image")
@@ -35,19 +52,27 @@ def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int
     x = backbone(x, training=False)
     # Feature-vector backbones (TF-Hub) are already pooled.
     pool = keras.layers.GlobalAveragePooling2D(name="pool") if len(x.shape) == 4 else keras.layers.Identity(name="pool")
-    features = pool(x)
+    features = pooled = pool(x)
     dropout_layer = keras.layers.Dropout(dropout, name="dropout")
     logits_layer = keras.layers.Dense(num_classes, name="logits", dtype="float32")
+    feature_input = keras.Input((pooled.shape[-1],), name="features")
+    inputs, head_inputs, head_features = images, feature_input, feature_input
+    if side_features:
+        encode, dense, fuse = _side_branch(side_features)
+        side, head_side = (keras.Input((len(side_features),), name="side") for _ in range(2))
+        inputs, head_inputs = {"image": images, "side": side}, {"features": feature_input, "side": head_side}
+        features = fuse([features, dense(encode(side))])
+        head_features = fuse([feature_input, dense(encode(head_side))])
     logits = logits_layer(dropout_layer(features))
     probabilities = keras.layers.Softmax(name="probabilities", dtype="float32")(logits)
-    feature_input = keras.Input((features.shape[-1],), name="features")
     return Classifier(
-        model=keras.Model(images, probabilities, name=f"{spec.model_name}_classifier"),
-        logits_model=keras.Model(images, logits, name=f"{spec.model_name}_logits"),
-        head_model=keras.Model(feature_input, logits_layer(dropout_layer(feature_input)), name="head"),
-        features_model=keras.Model(images, features, name="features"),
+        model=keras.Model(inputs, probabilities, name=f"{spec.model_name}_classifier"),
+        logits_model=keras.Model(inputs, logits, name=f"{spec.model_name}_logits"),
+        head_model=keras.Model(head_inputs, logits_layer(dropout_layer(head_features)), name="head"),
+        features_model=keras.Model(images, pooled, name="features"),
         backbone=backbone,
         spec=spec,
+        side_features=side_features or None,
     )
 
 

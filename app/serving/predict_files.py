@@ -128,6 +128,10 @@ def predict_files(model_dir: str | Path, source: str, output: str | Path, *, run
     if not output.parent.is_dir():
         raise UserError(f"--output {output}: folder {output.parent} does not exist")
     version = layout.resolve_model_dir(model_dir)
+    side = [c["name"] for c in layout.read_metadata(version).get("side_features", [])]
+    if side:
+        raise UserError(f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
+                        " send them to the server's :predict, or evaluate TFRecords written with --feature-columns")
     paths = list_inputs(str(source))
     classes = layout.read_classes(version)
     model = load_runtime(version, runtime)

@@ -82,6 +82,8 @@ def _signature_inputs(model: LoadedModel, name: str) -> dict[str, tf.TensorSpec]
 
 def _value(spec: tf.TensorSpec, value, where: str):
     if spec.dtype == tf.string:
+        if value is None:  # JSON null: a missing category (a missing number becomes NaN in _array)
+            return b""
         if isinstance(value, dict):
             if set(value) != {"b64"} or not isinstance(value["b64"], str):
                 raise ApiError(400, f"{where}: expected {{\"b64\": \"...\"}}")
@@ -209,8 +211,29 @@ async def predict(request: web.Request) -> web.Response:
     return web.json_response(format_predict(outputs, rows))
 
 
+def _side_from_query(request: web.Request, model: LoadedModel) -> dict[str, np.ndarray]:
+    """A side-features model's other inputs, from the query string (`?age=54&site=arm`); one
+    left out is missing (NaN or ""), as the model's missing-value policy expects."""
+    specs = {k: v for k, v in _signature_inputs(model, "serving_default").items() if k != "image_bytes"}
+    unknown = sorted(set(request.query) - set(specs))
+    if unknown:
+        raise ApiError(400, f"unknown query parameter(s) {unknown}; this model's side features are {sorted(specs)}")
+    inputs = {}
+    for name, spec in specs.items():
+        raw = request.query.get(name, "")
+        if spec.dtype == tf.string:
+            inputs[name] = np.array([raw.encode()], dtype=object)
+            continue
+        try:
+            inputs[name] = np.array([float(raw) if raw.strip() else np.nan], dtype=np.float32)
+        except ValueError:
+            raise ApiError(400, f"query parameter {name}: expected a number, got '{raw}'") from None
+    return inputs
+
+
 async def classify(request: web.Request) -> web.Response:
-    """Convenience: the image as the raw body (any image/* type) or as a multipart file field."""
+    """Convenience: the image as the raw body (any image/* type) or as a multipart file field;
+    a side-features model's other inputs as query parameters."""
     model = _model(request)
     if request.content_type.startswith("multipart/"):
         reader = await request.multipart()
@@ -224,7 +247,8 @@ async def classify(request: web.Request) -> web.Response:
         data = await request.read()
     if not data:
         raise ApiError(400, "empty body: send the image bytes, or a multipart upload")
-    outputs = await _infer(request, model, "serving_default", {"image_bytes": np.array([data], dtype=object)})
+    inputs = {"image_bytes": np.array([data], dtype=object), **_side_from_query(request, model)}
+    outputs = await _infer(request, model, "serving_default", inputs)
     labels = [c.decode() for c in outputs["classes"][0]]
     return web.json_response({"model_version": model.version, "predictions": [
         {"label": label, "score": float(score)} for label, score in zip(labels, outputs["scores"][0])]})

@@ -117,24 +117,44 @@ def tiny_jpeg() -> bytes:
     return tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
 
 
+def missing_side_inputs(runtime: "TFRuntime | LiteRTRuntime", count: int) -> dict[str, np.ndarray]:
+    """Every serving_default input besides the image (a side-features model's columns), given
+    as missing: NaN for a number, "" for a category."""
+    specs = runtime.signatures()["serving_default"][0]
+    return side_arrays(runtime, {name: [np.nan if spec.dtype == tf.float32 else ""] * count
+                                 for name, spec in specs.items() if name != "image_bytes"})
+
+
 def warm_up(runtime: TFRuntime | LiteRTRuntime) -> None:
     """One call before the first request, which would otherwise pay for tracing (~1 s)."""
-    runtime.run("serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object)})
+    runtime.run("serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object), **missing_side_inputs(runtime, 1)})
 
 
-def _probabilities(runtime: "TFRuntime | LiteRTRuntime", images: list[bytes], tta: str) -> np.ndarray:
+def side_arrays(runtime: "TFRuntime | LiteRTRuntime", side: dict[str, list]) -> dict[str, np.ndarray]:
+    """Raw side-feature values (numbers, category names) → the arrays serving_default takes."""
+    specs = runtime.signatures()["serving_default"][0]
+    return {name: np.array(values, np.float32) if specs[name].dtype == tf.float32
+            else np.array([str(v).encode() for v in values], dtype=object) for name, values in side.items()}
+
+
+def _probabilities(runtime: "TFRuntime | LiteRTRuntime", images: list[bytes], tta: str,
+                   side: dict[str, list] | None = None) -> np.ndarray:
     if tta == "none":
-        return runtime.run("serving_default", {"image_bytes": np.array(images, dtype=object)})["probabilities"]
+        inputs = {"image_bytes": np.array(images, dtype=object), **side_arrays(runtime, side or {})}
+        return runtime.run("serving_default", inputs)["probabilities"]
     pixels = runtime.decode(np.array(images, dtype=object)).astype(np.float32)
     return with_tta(lambda x: runtime.run("predict_images", {"images": x})["probabilities"], pixels, tta)
 
 
 def probabilities_or_reasons(runtime: "TFRuntime | LiteRTRuntime", images: list[bytes],
-                             max_megapixels: float, tta: str = "none") -> list[np.ndarray | str]:
+                             max_megapixels: float, tta: str = "none",
+                             side: dict[str, list] | None = None) -> list[np.ndarray | str]:
     """Per image: its probabilities, or why it was refused (the header check's words, else
     "undecodable"). One bad image never costs the others their answer: a failed batch is rerun
     one image at a time. For offline work (evaluation, batch prediction); `tta` adds test-time
-    augmentation around the export's predict_images."""
+    augmentation around the export's predict_images; `side` holds each side feature's raw
+    values, one per image, for a model that takes them."""
+    side = side or {}
     results: list[np.ndarray | str | None] = [None] * len(images)
     for i, data in enumerate(images):
         try:
@@ -145,11 +165,12 @@ def probabilities_or_reasons(runtime: "TFRuntime | LiteRTRuntime", images: list[
     if not todo:
         return results
     try:
-        probabilities = _probabilities(runtime, [images[i] for i in todo], tta)
+        probabilities = _probabilities(runtime, [images[i] for i in todo], tta,
+                                       {k: [v[i] for i in todo] for k, v in side.items()})
     except tf.errors.InvalidArgumentError:
         for i in todo:
-            results[i] = ("undecodable" if len(todo) == 1 else
-                          probabilities_or_reasons(runtime, [images[i]], max_megapixels, tta)[0])
+            results[i] = ("undecodable" if len(todo) == 1 else probabilities_or_reasons(
+                runtime, [images[i]], max_megapixels, tta, {k: [v[i]] for k, v in side.items()})[0])
         return results
     for i, p in zip(todo, probabilities):
         results[i] = p
@@ -159,9 +180,11 @@ def probabilities_or_reasons(runtime: "TFRuntime | LiteRTRuntime", images: list[
 def litert_refusal(version: Path, mode: str, metadata: dict | None = None) -> str | None:
     """Why this export's LiteRT file of `mode` must not serve, or None when it may."""
     metadata = layout.read_metadata(version) if metadata is None else metadata
+    parity = (metadata.get("litert") or {}).get(mode)
+    if parity and not layout.tflite_model_path(version, mode).is_file() and parity.get("missing"):
+        return f"no {mode} LiteRT file ({parity['missing']})"  # e.g. a model with side features
     if not layout.tflite_model_path(version, mode).is_file():
         return f"no {layout.tflite_model_path(version, mode).relative_to(version)} (export it again with scripts/export.py)"
-    parity = (metadata.get("litert") or {}).get(mode)
     if not parity or "passed" not in parity:
         return f"its {mode} parity check against the SavedModel is missing from assets/metadata.json"
     if not parity["passed"]:

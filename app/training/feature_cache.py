@@ -28,7 +28,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from app import storage
-from app.data.pipeline import dataset_fingerprint, make_eval_dataset, make_train_dataset
+from app.data.pipeline import dataset_fingerprint, make_eval_dataset, make_train_dataset, map_image
 from app.data.preprocess import color_jitter
 from app.training.context import Context
 
@@ -42,6 +42,11 @@ class FeatureCache:
     train_labels: np.ndarray  # [K * N] int32
     val_features: np.ndarray  # [M, D] float32
     val_labels: np.ndarray  # [M] int32
+    train_side: np.ndarray | None = None  # [K * N, F] the side features of each row, when the dataset has them
+    val_side: np.ndarray | None = None  # [M, F]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: value for name, value in self.__dict__.items() if value is not None}
 
 
 def views(ctx: Context) -> int:
@@ -80,7 +85,7 @@ def load_or_compute(path: Path, key: dict, compute: Callable[[], dict[str, np.nd
 
 
 def load_or_build(ctx: Context) -> FeatureCache:
-    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx).__dict__, "phase 1 feature cache")
+    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx).arrays(), "phase 1 feature cache")
     return FeatureCache(**arrays)
 
 
@@ -88,7 +93,7 @@ def _build(ctx: Context) -> FeatureCache:
     cfg, k = ctx.cfg, views(ctx)
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
-    extract = tf.function(lambda images: ctx.clf.features_model(images, training=False), reduce_retracing=True)
+    extract = tf.function(lambda inputs: _pooled_and_side(ctx, inputs), reduce_retracing=True)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         if cfg.augment:
             train = [model_outputs(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar) for view in range(k)]
@@ -97,7 +102,23 @@ def _build(ctx: Context) -> FeatureCache:
         val = model_outputs(extract, eval_images(ctx, "val"), bar)
     log.info("phase 1: cached %d train and %d val features in %.1fs", sum(len(y) for _, y in train), len(val[1]),
              time.perf_counter() - start)
-    return FeatureCache(np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), *val)
+    return _split_side(ctx, np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), *val)
+
+
+def _pooled_and_side(ctx: Context, inputs) -> tf.Tensor:
+    """The frozen backbone's pooled features, with the side features (if any) appended as
+    further columns, so one pass over the data yields both."""
+    if not isinstance(inputs, dict):
+        return ctx.clf.features_model(inputs, training=False)
+    pooled = tf.cast(ctx.clf.features_model(inputs["image"], training=False), tf.float32)
+    return tf.concat([pooled, inputs["side"]], axis=-1)
+
+
+def _split_side(ctx: Context, train: np.ndarray, train_labels: np.ndarray, val: np.ndarray, val_labels: np.ndarray) -> FeatureCache:
+    if not ctx.info.side_width:
+        return FeatureCache(train, train_labels, val, val_labels)
+    d = train.shape[1] - ctx.info.side_width
+    return FeatureCache(train[:, :d], train_labels, val[:, :d], val_labels, train[:, d:], val[:, d:])
 
 
 def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
@@ -107,21 +128,22 @@ def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
                             augment=ctx.augmentation, seed=seed, deterministic=True)
     strength = ctx.augmentation.color_jitter
     if strength <= 0:
-        return ds.map(lambda images, labels: (tf.cast(images, tf.float32), labels))
+        return ds.map(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels))
     seeds = tf.data.Dataset.random(seed=seed).batch(2)
-    return tf.data.Dataset.zip(ds, seeds).map(lambda batch, s: (color_jitter(batch[0], s, strength), batch[1]))
+    return tf.data.Dataset.zip(ds, seeds).map(
+        lambda batch, s: (map_image(batch[0], lambda x: color_jitter(x, s, strength)), batch[1]))
 
 
 def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
     ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
-    return ds.map(lambda images, labels: (tf.cast(images, tf.float32), labels))
+    return ds.map(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels))
 
 
 def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(outputs float32, labels int32) of `call` over every (images, labels) batch of `dataset`."""
+    """(outputs float32, labels int32) of `call` over every (inputs, labels) batch of `dataset`."""
     outputs, labels = [], []
-    for images, y in dataset:
-        outputs.append(call(images).numpy().astype(np.float32))
+    for inputs, y in dataset:
+        outputs.append(call(inputs).numpy().astype(np.float32))
         labels.append(y.numpy().astype(np.int32))
         if bar is not None:
             bar.update(len(y))

@@ -49,7 +49,8 @@ def augmented_sample(ctx: Context, count: int = 8) -> np.ndarray:
     train step's colour jitter (float32 0..255, for TensorBoard)."""
     ds = make_train_dataset(ctx.cfg.data, image_size=ctx.image_size, batch_size=count, augment=ctx.augmentation,
                             seed=ctx.cfg.seed, shuffle_buffer=count)
-    images, _ = next(iter(ds))
+    inputs, _ = next(iter(ds))
+    images = inputs["image"] if isinstance(inputs, dict) else inputs
     return color_jitter(images, tf.constant([ctx.cfg.seed, 1]), ctx.augmentation.color_jitter).numpy()
 
 
@@ -63,16 +64,16 @@ def feature_inputs(ctx: Context) -> PhaseInputs:
             loaded.append(load_or_build(ctx))
         return loaded[0]
 
-    def dataset(x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
-        return tf.data.Dataset.from_tensor_slices((x, y))
+    def dataset(x: np.ndarray, y: np.ndarray, side: np.ndarray | None) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensor_slices(({"features": x, "side": side} if side is not None else x, y))
 
     def train_iterator():
         c = cache()
-        return iter(distribute(ctx, lambda ic: dataset(c.train_features, c.train_labels)
+        return iter(distribute(ctx, lambda ic: dataset(c.train_features, c.train_labels, c.train_side)
                                .shuffle(len(c.train_labels), seed=cfg.seed).repeat().batch(cfg.batch_size, drop_remainder=True)))
 
     def val_dataset():
         c = cache()
-        return distribute(ctx, lambda ic: dataset(c.val_features, c.val_labels).batch(cfg.batch_size))
+        return distribute(ctx, lambda ic: dataset(c.val_features, c.val_labels, c.val_side).batch(cfg.batch_size))
 
     return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)

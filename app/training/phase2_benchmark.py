@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from app.config import TrainConfig, load_config
 from app.errors import UserError
+from app.table import mean_sd
 from app.training.recipe_benchmark import check_split_folder, subset_folder
 
 Variant = tuple[str, dict[str, str]]  # name, config overrides
@@ -113,11 +114,11 @@ def summarise(rows: list[dict]) -> list[dict]:
         group = [r for r in rows if (r["variant"], r["per_class"]) == key]
         gain = statistics.mean((r["p2_accuracy"] - r["p1_accuracy"]) * r["val_images"] for r in group)
         out.append({"variant": key[0], "per_class": key[1], "seeds": len(group),
-                    "phase1_accuracy": _ms([r["p1_accuracy"] for r in group]),
-                    "phase2_accuracy": _ms([r["p2_accuracy"] for r in group]), "gain_images": round(gain, 1),
+                    "phase1_accuracy": mean_sd([r["p1_accuracy"] for r in group]),
+                    "phase2_accuracy": mean_sd([r["p2_accuracy"] for r in group]), "gain_images": round(gain, 1),
                     **_test_summary(group),
-                    "phase1_loss": _ms([r["p1_loss"] for r in group]), "phase2_loss": _ms([r["p2_loss"] for r in group]),
-                    "phase2_own_best": _ms([r["p2_own_best_accuracy"] for r in group]),
+                    "phase1_loss": mean_sd([r["p1_loss"] for r in group]), "phase2_loss": mean_sd([r["p2_loss"] for r in group]),
+                    "phase2_own_best": mean_sd([r["p2_own_best_accuracy"] for r in group]),
                     "phase2_epochs": round(statistics.mean(r["p2_epochs"] for r in group), 1),
                     "phase2_seconds": round(statistics.median(r["p2_seconds"] for r in group), 1)})
     return out
@@ -127,13 +128,9 @@ def _test_summary(group: list[dict]) -> dict:
     """Held-out test accuracy after phase 1 and of the kept model, where every seed had a test split."""
     if not all(r["test_images"] for r in group):
         return {"phase1_test_accuracy": "-", "phase2_test_accuracy": "-", "test_images": 0}
-    return {"phase1_test_accuracy": _ms([r["p1_test_accuracy"] for r in group]),
-            "phase2_test_accuracy": _ms([r["p2_test_accuracy"] for r in group]),
+    return {"phase1_test_accuracy": mean_sd([r["p1_test_accuracy"] for r in group]),
+            "phase2_test_accuracy": mean_sd([r["p2_test_accuracy"] for r in group]),
             "test_images": min(r["test_images"] for r in group)}
-
-
-def _ms(values: list[float]) -> str:
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
 
 
 def format_summary(summary: list[dict]) -> str:

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from app.data.pipeline import map_image
 from app.data.preprocess import color_jitter
 
 
@@ -71,15 +72,18 @@ class Steps:
         base = tf.random.experimental.stateless_fold_in(tf.constant([self.seed, 0]), replica)
         return tf.random.experimental.stateless_fold_in(base, step)
 
-    def _train_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
-        """uint8 images → float32, colour-jittered; cached features pass through."""
-        if not inputs.dtype.is_integer:
-            return inputs
-        if self.color_jitter > 0:
-            return color_jitter(inputs, self._jitter_seed(), self.color_jitter)
-        return tf.cast(inputs, tf.float32)
+    def _train_inputs(self, inputs):
+        """uint8 images → float32, colour-jittered; cached and side features pass through."""
+        return map_image(inputs, self._train_images)
 
-    def _replica_train(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    def _train_images(self, images: tf.Tensor) -> tf.Tensor:
+        if not images.dtype.is_integer:
+            return images
+        if self.color_jitter > 0:
+            return color_jitter(images, self._jitter_seed(), self.color_jitter)
+        return tf.cast(images, tf.float32)
+
+    def _replica_train(self, inputs, labels: tf.Tensor) -> tf.Tensor:
         variables = self.model.trainable_variables
         inputs = self._train_inputs(inputs)
         with tf.GradientTape() as tape:
@@ -102,9 +106,9 @@ class Steps:
             totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 
-    def _replica_eval(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    def _replica_eval(self, inputs, labels: tf.Tensor) -> tf.Tensor:
         def sums() -> tf.Tensor:
-            logits = self.model(tf.cast(inputs, tf.float32), training=False)
+            logits = self.model(map_image(inputs, lambda images: tf.cast(images, tf.float32)), training=False)
             predicted = tf.argmax(logits, -1, output_type=tf.int32)
             confusion = tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32)
             return tf.concat([self._sums(labels, logits, self._per_example_loss(labels, logits)),

@@ -1,0 +1,117 @@
+"""Do side features pay? Image-only, side-features-only and fused models on a generated dataset
+whose label needs both (app/data/side_demo.py), over seeds, on the held-out test split.
+
+The dataset is written to TFRecords twice from one manifest and one split: with its side
+features (the fused model, as fine_tune.py trains it) and without (the image-only model, the
+same phases on the same images). The side-features-only model is the fused model's side
+branch and head alone (SideFeatureEncoding → Dense → logits), trained with Adam on the same
+training rows and stopped on validation loss. Validation chose every kept epoch; test chose nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from app.config import load_config
+from app.table import mean_sd
+
+MODELS = ("image only", "side features only", "fused")
+
+
+def _records(tmp: Path, per_class: int, noise: float) -> tuple[Path, Path]:
+    from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
+    from app.data.writer import write_tfrecords
+
+    manifest = generate_side_feature_dataset(tmp / "photos", per_class=per_class, noise=noise)
+    fused, image_only = tmp / "records-fused", tmp / "records-image-only"
+    for out, columns in ((fused, FEATURE_COLUMNS), (image_only, None)):
+        write_tfrecords(manifest, out, val_fraction=0.2, test_fraction=0.2, num_shards=2, feature_columns=columns)
+    return fused, image_only
+
+
+def _trained_test_accuracy(data: Path, out: Path, seed: int, weights: str, fixed: dict) -> tuple[float, float]:
+    """(val, test) accuracy of fine_tune.py's phases (no export) on `data`."""
+    from app.training.context import setup
+    from app.training.train import evaluate_split, run_phase1, run_phase2
+
+    cfg = load_config(None, {"data": str(data), "out": str(out), "weights": weights, "seed": seed, "calibrate": False,
+                             **fixed})
+    ctx = setup(cfg, overwrite=True)
+    with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the result
+        kept = run_phase1(ctx)
+        if cfg.epochs_finetune:
+            kept = run_phase2(ctx, kept)
+        return kept.val_accuracy, evaluate_split(ctx, "test").accuracy
+
+
+def _side_rows(data: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    from app.data.pipeline import make_eval_dataset
+
+    sides, labels = [], []
+    for inputs, y in make_eval_dataset(data, split=split, image_size=32, batch_size=256):
+        sides.append(inputs["side"].numpy())
+        labels.append(y.numpy())
+    return np.concatenate(sides), np.concatenate(labels)
+
+
+def _side_only_accuracy(data: Path, seed: int) -> tuple[float, float]:
+    """(val, test) accuracy of the side branch and head alone, early-stopped on val loss."""
+    import keras
+
+    from app.data.pipeline import load_dataset_info
+    from app.models.classifier import SIDE_UNITS
+    from app.models.layers import SideFeatureEncoding
+
+    info = load_dataset_info(data)
+    keras.utils.set_random_seed(seed)
+    side = keras.Input((info.side_width,), name="side")
+    hidden = keras.layers.Dense(SIDE_UNITS, activation="relu")(SideFeatureEncoding(info.side_features)(side))
+    model = keras.Model(side, keras.layers.Dense(len(info.classes))(hidden))
+    model.compile(keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    (x, y), val, test = (_side_rows(data, s) for s in ("train", "val", "test"))
+    stop = keras.callbacks.EarlyStopping(patience=20, restore_best_weights=True)
+    model.fit(x, y, validation_data=val, epochs=300, batch_size=32, callbacks=[stop], verbose=0)
+    return model.evaluate(*val, verbose=0)[1], model.evaluate(*test, verbose=0)[1]
+
+
+def run_side_benchmark(*, weights: str, seeds: tuple[int, ...], per_class: int = 100, noise: float = 0.6,
+                       log: Callable[[str], None] = print, **fixed: object) -> list[dict]:
+    """One row per (model, seed), the three models alternating within each seed."""
+    load_config(None, {"weights": weights, **fixed})  # a bad key or value fails now
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        fused, image_only = _records(tmp, per_class, noise)
+        for seed in seeds:
+            for model in MODELS:
+                if model == "side features only":
+                    val, test = _side_only_accuracy(fused, seed)
+                else:
+                    data = fused if model == "fused" else image_only
+                    val, test = _trained_test_accuracy(data, tmp / "run", seed, weights, fixed)
+                rows.append({"model": model, "seed": seed, "val_accuracy": val, "test_accuracy": test})
+                log(f"{model}, seed {seed}: val {val:.3f}, test {test:.3f}")
+    return rows
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    out = []
+    for model in MODELS:
+        group = [r for r in rows if r["model"] == model]
+        out.append({"model": model, "seeds": len(group), "val_accuracy": mean_sd([r["val_accuracy"] for r in group]),
+                    "test_accuracy": mean_sd([r["test_accuracy"] for r in group])})
+    return out
+
+
+def format_summary(summary: list[dict]) -> str:
+    from app.table import format_table
+
+    head = ["model", "seeds", "val accuracy", "test accuracy"]
+    return format_table([head] + [[str(s[k]) for k in ("model", "seeds", "val_accuracy", "test_accuracy")] for s in summary])
