@@ -100,11 +100,24 @@ print("METRICS", json.dumps(train_module.train(cfg)))
 """
 
 
+def _side_feature_records(tmp_path: Path) -> Path:
+    from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
+    from app.data.writer import write_tfrecords
+
+    manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=8, image_size=48)
+    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
+                    test_fraction=0.25, num_shards=2)
+    return tmp_path / "records"
+
+
 @pytest.mark.slow
-def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Path, tmp_path: Path):
+@pytest.mark.parametrize("kind", ["images", "side features"])
+def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Path, tmp_path: Path, kind: str):
     """Several GPUs on one host, stood in for by two logical CPU devices (set before TF starts,
-    hence the subprocess): global batch = per-replica batch x 2, every val example counted."""
-    cfg = {"data": str(demo_records), "out": str(tmp_path / "run"), "weights": "none", "image_size": 64,
+    hence the subprocess): global batch = per-replica batch x 2, every val example counted; the
+    {image, side} inputs of a side-features dataset are split between the replicas alike."""
+    data = demo_records if kind == "images" else _side_feature_records(tmp_path)
+    cfg = {"data": str(data), "out": str(tmp_path / "run"), "weights": "none", "image_size": 64,
            "batch_size": 4, "epochs_head": 1, "epochs_finetune": 1, "max_steps_per_epoch": 2}
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("PHOTOCLF_WEIGHTS", None)
@@ -114,5 +127,6 @@ def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Pa
     log = out.stdout + out.stderr
     assert "strategy MirroredStrategy: 1 worker(s), 2 replica(s) in sync; global batch 8 (4 per replica)" in log
     metrics = json.loads(log.split("METRICS ", 1)[1].splitlines()[0])
-    assert metrics["test"]["count"] == load_dataset_info(demo_records).num_examples("test")
-    assert tf.saved_model.load(metrics["export"]).signatures["serving_default"] is not None
+    assert metrics["test"]["count"] == load_dataset_info(data).num_examples("test")
+    inputs = tf.saved_model.load(metrics["export"]).signatures["serving_default"].structured_input_signature[1]
+    assert sorted(inputs) == (["image_bytes"] if kind == "images" else ["image_bytes", "reading", "site"])
