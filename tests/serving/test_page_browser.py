@@ -60,3 +60,43 @@ def test_the_page_shows_the_models_label_for_an_uploaded_photo(browser, trained_
         assert browser.find_element(By.CSS_SELECTOR, ".card .name").text == "star.png"
     finally:
         server.stop()
+
+
+def test_a_side_features_model_gets_the_fields_typed_on_the_page(browser, tmp_path: Path):
+    """The page shows one field per side feature and sends them with the photo (as :classify
+    query parameters): the labels shown are those of the same request sent directly."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from app.config import TrainConfig
+    from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
+    from app.data.writer import write_tfrecords
+    from app.training.train import train
+
+    manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=6, image_size=48)
+    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
+                    test_fraction=0.25, num_shards=1)
+    train(TrainConfig(data=str(tmp_path / "records"), out=str(tmp_path / "shapes"), weights="none", image_size=32,
+                      batch_size=4, epochs_head=1, epochs_finetune=0, max_steps_per_epoch=2))
+    photo = sorted((tmp_path / "photos" / "images").glob("*.jpg"))[0]
+    server = Server(tmp_path / "shapes" / "export" / "shapes")
+    try:
+        status, expected = server.request("/v1/models/shapes:classify?reading=40&site=north", photo.read_bytes(), "image/jpeg")
+        _, without = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/jpeg")
+        def shown_as(body: dict) -> list[tuple[str, str]]:
+            return [(p["label"], f"{100 * p['score']:.1f}%") for p in body["predictions"]]
+
+        assert status == 200 and shown_as(expected) != shown_as(without)  # the fields visibly change the answer
+        browser.get(server.base + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "side").is_displayed())
+        browser.find_element(By.NAME, "reading").send_keys("40")
+        browser.find_element(By.NAME, "site").send_keys("north")
+        browser.find_element(By.ID, "files").send_keys(str(photo))
+        wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .row .label")))
+        rows = browser.find_elements(By.CSS_SELECTOR, ".card .row")
+        shown = [(r.find_element(By.CLASS_NAME, "label").text, r.find_element(By.CLASS_NAME, "score").text) for r in rows]
+        assert shown == shown_as(expected)
+    finally:
+        server.stop()
