@@ -26,6 +26,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--feature-columns", default=None, metavar="COLS",
                    help="manifest columns stored as side features, e.g. 'age,site:categorical' (numeric unless"
                         " ':categorical'; empty or NA cells are missing, see README 'Side features')")
+    p.add_argument("--multi-label", action="store_true",
+                   help="a manifest whose label cells list several labels, 'car|person' (an empty cell: none)")
     p.add_argument("--num-writers", type=int, default=1, help="split the work over N machines (default 1); then run merge_tfrecords.py OUT")
     p.add_argument("--writer-index", type=int, default=0, help="this machine's index in [0, N) (default 0)")
     return p.parse_args()
@@ -40,7 +42,7 @@ def main() -> None:
         args.src, args.out, val_fraction=args.val_fraction, test_fraction=args.test_fraction, seed=args.seed,
         num_shards=args.num_shards, max_side=args.max_side, workers=args.workers, overwrite=args.overwrite,
         num_writers=args.num_writers, writer_index=args.writer_index, drop_duplicates=args.drop_duplicates,
-        feature_columns=args.feature_columns,
+        feature_columns=args.feature_columns, multi_label=args.multi_label,
     )
     if args.num_writers > 1:
         shards = sum(len(v) for v in meta["shards"].values())

@@ -82,6 +82,25 @@ def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None
     return image.filter(ImageFilter.GaussianBlur(0.7))
 
 
+def draw_scene(kinds: list[str], rng: np.random.Generator, size: int) -> Image.Image:
+    """Several shapes in one square image (multi-label data): each of `kinds` in its own cell of
+    a 2x2 grid, chosen at random, with a random colour, size and rotation."""
+    image = _background(rng, size, size)
+    draw = ImageDraw.Draw(image)
+    cells = rng.permutation(4)[: len(kinds)]
+    for kind, cell in zip(kinds, cells):
+        r = rng.uniform(0.14, 0.22) * size
+        cx = (cell % 2 + 0.5) * size / 2 + rng.uniform(-0.04, 0.04) * size
+        cy = (cell // 2 + 0.5) * size / 2 + rng.uniform(-0.04, 0.04) * size
+        color = tuple(int(v) for v in rng.integers(0, 256, 3))
+        outline = tuple(255 - v for v in color)
+        if kind == "circle":
+            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=color, outline=outline, width=2)
+        else:
+            draw.polygon(_shape_points(kind, cx, cy, r, rng.uniform(0, 2 * math.pi)), fill=color, outline=outline, width=2)
+    return image.filter(ImageFilter.GaussianBlur(0.7))
+
+
 def encode_image(image: Image.Image, fmt: str) -> bytes:
     out = io.BytesIO()
     image.save(out, format=fmt, quality=90) if fmt == "JPEG" else image.save(out, format=fmt)

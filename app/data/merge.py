@@ -37,7 +37,8 @@ def merge_writers(out: str | Path) -> dict:
         if m["classes"] != first["classes"] or m["options"] != first["options"]:
             raise UserError(f"{out}: writer parts were made with different classes or options")
     merged = {**first, "counts": {}, "shards": {}, "shard_records": {}, "reencoded": 0, "bytes": 0, "skipped": []}
-    merged.pop("side_feature_missing", None)  # summed over the parts below
+    merged.pop("side_feature_missing", None)  # these two are summed over the parts below
+    merged.pop("examples", None)
     merged.pop("writer")
     for m in metas:
         for split, per_class in m["counts"].items():
@@ -50,6 +51,9 @@ def merge_writers(out: str | Path) -> dict:
         merged["reencoded"] += m["reencoded"]
         merged["bytes"] += m["bytes"]
         merged["skipped"] += m["skipped"]
+        for split, n in m.get("examples", {}).items():
+            merged.setdefault("examples", {}).setdefault(split, 0)
+            merged["examples"][split] += n
         for split, per_column in m.get("side_feature_missing", {}).items():
             target = merged.setdefault("side_feature_missing", {}).setdefault(split, dict.fromkeys(per_column, 0))
             for name, n in per_column.items():

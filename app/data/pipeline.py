@@ -38,12 +38,20 @@ class DatasetInfo:
     shards: dict[str, list[str]]
     shard_records: dict[str, int]
     side_features: list[dict] = dataclasses.field(default_factory=list)  # side_features.fit's columns
+    task: str = "single_label"  # or "multi_label": labels are then multi-hot, counts are per label
+    examples: dict[str, int] = dataclasses.field(default_factory=dict)  # photos per split (multi-label)
 
     @property
     def side_width(self) -> int:
         return len(self.side_features)
 
+    @property
+    def multi_label(self) -> bool:
+        return self.task == "multi_label"
+
     def num_examples(self, split: str) -> int:
+        if self.multi_label:  # a photo counts once, whatever number of labels it has
+            return self.examples.get(split, 0)
         return sum(self.counts.get(split, {}).values())
 
     def shard_paths(self, split: str) -> list[str]:
@@ -65,7 +73,7 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")
     return DatasetInfo(root, meta["classes"], meta["counts"], meta["shards"], meta.get("shard_records", {}),
-                       meta.get("side_features", []))
+                       meta.get("side_features", []), meta.get("task", "single_label"), meta.get("examples", {}))
 
 
 def map_image(inputs, fn):
@@ -184,16 +192,25 @@ def _record_shard(files: list[str], input_context: tf.distribute.InputContext | 
     return None
 
 
-def _parse(records: tf.data.Dataset, counter: RecordCounter | None, side_width: int = 0) -> tf.data.Dataset:
-    """Batched parse (one parse_example per PARSE_BATCH records), then back to single examples."""
+def _multi_hot(ids: tf.SparseTensor, num_labels: int) -> tf.Tensor:
+    """[B, ?] sparse label ids → float32 [B, num_labels] (1 where the photo has the label)."""
+    dense = tf.sparse.to_dense(ids, default_value=-1)
+    return tf.reduce_max(tf.one_hot(dense, num_labels, dtype=tf.float32), axis=1)  # -1 one-hots to zeros
+
+
+def _parse(records: tf.data.Dataset, counter: RecordCounter | None, info: DatasetInfo) -> tf.data.Dataset:
+    """Batched parse (one parse_example per PARSE_BATCH records), then back to single examples.
+    Labels: int32 class ids, or (multi-label) float32 multi-hot vectors."""
 
     def parse(serialized: tf.Tensor, shards: tf.Tensor) -> dict[str, tf.Tensor]:
-        features = schema.parse_batch(serialized, side_width)
+        features = schema.parse_batch(serialized, info.side_width, info.multi_label)
         if counter is not None:
             counter.read.assign_add(tf.cast(tf.size(serialized), tf.int64))
-        parsed = {"encoded": features[schema.ENCODED], "label": tf.cast(features[schema.LABEL], tf.int32),
+        labels = features[schema.LABEL]
+        labels = _multi_hot(labels, len(info.classes)) if info.multi_label else tf.cast(labels, tf.int32)
+        parsed = {"encoded": features[schema.ENCODED], "label": labels,
                   "filename": features[schema.FILENAME], "shard": shards}
-        if side_width:
+        if info.side_width:
             parsed["side"] = features[schema.SIDE_VALUES]
         return parsed
 
@@ -271,7 +288,7 @@ def make_train_dataset(
     ds = _records(file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8),
                   record_shard=_record_shard(files, input_context))
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    ds = _parse(ds, counter, info.side_width)
+    ds = _parse(ds, counter, info)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
     ds = tf.data.Dataset.zip(ds, seeds)
     ds = _decoded(ds, _train_decoder(image_size, augment), strict=strict, deterministic=deterministic, counter=counter)
@@ -304,7 +321,7 @@ def make_eval_dataset(
         verify_shards(files)
     ds = _records(_shard_files(files, input_context), strict=strict, deterministic=True, cycle_length=1,
                   record_shard=_record_shard(files, input_context))
-    ds = _parse(ds, counter, info.side_width)
+    ds = _parse(ds, counter, info)
     decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)
     if with_filenames:

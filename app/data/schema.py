@@ -41,16 +41,18 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 
 def make_example(
-    jpeg: bytes, label: int, class_name: str, height: int, width: int, filename: str, side: list[float] | None = None
+    jpeg: bytes, label: int | list[int], class_name: str, height: int, width: int, filename: str,
+    side: list[float] | None = None,
 ) -> tf.train.Example:
-    """One image as a `tf.train.Example`; `jpeg` must already be a valid RGB JPEG. `side` (the
-    encoded side features) is stored only when the dataset has them."""
+    """One image as a `tf.train.Example`; `jpeg` must already be a valid RGB JPEG. A multi-label
+    photo's `label` is the list of its label ids (any length, also none), `class_name` its labels
+    joined by '|'. `side` (the encoded side features) is stored only when the dataset has them."""
 
     def _bytes(value: bytes) -> tf.train.Feature:
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
-    def _int(value: int) -> tf.train.Feature:
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+    def _int(value: int | list[int]) -> tf.train.Feature:
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=value if isinstance(value, list) else [value]))
 
     feature = {
         ENCODED: _bytes(jpeg),
@@ -66,11 +68,17 @@ def make_example(
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def feature_spec(side_width: int = 0) -> dict[str, tf.io.FixedLenFeature]:
-    """What a record holds: FEATURE_SPEC, plus the side-feature vector when the dataset has one."""
-    return {**FEATURE_SPEC, SIDE_VALUES: tf.io.FixedLenFeature([side_width], tf.float32)} if side_width else FEATURE_SPEC
+def feature_spec(side_width: int = 0, multi_label: bool = False) -> dict:
+    """What a record holds: FEATURE_SPEC, plus the side-feature vector when the dataset has one;
+    a multi-label dataset's label is a variable-length list of ids (parsed as a SparseTensor)."""
+    spec = dict(FEATURE_SPEC)
+    if side_width:
+        spec[SIDE_VALUES] = tf.io.FixedLenFeature([side_width], tf.float32)
+    if multi_label:
+        spec[LABEL] = tf.io.VarLenFeature(tf.int64)
+    return spec
 
 
-def parse_batch(serialized: tf.Tensor, side_width: int = 0) -> dict[str, tf.Tensor]:
+def parse_batch(serialized: tf.Tensor, side_width: int = 0, multi_label: bool = False) -> dict[str, tf.Tensor]:
     """Parse a batch (vector) of serialized Examples in one op: much cheaper than per record."""
-    return tf.io.parse_example(serialized, feature_spec(side_width))
+    return tf.io.parse_example(serialized, feature_spec(side_width, multi_label))

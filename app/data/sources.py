@@ -36,6 +36,16 @@ class Source:
     skipped: list[dict[str, str]]  # {path, reason} for files rejected before conversion
     layout: str  # "folders", "presplit" or "manifest"
     side_columns: tuple[Column, ...] = ()
+    task: str = "single_label"  # or "multi_label": class_name is then the image's labels joined by LABEL_SEPARATOR
+
+
+LABEL_SEPARATOR = "|"  # between the labels of one photo in a multi-label manifest
+_OTHER_SEPARATORS = (";", ",", "/", "+")  # a label list written with one of these is a mistake, not a label
+
+
+def photo_labels(class_name: str) -> list[str]:
+    """A multi-label source image's labels ([] for a photo with none)."""
+    return [n for n in class_name.split(LABEL_SEPARATOR) if n]
 
 
 def _is_hidden(name: str) -> bool:
@@ -152,8 +162,24 @@ def _side_cells(row: list[str], at: list[int], columns: tuple[Column, ...], wher
 Manifest = dict[str, dict[str, list[Path]]]  # {split: {class: paths}}
 
 
-def _from_manifest(csv_path: Path, skipped: list[dict[str, str]],
-                   columns: tuple[Column, ...] = ()) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
+def _label_key(label: str, multi_label: bool, where: str) -> str:
+    """A manifest's label cell → the class name it is filed under: itself, or (multi-label) its
+    labels sorted and joined by LABEL_SEPARATOR ('' for none)."""
+    if not multi_label:
+        if LABEL_SEPARATOR in label:
+            raise UserError(f"{where}: label '{label}' lists several labels; pass --multi-label for a multi-label dataset")
+        if not label:
+            raise UserError(f"{where}: empty label")
+        return label
+    names = sorted({n.strip() for n in label.split(LABEL_SEPARATOR) if n.strip()})
+    for name in names:
+        if any(sep in name for sep in _OTHER_SEPARATORS):
+            raise UserError(f"{where}: label '{name}' looks like a list; separate a photo's labels with '{LABEL_SEPARATOR}'")
+    return LABEL_SEPARATOR.join(names)
+
+
+def _from_manifest(csv_path: Path, skipped: list[dict[str, str]], columns: tuple[Column, ...] = (),
+                   multi_label: bool = False) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
     """Returns {split: {class: paths}} (split '' when the manifest has no split column), whether
     it has a split column, and each path's side-feature cells."""
     with csv_path.open(newline="") as f:
@@ -170,12 +196,10 @@ def _from_manifest(csv_path: Path, skipped: list[dict[str, str]],
         if len(row) != len(rows[0]):
             raise UserError(f"{csv_path}:{line_no}: expected {len(rows[0])} columns, got {len(row)}")
         path = (csv_path.parent / row[0].strip()).resolve()
-        label = row[1].strip()
+        label = _label_key(row[1].strip(), multi_label, f"{csv_path}:{line_no}")
         split = row[2].strip() if has_split else ""
         if has_split and split not in SPLITS:
             raise UserError(f"{csv_path}:{line_no}: split must be one of {SPLITS}, got '{split}'")
-        if not label:
-            raise UserError(f"{csv_path}:{line_no}: empty label")
         if keep_at is not None and row[keep_at].strip().lower() in _FALSE:
             skipped.append({"path": row[0].strip(), "reason": f"{KEEP_COLUMN} = {row[keep_at].strip()} in the manifest"})
             continue
@@ -194,10 +218,35 @@ def _relpath(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _check_labels(by_split: dict[str, dict[str, list[Path]]], src: Path) -> list[str]:
+    """Multi-label: every label needs a photo in training; a label missing from a requested
+    split is allowed (its figures there are undefined, and the evaluation says so)."""
+    labels = sorted({n for per_key in by_split.values() for key in per_key for n in photo_labels(key)})
+    if len(labels) < 2:
+        raise UserError(f"{src}: found {len(labels)} label(s) {labels}; a classifier needs at least 2")
+    in_train = {n for key, paths in by_split["train"].items() if paths for n in photo_labels(key)}
+    missing = [n for n in labels if n not in in_train]
+    if missing:
+        raise UserError(f"{src}: label(s) {missing} have no photo in the training split")
+    return labels
+
+
+def _split_multi_label(manifest: Manifest, val_fraction: float, test_fraction: float, seed: int) -> dict[str, Manifest]:
+    """A seeded random split of all photos (label sets are too many to stratify by), filed back
+    under their label sets."""
+    key_of = {p: key for key, paths in manifest.get("", {}).items() for p in paths}
+    shuffled = split_stratified({"all": list(key_of)}, val_fraction, test_fraction, seed)
+    by_split: dict[str, Manifest] = {}
+    for split, per in shuffled.items():
+        for p in per.get("all", []):
+            by_split.setdefault(split, {}).setdefault(key_of[p], []).append(p)
+    return by_split
+
+
 def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                feature_columns: tuple[Column, ...] = ()) -> Source:
-    """Resolve SRC into a list of images with class, split and side-feature cells. Raises
-    UserError on bad input."""
+                feature_columns: tuple[Column, ...] = (), multi_label: bool = False) -> Source:
+    """Resolve SRC into a list of images with class (multi-label: label set), split and
+    side-feature cells. Raises UserError on bad input."""
     src = Path(src)
     _check_fractions(val_fraction, test_fraction)
     skipped: list[dict[str, str]] = []
@@ -206,15 +255,20 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
         raise UserError(f"{src}: no such file or folder")
     if feature_columns and not src.is_file():
         raise UserError(f"--feature-columns: {src} is a folder; side features come from a CSV manifest's columns")
+    if multi_label and not src.is_file():
+        raise UserError(f"--multi-label: {src} is a folder of class folders, one label per photo;"
+                        f" several labels per photo come from a CSV manifest ('car{LABEL_SEPARATOR}person')")
     if src.is_file():
         if src.suffix.lower() != ".csv":
             raise UserError(f"{src}: expected a folder of class folders or a .csv manifest")
         root = src.parent.resolve()
-        manifest, has_split, cells = _from_manifest(src, skipped, tuple(feature_columns))
+        manifest, has_split, cells = _from_manifest(src, skipped, tuple(feature_columns), multi_label)
         if not manifest:
             raise UserError(f"{src}: the manifest lists no images")
         if has_split:
             by_split = {s: manifest.get(s, {}) for s in SPLITS}
+        elif multi_label:
+            by_split = {s: {} for s in SPLITS} | _split_multi_label(manifest, val_fraction, test_fraction, seed)
         else:
             by_split = split_stratified(manifest[""], val_fraction, test_fraction, seed)
         layout = "manifest"
@@ -233,11 +287,12 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
             layout = "folders"
     if not any(by_split["train"].values()):
         raise UserError(f"{src}: no training images")
-    classes = _check_classes(by_split, src)
+    classes = _check_labels(by_split, src) if multi_label else _check_classes(by_split, src)
     images = [
         SourceImage(path=p.resolve(), relpath=_relpath(p, root), class_name=name, split=split, side=cells.get(p, ()))
         for split in SPLITS
         for name, paths in sorted(by_split[split].items())
         for p in paths
     ]
-    return Source(images=images, classes=classes, skipped=skipped, layout=layout, side_columns=tuple(feature_columns))
+    return Source(images=images, classes=classes, skipped=skipped, layout=layout, side_columns=tuple(feature_columns),
+                  task="multi_label" if multi_label else "single_label")

@@ -7,12 +7,13 @@ from app.table import format_table
 
 def format_summary(meta: dict, out_dir: str) -> str:
     splits = [s for s in ("train", "val", "test") if s in meta["counts"]]
-    rows = [["class"] + splits + ["total"]]
+    multi_label = meta.get("task") == "multi_label"  # counts: photos with each label; a photo may have several
+    rows = [["label (photos with it)" if multi_label else "class"] + splits + ["total"]]
     for name in meta["classes"]:
         per_split = [meta["counts"][s].get(name, 0) for s in splits]
         rows.append([name] + [str(n) for n in per_split] + [str(sum(per_split))])
-    totals = [sum(meta["counts"][s].values()) for s in splits]
-    rows.append(["TOTAL"] + [str(n) for n in totals] + [str(sum(totals))])
+    totals = [meta["examples"][s] if multi_label else sum(meta["counts"][s].values()) for s in splits]
+    rows.append(["PHOTOS" if multi_label else "TOTAL"] + [str(n) for n in totals] + [str(sum(totals))])
     shards = ", ".join(f"{s}: {len(meta['shards'][s])}" for s in splits)
     lines = [
         format_table(rows),
@@ -21,7 +22,9 @@ def format_summary(meta: dict, out_dir: str) -> str:
         f" the rest stored byte for byte",
     ]
     empty = [f"{name} in {s}" for s in splits for name in meta["classes"] if meta["counts"][s].get(name, 0) == 0]
-    if empty:
+    if empty and multi_label:
+        lines.append(f"WARNING: no photo with: {', '.join(empty)} (per-label figures there are undefined)")
+    elif empty:
         lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
     lines += _duplicate_lines(meta.get("duplicates"))
     lines += _side_feature_lines(meta)

@@ -7,6 +7,7 @@ shards from dataset.json, so an interrupted run never leaves a shard a reader wo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -23,7 +24,7 @@ from tqdm import tqdm
 from app import storage
 from app.data import duplicates, schema, side_features
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
-from app.data.sources import SPLITS, Source, SourceImage, scan_source
+from app.data.sources import SPLITS, Source, SourceImage, photo_labels, scan_source
 from app.errors import UserError
 from app.labels import LABELS_FILE, write_labels
 
@@ -41,13 +42,15 @@ class ShardTask:
     max_side: int | None
     max_pixels: int
     side: list[dict] = field(default_factory=list)  # the fitted side-feature columns (side_features.fit)
+    multi_label: bool = False
 
 
 @dataclass
 class ShardResult:
     name: str
     split: str
-    counts: Counter = field(default_factory=Counter)
+    counts: Counter = field(default_factory=Counter)  # photos per class (multi-label: per label)
+    written: int = 0  # records
     skipped: list[dict[str, str]] = field(default_factory=list)
     reencoded: int = 0
     bytes_written: int = 0
@@ -55,7 +58,7 @@ class ShardResult:
 
     @property
     def records(self) -> int:
-        return sum(self.counts.values())
+        return self.written
 
 
 _progress: "mp.Queue | None" = None
@@ -82,9 +85,11 @@ def write_shard(task: ShardTask, directory: str) -> ShardResult:
                 if task.side:
                     side, missing = side_features.encode(task.side, image.side)
                     result.side_missing.update(c["name"] for c, m in zip(task.side, missing) if m)
+                names = photo_labels(image.class_name) if task.multi_label else [image.class_name]
+                ids = [task.labels[n] for n in names]
                 example = schema.make_example(
                     converted.jpeg,
-                    task.labels[image.class_name],
+                    ids if task.multi_label else ids[0],
                     image.class_name,
                     converted.height,
                     converted.width,
@@ -92,7 +97,8 @@ def write_shard(task: ShardTask, directory: str) -> ShardResult:
                     side,
                 )
                 writer.write(example.SerializeToString())
-                result.counts[image.class_name] += 1
+                result.counts.update(names)
+                result.written += 1
                 result.reencoded += converted.reencoded
                 result.bytes_written += len(converted.jpeg)
             if _progress is not None:
@@ -120,7 +126,8 @@ def plan_shards(
         count = min(count, len(images))
         for index in range(count):
             name = schema.shard_name(split, index, count)
-            tasks.append(ShardTask(split, name, images[index::count], labels, max_side, max_pixels, side))
+            tasks.append(ShardTask(split, name, images[index::count], labels, max_side, max_pixels, side,
+                                   source.task == "multi_label"))
     return tasks
 
 
@@ -205,10 +212,11 @@ def _check_options(num_shards: int | None, max_side: int | None, workers: int | 
 
 
 def _scan(src: Path, val_fraction: float, test_fraction: float, seed: int,
-          drop_duplicates: bool, feature_columns: str | None) -> tuple[Source, list[list[SourceImage]]]:
+          drop_duplicates: bool, feature_columns: str | None, multi_label: bool) -> tuple[Source, list[list[SourceImage]]]:
     """The source to convert, and its byte-identical groups (the same on every writer: they
     plan the same shards), dropped from it with `drop_duplicates`."""
-    source = scan_source(src, val_fraction, test_fraction, seed, tuple(side_features.parse_columns(feature_columns)))
+    source = scan_source(src, val_fraction, test_fraction, seed, tuple(side_features.parse_columns(feature_columns)),
+                         multi_label)
     groups = duplicates.duplicate_groups(source)
     return (duplicates.drop_duplicates(source, groups) if drop_duplicates else source), groups
 
@@ -230,23 +238,25 @@ def write_tfrecords(
     writer_index: int = 0,
     drop_duplicates: bool = False,
     feature_columns: str | None = None,
+    multi_label: bool = False,
 ) -> dict:
     """Convert SRC into shards in OUT and return the dataset.json contents.
 
     With num_writers > 1, N machines run the same command with writer_index 0..N-1: each plans
     the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT).
     OUT may be local or a gs:// (any tf.io.gfile) URL; SRC is a local folder or CSV.
-    `feature_columns` ('age,site:categorical') stores those manifest columns as side features."""
+    `feature_columns` ('age,site:categorical') stores those manifest columns as side features;
+    `multi_label` reads a manifest's label cells as lists ('car|person')."""
     src, out = Path(src), str(out)
     _check_options(num_shards, max_side, workers, num_writers, writer_index)
     part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
     _check_out(out, overwrite, part)
-    source, groups = _scan(src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns)
+    source, groups = _scan(src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns, multi_label)
     tasks = plan_shards(source, num_shards, target_shard_mb, seed, max_side, max_pixels)
     if part is not None:
         tasks = tasks[writer_index::num_writers]
         if writer_index:  # files rejected by the scan are reported once, by writer 0
-            source = Source(source.images, source.classes, [], source.layout, source.side_columns)
+            source = dataclasses.replace(source, skipped=[])
     if workers is None:
         workers = 1 if len(source.images) < MIN_IMAGES_FOR_WORKERS else os.cpu_count() or 1
     workers = max(1, min(workers, len(tasks)))
@@ -262,12 +272,21 @@ def write_tfrecords(
         metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
         if tasks and tasks[0].side:
             metadata.update(_side_metadata(tasks[0].side, results, feature_columns))
+        if source.task == "multi_label":  # counts are then positives per label; examples, photos
+            metadata.update(task=source.task, examples=_examples_per_split(results))
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)
     finally:
         storage.rmtree(staging)
     return metadata
+
+
+def _examples_per_split(results: list[ShardResult]) -> dict[str, int]:
+    examples: Counter = Counter()
+    for result in results:
+        examples[result.split] += result.written
+    return dict(examples)
 
 
 def _side_metadata(side: list[dict], results: list[ShardResult], feature_columns: str) -> dict:
