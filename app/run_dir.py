@@ -120,6 +120,11 @@ class FinishedRun:
         return self.state["image_size"]
 
     @property
+    def multi_label(self) -> bool:
+        """Sigmoid outputs, one per label, and per-label decision thresholds (metrics.json)."""
+        return self.state.get("task") == "multi_label"
+
+    @property
     def side_features(self) -> list[dict]:
         """The side-feature columns the model takes besides the image ([] for image-only runs)."""
         return self.state.get("side_features", [])
@@ -132,7 +137,8 @@ class FinishedRun:
 
         spec = get_backbone(self.state["backbone"])
         backbone, _ = load_backbone(spec, self.image_size, "auto" if spec.hub_handle else "none")
-        clf = build_classifier(spec, backbone, len(self.classes), self.image_size, self.config.dropout, self.side_features)
+        clf = build_classifier(spec, backbone, len(self.classes), self.image_size, self.config.dropout, self.side_features,
+                               self.multi_label)
         clf.model.load_weights(str(self.run.final_weights))
         return served_model(clf, self.metrics.get("calibration"))
 

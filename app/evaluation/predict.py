@@ -27,12 +27,13 @@ from app.errors import UserError
 from app.export import layout
 from app.serving.runtime import load_runtime, probabilities_or_reasons
 
-Example = tuple[bytes, int, str, dict]  # encoded image, dataset label id, filename, side features ({} if none)
+# encoded image, dataset label id (multi-label: a tuple of ids), filename, side features ({} if none)
+Example = tuple[bytes, int | tuple[int, ...], str, dict]
 
 
 @dataclass
 class Predictions:
-    labels: np.ndarray  # model label ids
+    labels: np.ndarray  # model label ids; multi-label: multi-hot [N, C]
     probabilities: np.ndarray
     filenames: list[str]
     classes: list[str]  # the model's classes
@@ -48,11 +49,12 @@ def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int,
 
     def gen() -> Iterator[Example]:
         keys = (schema.ENCODED, schema.LABEL, schema.FILENAME) + ((schema.SIDE_VALUES,) if info.side_width else ())
-        spec = {k: schema.feature_spec(info.side_width)[k] for k in keys}
+        spec = {k: schema.feature_spec(info.side_width, info.multi_label)[k] for k in keys}
         for raw in tf.data.TFRecordDataset(paths).ignore_errors(log_warning=True):
             ex = tf.io.parse_single_example(raw, spec)
             side = side_features.decode(info.side_features, ex[schema.SIDE_VALUES].numpy()) if info.side_width else {}
-            yield ex[schema.ENCODED].numpy(), int(ex[schema.LABEL]), ex[schema.FILENAME].numpy().decode(), side
+            label = tuple(int(i) for i in ex[schema.LABEL].values.numpy()) if info.multi_label else int(ex[schema.LABEL])
+            yield ex[schema.ENCODED].numpy(), label, ex[schema.FILENAME].numpy().decode(), side
 
     return info.classes, total, gen()
 
@@ -123,6 +125,11 @@ def predict(version_dir: Path, data_classes: list[str], total: int, examples: It
         for (data, label, name, _), p in zip(batch, results):
             if isinstance(p, str):
                 skipped.append({"path": name, "reason": p})
+                continue
+            if isinstance(label, tuple):  # multi-label: no single guess to call a mistake
+                labels.append(np.isin(np.arange(len(classes)), mapping[list(label)]).astype(np.int64))
+                probs.append(p)
+                names.append(name)
                 continue
             label = int(mapping[label])
             labels.append(label)

@@ -20,7 +20,15 @@ from app.models.tta import check_tta
 from app.run_dir import FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
-NO_LITERT_WITH_SIDE_FEATURES = "not written: LiteRT files of models with side features are not supported yet"
+NO_LITERT = {"side_features": "not written: LiteRT files of models with side features are not supported yet",
+             "multi_label": "not written: LiteRT files of multi-label models are not supported yet"}
+
+
+def _thresholds(run: FinishedRun, metrics: dict) -> list[float] | None:
+    """A multi-label run's per-label decision thresholds (0.5 each if the run chose none)."""
+    if not run.multi_label:
+        return None
+    return (metrics.get("thresholds") or {}).get("thresholds") or [0.5] * len(run.classes)
 
 
 def build_metadata(run: FinishedRun, metrics: dict) -> dict:
@@ -32,6 +40,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "package_version": app.__version__, "input": "0..255 RGB; serving_default takes encoded image bytes",
         **({"side_features": run.side_features} if run.side_features else {}),
+        **({"task": "multi_label", "thresholds": _thresholds(run, metrics)} if run.multi_label else {}),
     }
 
 
@@ -58,12 +67,16 @@ def export_run(
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
+    unsupported = [NO_LITERT[k] for k, on in (("side_features", finished.side_features),
+                                               ("multi_label", finished.multi_label)) if on]
+
     def litert(staged: Path) -> dict:
-        if finished.side_features:
-            return {"litert": {mode: {"passed": False, "missing": NO_LITERT_WITH_SIDE_FEATURES} for mode in modes}}
+        if unsupported:
+            return {"litert": {mode: {"passed": False, "missing": unsupported[0]} for mode in modes}}
         return write_litert(model, staged, finished.image_size, finished.config.data, modes, tta)
 
     path = export_saved_model(model, finished.classes, finished.image_size, export_dir, name, version=version,
                               metadata=metadata, top_k=top_k, max_megapixels=max_megapixels, tta=tta,
-                              finish=litert, side_features=finished.side_features)
+                              finish=litert, side_features=finished.side_features,
+                              thresholds=_thresholds(finished, metrics or finished.metrics))
     return {"saved_model": str(path), "litert": read_metadata(path)["litert"]}

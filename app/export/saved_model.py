@@ -12,6 +12,8 @@ Signatures (all return probabilities [N, C], class_ids/classes/scores [N, k]):
 A model with side features (app/data/side_features.py) takes them too: the byte signatures one
 input per column, named as in the manifest (app/export/side_inputs.py), before `key`;
 predict_images a `side` float32 [N, F] vector as stored in the TFRecords.
+A multi-label model (per-label sigmoids) also returns `labels_above_threshold` string [N, C]:
+the labels at or above their decision thresholds (chosen on validation), by score, "" after them.
 With `tta="flip"` every signature averages the probabilities of each image and its mirror.
 An undecodable image fails the whole call with InvalidArgumentError (TF cannot flag one item
 without decoding it); the local server then retries items one by one to name the bad one.
@@ -46,8 +48,10 @@ DEFAULT_TOP_K = 5
 class ServingModule(tf.Module):
     def __init__(self, model: keras.Model, classes: list[str], image_size: int, crop_fraction: float, top_k: int,
                  labels_file: Path, metadata_file: Path, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-                 tta: str = "none", side_features: list[dict] | None = None) -> None:
+                 tta: str = "none", side_features: list[dict] | None = None,
+                 thresholds: list[float] | None = None) -> None:
         super().__init__()
+        self.thresholds = tf.constant(thresholds, tf.float32) if thresholds else None
         # The model is called through a closure and only its variables are tracked: saving the
         # Keras object graph of every layer took more than half of the export's time.
         self._call_model = lambda inputs: model(inputs, training=False)
@@ -73,8 +77,18 @@ class ServingModule(tf.Module):
         call = (lambda x: self._call_model({"image": x, "side": side[0]})) if side else self._call_model
         probabilities = tf.cast(with_tta(call, images, self.tta), tf.float32)
         scores, class_ids = tf.math.top_k(probabilities, k=self.top_k)
-        return {"probabilities": probabilities, "class_ids": class_ids,
-                "classes": tf.gather(self.class_names, class_ids), "scores": scores}
+        outputs = {"probabilities": probabilities, "class_ids": class_ids,
+                   "classes": tf.gather(self.class_names, class_ids), "scores": scores}
+        if self.thresholds is not None:
+            outputs["labels_above_threshold"] = self._above_threshold(probabilities)
+        return outputs
+
+    def _above_threshold(self, probabilities: tf.Tensor) -> tf.Tensor:
+        """Every label by score, kept where it reaches its threshold ("" elsewhere, so at the end)."""
+        above = probabilities >= self.thresholds
+        ranked = tf.where(above, probabilities, probabilities - 2.0)  # labels above their threshold rank first
+        _, ids = tf.math.top_k(ranked, k=int(self.class_names.shape[0]))
+        return tf.where(tf.gather(above, ids, batch_dims=1), tf.gather(self.class_names, ids), "")
 
     # The byte signatures call the traced functions above them rather than their Python bodies,
     # so the model's graph is traced once for the three signatures, not three times.
@@ -106,6 +120,7 @@ def export_saved_model(
     version: int | None = None, metadata: dict | None = None, top_k: int = DEFAULT_TOP_K,
     crop_fraction: float = DEFAULT_CROP_FRACTION, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
     tta: str = "none", finish: Callable[[Path], dict] | None = None, side_features: list[dict] | None = None,
+    thresholds: list[float] | None = None,
 ) -> Path:
     """Write EXPORT_ROOT/NAME/VERSION atomically (temp dir + rename); never overwrite a version.
 
@@ -132,7 +147,7 @@ def export_saved_model(
         metadata = {**(metadata or {}), "max_megapixels": max_megapixels, "top_k": min(top_k, len(classes)), "tta": tta}
         storage.write_json_atomic(metadata_file, metadata)
         module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file, max_megapixels, tta,
-                               side_features)
+                               side_features, thresholds)
         saved = staging / "model"
         with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
             tf.saved_model.save(module, str(saved), signatures={

@@ -1,4 +1,5 @@
-"""The classifier: 0..255 RGB → normalise → backbone → pool → dropout → logits → softmax.
+"""The classifier: 0..255 RGB → normalise → backbone → pool → dropout → logits → softmax (or,
+multi-label, one sigmoid per label).
 
 With side features (app/data/side_features.py) the model takes {"image", "side"}: the side
 vector is encoded (standardised numbers, one-hot categories: "side_encoding"), passed through
@@ -42,8 +43,9 @@ def _side_branch(side_features: list[dict]) -> tuple[keras.layers.Layer, ...]:
 
 
 def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int, image_size: int, dropout: float,
-                     side_features: list[dict] | None = None) -> Classifier:
-    """The models of one classifier, sharing every layer; `side_features` adds the side branch."""
+                     side_features: list[dict] | None = None, multi_label: bool = False) -> Classifier:
+    """The models of one classifier, sharing every layer; `side_features` adds the side branch;
+    `multi_label` gives one sigmoid per label instead of a softmax over classes."""
     backbone = keras.Model(backbone.input, backbone.output, name="backbone")
     backbone.trainable = False
     images = keras.Input((image_size, image_size, 3), name="image")
@@ -64,7 +66,8 @@ def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int
         features = fuse([features, dense(encode(side))])
         head_features = fuse([feature_input, dense(encode(head_side))])
     logits = logits_layer(dropout_layer(features))
-    probabilities = keras.layers.Softmax(name="probabilities", dtype="float32")(logits)
+    probabilities = (keras.layers.Activation("sigmoid", name="probabilities", dtype="float32") if multi_label
+                     else keras.layers.Softmax(name="probabilities", dtype="float32"))(logits)
     return Classifier(
         model=keras.Model(inputs, probabilities, name=f"{spec.model_name}_classifier"),
         logits_model=keras.Model(inputs, logits, name=f"{spec.model_name}_logits"),

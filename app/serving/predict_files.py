@@ -89,7 +89,9 @@ def _batches(paths: list[Path], batch_size: int) -> Iterator[list[tuple[Path, by
             yield batch
 
 
-def _rows(batch: list[tuple[Path, bytes | str]], model, classes: list[str], top_k: int, limit: float) -> list[dict]:
+def _rows(batch: list[tuple[Path, bytes | str]], model, classes: list[str], top_k: int, limit: float,
+          thresholds: list[float] | None = None) -> list[dict]:
+    """One row per file; a multi-label model's rows add the labels at or above its thresholds."""
     readable = [(i, data) for i, (_, data) in enumerate(batch) if isinstance(data, bytes)]
     results: list = [data for _, data in batch]  # read errors stay as their message
     for (i, _), result in zip(readable, probabilities_or_reasons(model, [d for _, d in readable], limit)):
@@ -99,9 +101,11 @@ def _rows(batch: list[tuple[Path, bytes | str]], model, classes: list[str], top_
         if isinstance(result, str):
             rows.append({"path": str(path), "predictions": [], "error": result})
             continue
-        top = np.argsort(-result, kind="stable")[:top_k]
+        ranked = np.argsort(-result, kind="stable")
         rows.append({"path": str(path), "predictions": [{"label": classes[c], "score": round(float(result[c]), 6)}
-                                                        for c in top], "error": None})
+                                                        for c in ranked[:top_k]], "error": None})
+        if thresholds:
+            rows[-1]["labels_above_threshold"] = [classes[c] for c in ranked if result[c] >= thresholds[c]]
     return rows
 
 
@@ -111,10 +115,13 @@ def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
             f.writelines(json.dumps(row) + "\n" for row in rows)
             return
         writer = csv.writer(f)
-        writer.writerow(["path", *[f"{k}_{i}" for i in range(1, top_k + 1) for k in ("label", "score")], "error"])
+        multi = any("labels_above_threshold" in row for row in rows)  # a multi-label model's: labels joined by |
+        writer.writerow(["path", *[f"{k}_{i}" for i in range(1, top_k + 1) for k in ("label", "score")], "error",
+                         *(["labels_above_threshold"] if multi else [])])
         for row in rows:
             cells = [v for p in row["predictions"] for v in (p["label"], p["score"])]
-            writer.writerow([row["path"], *cells, *[""] * (2 * top_k - len(cells)), row["error"] or ""])
+            extra = ["|".join(row.get("labels_above_threshold", []))] if multi else []
+            writer.writerow([row["path"], *cells, *[""] * (2 * top_k - len(cells)), row["error"] or "", *extra])
 
 
 def predict_files(model_dir: str | Path, source: str, output: str | Path, *, runtime: str = "auto", top_k: int = 5,
@@ -137,10 +144,11 @@ def predict_files(model_dir: str | Path, source: str, output: str | Path, *, run
     model = load_runtime(version, runtime)
     limit = float(layout.read_metadata(version).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     top_k = min(top_k, len(classes))
+    thresholds = layout.read_metadata(version).get("thresholds")  # a multi-label model's
     rows: list[dict] = []
     with tqdm(total=len(paths), unit="img", desc="Predicting", dynamic_ncols=True) as bar:
         for batch in _batches(paths, batch_size):
-            rows.extend(_rows(batch, model, classes, top_k, limit))
+            rows.extend(_rows(batch, model, classes, top_k, limit, thresholds))
             bar.update(len(batch))
     _write(rows, output, fmt, top_k)
     failed = [{"path": r["path"], "error": r["error"]} for r in rows if r["error"]]

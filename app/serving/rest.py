@@ -250,8 +250,11 @@ async def classify(request: web.Request) -> web.Response:
     inputs = {"image_bytes": np.array([data], dtype=object), **_side_from_query(request, model)}
     outputs = await _infer(request, model, "serving_default", inputs)
     labels = [c.decode() for c in outputs["classes"][0]]
-    return web.json_response({"model_version": model.version, "predictions": [
-        {"label": label, "score": float(score)} for label, score in zip(labels, outputs["scores"][0])]})
+    answer = {"model_version": model.version, "predictions": [
+        {"label": label, "score": float(score)} for label, score in zip(labels, outputs["scores"][0])]}
+    if "labels_above_threshold" in outputs:  # a multi-label model's answer: the labels it says yes to
+        answer["labels_above_threshold"] = [c.decode() for c in outputs["labels_above_threshold"][0] if c]
+    return web.json_response(answer)
 
 
 async def status(request: web.Request) -> web.Response:

@@ -135,10 +135,13 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     keras.utils.set_random_seed(cfg.seed)
     with strategy.scope():
         backbone = load_pretrained_backbone(spec, image_size, cfg.weights)
-        clf = build_classifier(spec, backbone.model, len(info.classes), image_size, cfg.dropout, info.side_features)
+        clf = build_classifier(spec, backbone.model, len(info.classes), image_size, cfg.dropout, info.side_features,
+                               info.multi_label)
     facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": backbone.weights_used}
     if info.side_features:  # the model's side branch is built from them; a resume must see the same
         facts["side_features"] = info.side_features
+    if info.multi_label:
+        facts["task"] = info.task
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
     return Context(cfg, info, run, strategy, clf, image_size, History(run, enabled=scratch is None), policy,
                    backbone.weights_used, backbone.warning, scratch, *phase1_mode(cfg, strategy), *xla_mode(cfg))

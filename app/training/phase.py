@@ -35,7 +35,7 @@ class PhaseResult:
     stopped_early: bool
     seconds: float
     images_per_s: float
-    val_confusion_matrix: list[list[int]]  # of the kept weights; rows: true class
+    val_confusion_matrix: list  # of the kept weights; rows: true class (multi-label: [label][true][predicted])
     still_improving: bool = False  # its last epoch was its best: more epochs would likely help
 
     def to_dict(self) -> dict:
@@ -123,8 +123,7 @@ class PhaseState:
         self.best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.wait = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        classes = phase.steps.num_classes
-        self.best_confusion = tf.Variable(tf.zeros([classes, classes], tf.int64), trainable=False)
+        self.best_confusion = tf.Variable(tf.zeros(phase.steps.confusion_shape, tf.int64), trainable=False)
         if phase.baseline is not None:
             self.best_val_loss.assign(phase.baseline.val_loss)
             self.best_val_accuracy.assign(phase.baseline.val_accuracy)

@@ -2,7 +2,9 @@
 
 Keras 3's `model.fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585), so
 training does not use it anywhere: the same custom step serves one CPU, several GPUs and
-several workers. Images arrive as uint8; the step casts them, and in training applies the colour
+several workers. A multi-label dataset's labels are multi-hot float vectors: the loss is then
+binary cross-entropy, "correct" means every label right at 0.5 (exact match), and the
+confusion matrix is one 2x2 per label. Images arrive as uint8; the step casts them, and in training applies the colour
 jitter, on the device (the model normalises them). Each replica returns sums (loss, correct, count; evaluation adds the confusion
 matrix) that are reduced across replicas, so metrics are exact whatever the replica count.
 """
@@ -24,7 +26,7 @@ class Evaluation:
     loss: float
     accuracy: float
     count: int
-    confusion_matrix: np.ndarray  # counts[true, predicted]
+    confusion_matrix: np.ndarray  # counts[true, predicted]; multi-label: [label, true, predicted], each 0/1
 
     def summary(self) -> dict[str, float | int]:
         """What metrics.json records of a split."""
@@ -45,8 +47,10 @@ class Steps:
         color_jitter: float = 0.0,  # strength of the colour jitter applied to training images; 0 = off
         seed: int = 0,  # with the replica and the optimizer's step count, seeds the jitter: resumable, no state
         jit_compile: bool = False,  # XLA-compile each replica's train step
+        multi_label: bool = False,  # sigmoid outputs, multi-hot labels; class_weights then weigh each label's positives
     ) -> None:
         self.strategy, self.model, self.optimizer = strategy, model, optimizer
+        self.multi_label = multi_label
         self.num_classes, self.global_batch_size = num_classes, global_batch_size
         self.label_smoothing = label_smoothing
         self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
@@ -55,15 +59,39 @@ class Steps:
         self._train = tf.function(self._train_steps)
         self._eval_step = None  # traced on the first evaluation, for its dataset's element spec
 
-    def _per_example_loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    def _per_example_loss(self, labels: tf.Tensor, logits: tf.Tensor, weighted: bool = False) -> tf.Tensor:
+        logits = tf.cast(logits, tf.float32)
+        if self.multi_label:  # per label: smoothed towards 0.5; positives weighed by class_weights (training)
+            targets = tf.cast(labels, tf.float32) * (1 - self.label_smoothing) + 0.5 * self.label_smoothing
+            pos_weight = self.class_weights if weighted and self.class_weights is not None else 1.0
+            return tf.reduce_mean(tf.nn.weighted_cross_entropy_with_logits(targets, logits, pos_weight), axis=-1)
         one_hot = tf.one_hot(labels, self.num_classes)
-        return keras.losses.categorical_crossentropy(
-            one_hot, tf.cast(logits, tf.float32), from_logits=True, label_smoothing=self.label_smoothing
-        )
+        per_example = keras.losses.categorical_crossentropy(
+            one_hot, logits, from_logits=True, label_smoothing=self.label_smoothing)
+        return per_example * tf.gather(self.class_weights, labels) if weighted and self.class_weights is not None else per_example
+
+    def _correct(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        """Per example: the top class is right, or (multi-label) every label is right at 0.5."""
+        if self.multi_label:
+            return tf.reduce_all(tf.equal(logits > 0, tf.cast(labels, tf.float32) > 0.5), axis=-1)
+        return tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels)
 
     def _sums(self, labels: tf.Tensor, logits: tf.Tensor, per_example: tf.Tensor) -> tf.Tensor:
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
-        return tf.stack([tf.reduce_sum(per_example), correct, tf.cast(tf.size(labels), tf.float32)])
+        correct = tf.reduce_sum(tf.cast(self._correct(labels, logits), tf.float32))
+        return tf.stack([tf.reduce_sum(per_example), correct, tf.cast(tf.shape(labels)[0], tf.float32)])
+
+    def _confusion(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        """Flattened counts[true, predicted] (C x C), or per label counts[label, true, predicted] (C x 2 x 2)."""
+        if not self.multi_label:
+            predicted = tf.argmax(logits, -1, output_type=tf.int32)
+            return tf.reshape(tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32), [-1])
+        true, predicted = tf.cast(tf.cast(labels, tf.float32) > 0.5, tf.float32), tf.cast(logits > 0, tf.float32)
+        cells = [tf.reduce_sum(t * p, axis=0) for t in (1 - true, true) for p in (1 - predicted, predicted)]
+        return tf.reshape(tf.stack(cells, axis=-1), [-1])  # per label: [t0p0, t0p1, t1p0, t1p1]
+
+    @property
+    def confusion_shape(self) -> tuple[int, ...]:
+        return (self.num_classes, 2, 2) if self.multi_label else (self.num_classes, self.num_classes)
 
     def _jitter_seed(self) -> tf.Tensor:
         """A different stateless seed for every replica and step, the same again on resume."""
@@ -89,7 +117,7 @@ class Steps:
         with tf.GradientTape() as tape:
             logits = self.model(inputs, training=True)
             per_example = self._per_example_loss(labels, logits)
-            weighted = per_example if self.class_weights is None else per_example * tf.gather(self.class_weights, labels)
+            weighted = self._per_example_loss(labels, logits, weighted=True) if self.class_weights is not None else per_example
             loss = tf.nn.compute_average_loss(weighted, global_batch_size=self.global_batch_size)
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
                 loss = self.optimizer.scale_loss(loss)
@@ -109,18 +137,16 @@ class Steps:
     def _replica_eval(self, inputs, labels: tf.Tensor) -> tf.Tensor:
         def sums() -> tf.Tensor:
             logits = self.model(map_image(inputs, lambda images: tf.cast(images, tf.float32)), training=False)
-            predicted = tf.argmax(logits, -1, output_type=tf.int32)
-            confusion = tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32)
             return tf.concat([self._sums(labels, logits, self._per_example_loss(labels, logits)),
-                              tf.reshape(confusion, [-1])], axis=0)
+                              self._confusion(labels, logits)], axis=0)
 
         # A replica whose data ran out gets an empty batch; the model is not run on it (some
         # CPU kernels mis-shape empty batches), it just contributes zeros to the sums.
-        return tf.cond(tf.size(labels) > 0, sums, lambda: tf.zeros([self._eval_size]))
+        return tf.cond(tf.shape(labels)[0] > 0, sums, lambda: tf.zeros([self._eval_size]))
 
     @property
     def _eval_size(self) -> int:
-        return 3 + self.num_classes**2
+        return 3 + int(np.prod(self.confusion_shape))
 
     def _eval_batch(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         per_replica = self.strategy.run(self._replica_eval, args=(inputs, labels))
@@ -147,7 +173,7 @@ class Steps:
         """Mean loss, accuracy and the confusion matrix over a finite distributed dataset."""
         totals = self._eval_all(dataset).numpy()
         loss_sum, correct, count = (float(v) for v in totals[:3])
-        confusion = totals[3:].reshape(self.num_classes, self.num_classes).round().astype(np.int64)
+        confusion = totals[3:].reshape(self.confusion_shape).round().astype(np.int64)
         if count == 0:
             return Evaluation(float("nan"), float("nan"), 0, confusion)
         return Evaluation(loss_sum / count, correct / count, int(count), confusion)

@@ -29,8 +29,12 @@ log = logging.getLogger(__name__)
 
 
 def class_weights(info: DatasetInfo) -> list[float]:
-    """Inverse class frequency, normalised so a balanced dataset gets all 1.0."""
+    """Inverse class frequency, normalised so a balanced dataset gets all 1.0. Multi-label: each
+    label's positives are weighed by its negatives / positives (a label on half the photos: 1.0)."""
     counts = np.array([info.counts["train"].get(c, 0) for c in info.classes], dtype=float)
+    if info.multi_label:
+        photos = info.num_examples("train")
+        return ((photos - counts) / np.maximum(counts, 1)).round(6).tolist()
     return (counts.sum() / (len(counts) * np.maximum(counts, 1))).round(6).tolist()
 
 
@@ -58,7 +62,7 @@ def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Opt
         label_smoothing=ctx.cfg.label_smoothing if training else 0.0,
         class_weights=class_weights(ctx.info) if training and ctx.cfg.class_weights else None,
         color_jitter=ctx.augmentation.color_jitter, seed=ctx.cfg.seed * 10 + phase,
-        jit_compile=training and ctx.jit_compile,
+        jit_compile=training and ctx.jit_compile, multi_label=ctx.info.multi_label,
     )
 
 
@@ -153,11 +157,22 @@ def _train(ctx: Context) -> dict:
     kept = phase2 or phase1  # its validation pass already gave the kept weights' confusion matrix
     confusion = np.array(kept.val_confusion_matrix) if kept else evaluate_split(ctx, "val", evaluation).confusion_matrix
     if ctx.chief:
-        if cfg.calibrate:
+        if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see README
             metrics["calibration"] = _calibrate(ctx)
+        if ctx.info.multi_label:
+            metrics["thresholds"] = _thresholds(ctx)
         _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
+
+
+def _thresholds(ctx: Context) -> dict:
+    from app.training.thresholds import choose_thresholds
+
+    found = choose_thresholds(ctx)
+    log.info("per-label decision thresholds (best F1 on val): %s",
+             ", ".join(f"{c} {t:.2f}" for c, t in zip(ctx.info.classes, found["thresholds"])))
+    return found
 
 
 def _calibrate(ctx: Context) -> dict:
@@ -181,6 +196,9 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int)
     exported = export_run(ctx.run.root, model=served, metrics=metrics)
     metrics["export"], metrics["litert"] = exported["saved_model"], exported["litert"]
     plot_learning_curves(ctx.run.history, ctx.run.learning_curves)
+    if ctx.info.multi_label:  # one 2x2 per label: the evaluation report draws them (scripts/evaluate.py)
+        ctx.run.write_metrics(metrics)
+        return
     figure = confusion_matrix_figure(val_confusion, ctx.info.classes)
     ctx.history.board.figure("val/confusion_matrix", figure_png(figure), step=epochs,
                              description="validation split, kept weights; rows: true class")
