@@ -100,3 +100,33 @@ def test_a_side_features_model_gets_the_fields_typed_on_the_page(browser, tmp_pa
         assert shown == shown_as(expected)
     finally:
         server.stop()
+
+
+def test_a_multi_label_model_s_labels_above_threshold_are_shown(browser, tmp_path: Path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from app.config import TrainConfig
+    from app.data.multilabel_demo import generate_multilabel_dataset
+    from app.data.writer import write_tfrecords
+    from app.training.train import train
+
+    manifest = generate_multilabel_dataset(tmp_path / "photos", photos=24, image_size=48)
+    write_tfrecords(manifest, tmp_path / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=1)
+    train(TrainConfig(data=str(tmp_path / "records"), out=str(tmp_path / "shapes"), weights="none", image_size=32,
+                      batch_size=4, epochs_head=1, epochs_finetune=0, max_steps_per_epoch=2))
+    photo = sorted((tmp_path / "photos" / "images").glob("*.jpg"))[0]
+    server = Server(tmp_path / "shapes" / "export" / "shapes")
+    try:
+        status, expected = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/jpeg")
+        assert status == 200 and "labels_above_threshold" in expected
+        browser.get(server.base + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: "circle, square, star, triangle" in b.find_element(By.ID, "model").text)
+        browser.find_element(By.ID, "files").send_keys(str(photo))
+        wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .above")))
+        shown = browser.find_element(By.CSS_SELECTOR, ".card .above").text
+        assert shown == f"labels above their thresholds: {', '.join(expected['labels_above_threshold']) or 'none'}"
+    finally:
+        server.stop()
