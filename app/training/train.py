@@ -140,6 +140,9 @@ def _train(ctx: Context) -> dict:
     log.info("%s", describe_distribution(ctx))
     log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
     log.info("XLA %s (%s)", "on" if ctx.jit_compile else "off", ctx.jit_reason)
+    if ctx.info.multi_label:
+        positives = ", ".join(f"{c} {ctx.info.counts['train'].get(c, 0)}" for c in ctx.info.classes)
+        log.info("multi-label: %d training photos; photos with each label: %s", ctx.info.num_examples("train"), positives)
     ctx.clf.model.summary(show_trainable=True, line_length=100)
     metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
                      "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes,

@@ -110,13 +110,24 @@ def _side_feature_records(tmp_path: Path) -> Path:
     return tmp_path / "records"
 
 
+def _multilabel_records(tmp_path: Path) -> Path:
+    from app.data.multilabel_demo import generate_multilabel_dataset
+    from app.data.writer import write_tfrecords
+
+    manifest = generate_multilabel_dataset(tmp_path / "photos", photos=32, image_size=48)
+    write_tfrecords(manifest, tmp_path / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=2)
+    return tmp_path / "records"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["images", "side features"])
+@pytest.mark.parametrize("kind", ["images", "side features", "multi-label"])
 def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Path, tmp_path: Path, kind: str):
     """Several GPUs on one host, stood in for by two logical CPU devices (set before TF starts,
     hence the subprocess): global batch = per-replica batch x 2, every val example counted; the
-    {image, side} inputs of a side-features dataset are split between the replicas alike."""
-    data = demo_records if kind == "images" else _side_feature_records(tmp_path)
+    {image, side} inputs of a side-features dataset, and a multi-label dataset's multi-hot labels,
+    are split between the replicas alike."""
+    data = {"images": lambda: demo_records, "side features": lambda: _side_feature_records(tmp_path),
+            "multi-label": lambda: _multilabel_records(tmp_path)}[kind]()
     cfg = {"data": str(data), "out": str(tmp_path / "run"), "weights": "none", "image_size": 64,
            "batch_size": 4, "epochs_head": 1, "epochs_finetune": 1, "max_steps_per_epoch": 2}
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
@@ -128,5 +139,7 @@ def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Pa
     assert "strategy MirroredStrategy: 1 worker(s), 2 replica(s) in sync; global batch 8 (4 per replica)" in log
     metrics = json.loads(log.split("METRICS ", 1)[1].splitlines()[0])
     assert metrics["test"]["count"] == load_dataset_info(data).num_examples("test")
-    inputs = tf.saved_model.load(metrics["export"]).signatures["serving_default"].structured_input_signature[1]
-    assert sorted(inputs) == (["image_bytes"] if kind == "images" else ["image_bytes", "reading", "site"])
+    signature = tf.saved_model.load(metrics["export"]).signatures["serving_default"]
+    inputs, outputs = signature.structured_input_signature[1], signature.structured_outputs
+    assert sorted(inputs) == (["image_bytes", "reading", "site"] if kind == "side features" else ["image_bytes"])
+    assert ("labels_above_threshold" in outputs) == (kind == "multi-label")
