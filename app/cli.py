@@ -21,3 +21,8 @@ def run_cli(main: Callable[[], int | None]) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """argparse type for '0,1,2' (the benchmarks' seeds and sizes); a bad item is argparse's usage error."""
+    return tuple(int(v) for v in text.split(","))

@@ -8,11 +8,13 @@ writer's conversion and skip paths run on the demo too. Same seed → same bytes
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +68,17 @@ def _shape_points(kind: str, cx: float, cy: float, r: float, rot: float) -> list
     return [(cx + rad * math.cos(a), cy + rad * math.sin(a)) for a, rad in zip(angles, radii)]
 
 
+def _draw_shape(draw: ImageDraw.ImageDraw, kind: str, cx: float, cy: float, r: float, rng: np.random.Generator,
+                width: int) -> None:
+    """One filled shape in a random colour with the opposite outline (a polygon randomly rotated)."""
+    color = tuple(int(v) for v in rng.integers(0, 256, 3))
+    outline = tuple(255 - v for v in color)
+    if kind == "circle":
+        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=color, outline=outline, width=width)
+    else:
+        draw.polygon(_shape_points(kind, cx, cy, r, rng.uniform(0, 2 * math.pi)), fill=color, outline=outline, width=width)
+
+
 def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None = None) -> Image.Image:
     """One image of `kind`; `size` (width, height) is random in 160..480 unless given."""
     width, height = size or tuple(int(v) for v in rng.integers(160, 480, 2))
@@ -73,12 +86,7 @@ def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None
     draw = ImageDraw.Draw(image)
     r = rng.uniform(0.25, 0.42) * min(width, height)
     cx, cy = rng.uniform(r, width - r), rng.uniform(r, height - r)
-    color = tuple(int(v) for v in rng.integers(0, 256, 3))
-    outline = tuple(255 - v for v in color)
-    if kind == "circle":
-        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=color, outline=outline, width=3)
-    else:
-        draw.polygon(_shape_points(kind, cx, cy, r, rng.uniform(0, 2 * math.pi)), fill=color, outline=outline, width=3)
+    _draw_shape(draw, kind, cx, cy, r, rng, width=3)
     return image.filter(ImageFilter.GaussianBlur(0.7))
 
 
@@ -92,12 +100,7 @@ def draw_scene(kinds: list[str], rng: np.random.Generator, size: int) -> Image.I
         r = rng.uniform(0.14, 0.22) * size
         cx = (cell % 2 + 0.5) * size / 2 + rng.uniform(-0.04, 0.04) * size
         cy = (cell // 2 + 0.5) * size / 2 + rng.uniform(-0.04, 0.04) * size
-        color = tuple(int(v) for v in rng.integers(0, 256, 3))
-        outline = tuple(255 - v for v in color)
-        if kind == "circle":
-            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=color, outline=outline, width=2)
-        else:
-            draw.polygon(_shape_points(kind, cx, cy, r, rng.uniform(0, 2 * math.pi)), fill=color, outline=outline, width=2)
+        _draw_shape(draw, kind, cx, cy, r, rng, width=2)
     return image.filter(ImageFilter.GaussianBlur(0.7))
 
 
@@ -107,12 +110,25 @@ def encode_image(image: Image.Image, fmt: str) -> bytes:
     return out.getvalue()
 
 
-def generate_demo_images(out: Path, per_class: int = DEFAULT_PER_CLASS, seed: int = 0) -> Path:
-    """Write `out/<class>/*.{jpg,png}` plus a few bad files. Written to a temp dir, then renamed."""
+@contextlib.contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """A hidden temp folder beside `out`, renamed to `out` (replacing it) when the block ends
+    without an error, removed otherwise: generated data is never seen half-written."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
+        yield staging
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def generate_demo_images(out: Path, per_class: int = DEFAULT_PER_CLASS, seed: int = 0) -> Path:
+    """Write `out/<class>/*.{jpg,png}` plus a few bad files. Written to a temp dir, then renamed."""
+    with staged_folder(out) as staging:
         for class_index, kind in enumerate(CLASSES):
             class_dir = staging / kind
             class_dir.mkdir()
@@ -130,12 +146,7 @@ def generate_demo_images(out: Path, per_class: int = DEFAULT_PER_CLASS, seed: in
         (staging / CLASSES[1] / "not_an_image.jpg").write_bytes(b"this is a text file, not a JPEG\n")
         (staging / CLASSES[2] / "empty.jpg").write_bytes(b"")
         (staging / CLASSES[3] / ".DS_Store").write_bytes(b"\0hidden")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out
+    return Path(out)
 
 
 def ensure_demo_records(root: Path | None = None) -> Path:

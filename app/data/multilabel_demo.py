@@ -8,14 +8,11 @@ manifest's label cell lists them as 'circle|star'. Same seed → same files.
 from __future__ import annotations
 
 import csv
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from app.data.demo import draw_scene, encode_image
+from app.data.demo import draw_scene, encode_image, staged_folder
 
 RATES = {"circle": 0.5, "square": 0.4, "star": 0.3, "triangle": 0.2}
 
@@ -23,11 +20,8 @@ RATES = {"circle": 0.5, "square": 0.4, "star": 0.3, "triangle": 0.2}
 def generate_multilabel_dataset(out: Path, photos: int = 400, seed: int = 0, image_size: int = 128) -> Path:
     """Write `out/images/*.jpg` and `out/manifest.csv` (path,label); returns the manifest.
     Written to a temp folder, then renamed."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     rng = np.random.default_rng(seed)
-    try:
+    with staged_folder(out) as staging:
         (staging / "images").mkdir()
         rows = []
         for i in range(photos):
@@ -37,9 +31,4 @@ def generate_multilabel_dataset(out: Path, photos: int = 400, seed: int = 0, ima
             rows.append([name, "|".join(kinds)])
         with (staging / "manifest.csv").open("w", newline="") as f:
             csv.writer(f).writerows([["path", "label"], *rows])
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out / "manifest.csv"
+    return Path(out) / "manifest.csv"

@@ -11,14 +11,11 @@ model far more. Some cells are left empty, as real manifests have them. Same see
 from __future__ import annotations
 
 import csv
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from app.data.demo import draw_image, encode_image
+from app.data.demo import draw_image, encode_image, staged_folder
 
 SHAPES, LEVELS = ("circle", "square"), ("low", "high")
 SITES = {"low": ("north", "north", "south", "east"), "high": ("south", "south", "north", "east")}
@@ -40,10 +37,7 @@ def generate_side_feature_dataset(out: Path, per_class: int = 60, seed: int = 0,
                                   noise: float = 0.6) -> Path:
     """Write `out/images/*.jpg` and `out/manifest.csv` (path,label,reading,site); returns the
     manifest. Written to a temp folder, then renamed."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged_folder(out) as staging:
         (staging / "images").mkdir()
         rows = []
         for shape_index, shape in enumerate(SHAPES):
@@ -55,9 +49,4 @@ def generate_side_feature_dataset(out: Path, per_class: int = 60, seed: int = 0,
                     rows.append(_row(rng, name, shape, level, noise))
         with (staging / "manifest.csv").open("w", newline="") as f:
             csv.writer(f).writerows([["path", "label", "reading", "site"], *rows])
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out / "manifest.csv"
+    return Path(out) / "manifest.csv"
