@@ -243,6 +243,34 @@ def _split_multi_label(manifest: Manifest, val_fraction: float, test_fraction: f
     return by_split
 
 
+def _manifest_splits(src: Path, skipped: list[dict[str, str]], val_fraction: float, test_fraction: float, seed: int,
+                     feature_columns: tuple[Column, ...], multi_label: bool) -> tuple[Manifest, dict]:
+    """A CSV manifest → ({split: {class: paths}}, each path's side-feature cells)."""
+    if src.suffix.lower() != ".csv":
+        raise UserError(f"{src}: expected a folder of class folders or a .csv manifest")
+    manifest, has_split, cells = _from_manifest(src, skipped, feature_columns, multi_label)
+    if not manifest:
+        raise UserError(f"{src}: the manifest lists no images")
+    if has_split:
+        return {s: manifest.get(s, {}) for s in SPLITS}, cells
+    if multi_label:
+        return {s: {} for s in SPLITS} | _split_multi_label(manifest, val_fraction, test_fraction, seed), cells
+    return split_stratified(manifest[""], val_fraction, test_fraction, seed), cells
+
+
+def _folder_splits(src: Path, skipped: list[dict[str, str]], val_fraction: float, test_fraction: float,
+                   seed: int) -> tuple[Manifest, str]:
+    """A folder of class folders (split here) or of train/val[/test] → ({split: {class: paths}}, layout)."""
+    subdirs = {p.name for p in class_dirs(src)}
+    if not subdirs:
+        raise UserError(f"{src}: empty; expected one subfolder per class (or train/ and val/)")
+    if subdirs <= set(SPLITS) and subdirs & {"train", "val"}:
+        if not {"train", "val"} <= subdirs:
+            raise UserError(f"{src}: looks pre-split ({sorted(subdirs)}) but needs both train/ and val/")
+        return {s: (_from_folders(src, src / s, skipped) if s in subdirs else {}) for s in SPLITS}, "presplit"
+    return split_stratified(_from_folders(src, src, skipped), val_fraction, test_fraction, seed), "folders"
+
+
 def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
                 feature_columns: tuple[Column, ...] = (), multi_label: bool = False) -> Source:
     """Resolve SRC into a list of images with class (multi-label: label set), split and
@@ -259,32 +287,12 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
         raise UserError(f"--multi-label: {src} is a folder of class folders, one label per photo;"
                         f" several labels per photo come from a CSV manifest ('car{LABEL_SEPARATOR}person')")
     if src.is_file():
-        if src.suffix.lower() != ".csv":
-            raise UserError(f"{src}: expected a folder of class folders or a .csv manifest")
-        root = src.parent.resolve()
-        manifest, has_split, cells = _from_manifest(src, skipped, tuple(feature_columns), multi_label)
-        if not manifest:
-            raise UserError(f"{src}: the manifest lists no images")
-        if has_split:
-            by_split = {s: manifest.get(s, {}) for s in SPLITS}
-        elif multi_label:
-            by_split = {s: {} for s in SPLITS} | _split_multi_label(manifest, val_fraction, test_fraction, seed)
-        else:
-            by_split = split_stratified(manifest[""], val_fraction, test_fraction, seed)
-        layout = "manifest"
+        root, layout = src.parent.resolve(), "manifest"
+        by_split, cells = _manifest_splits(src, skipped, val_fraction, test_fraction, seed, tuple(feature_columns),
+                                           multi_label)
     else:
         root = src
-        subdirs = {p.name for p in class_dirs(src)}
-        if not subdirs:
-            raise UserError(f"{src}: empty; expected one subfolder per class (or train/ and val/)")
-        if subdirs <= set(SPLITS) and subdirs & {"train", "val"}:
-            if not {"train", "val"} <= subdirs:
-                raise UserError(f"{src}: looks pre-split ({sorted(subdirs)}) but needs both train/ and val/")
-            by_split = {s: (_from_folders(src, src / s, skipped) if s in subdirs else {}) for s in SPLITS}
-            layout = "presplit"
-        else:
-            by_split = split_stratified(_from_folders(src, src, skipped), val_fraction, test_fraction, seed)
-            layout = "folders"
+        by_split, layout = _folder_splits(src, skipped, val_fraction, test_fraction, seed)
     if not any(by_split["train"].values()):
         raise UserError(f"{src}: no training images")
     classes = _check_labels(by_split, src) if multi_label else _check_classes(by_split, src)

@@ -257,9 +257,7 @@ def write_tfrecords(
         tasks = tasks[writer_index::num_writers]
         if writer_index:  # files rejected by the scan are reported once, by writer 0
             source = dataclasses.replace(source, skipped=[])
-    if workers is None:
-        workers = 1 if len(source.images) < MIN_IMAGES_FOR_WORKERS else os.cpu_count() or 1
-    workers = max(1, min(workers, len(tasks)))
+    workers = _worker_count(workers, source, tasks)
     storage.makedirs(out)
     staging = storage.make_temp_dir(out, ".incomplete-")
     try:
@@ -270,16 +268,29 @@ def write_tfrecords(
             drop_duplicates=drop_duplicates,
         ))
         metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
-        if tasks and tasks[0].side:
-            metadata.update(_side_metadata(tasks[0].side, results, feature_columns))
-        if source.task == "multi_label":  # counts are then positives per label; examples, photos
-            metadata.update(task=source.task, examples=_examples_per_split(results))
+        metadata.update(_kind_metadata(source, tasks, results, feature_columns))
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)
     finally:
         storage.rmtree(staging)
     return metadata
+
+
+def _worker_count(workers: int | None, source: Source, tasks: list[ShardTask]) -> int:
+    if workers is None:
+        workers = 1 if len(source.images) < MIN_IMAGES_FOR_WORKERS else os.cpu_count() or 1
+    return max(1, min(workers, len(tasks)))
+
+
+def _kind_metadata(source: Source, tasks: list[ShardTask], results: list[ShardResult], feature_columns: str | None) -> dict:
+    """dataset.json's keys for side features and for multi-label data; none for a plain dataset."""
+    extra = {}
+    if tasks and tasks[0].side:
+        extra.update(_side_metadata(tasks[0].side, results, feature_columns))
+    if source.task == "multi_label":  # counts are then photos per label; examples, photos per split
+        extra.update(task=source.task, examples=_examples_per_split(results))
+    return extra
 
 
 def _examples_per_split(results: list[ShardResult]) -> dict[str, int]:
