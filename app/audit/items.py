@@ -67,6 +67,8 @@ def _from_records(data: Path) -> AuditInput:
     """Items from one parse of the shards; `read` streams the payloads again rather than holding
     every JPEG of the dataset in memory."""
     info = load_dataset_info(data)
+    if info.multi_label:  # its label checks compare one class per photo
+        raise UserError(f"{data}: a multi-label dataset; the audit reads single-label data only")
     paths = [(split, path) for split in sorted(info.shards) for path in info.shard_paths(split)]
 
     def records():

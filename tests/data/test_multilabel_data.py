@@ -66,3 +66,12 @@ def test_bad_label_lists_fail_in_one_line_before_writing(tmp_path: Path, rows, m
 def test_multi_label_needs_a_manifest_not_class_folders(demo_images: Path, tmp_path: Path):
     with pytest.raises(UserError, match="is a folder of class folders, one label per photo"):
         write_tfrecords(demo_images, tmp_path / "records", multi_label=True)
+
+
+def test_the_audit_refuses_multi_label_records_saying_why(tmp_path: Path):
+    from app.audit.items import load_audit_input
+
+    out = tmp_path / "records"
+    write_tfrecords(manifest(tmp_path / "src"), out, multi_label=True, num_shards=1)
+    with pytest.raises(UserError, match="a multi-label dataset; the audit reads single-label data only"):
+        load_audit_input(out)
