@@ -17,14 +17,17 @@ DEFAULT_THRESHOLD = 0.5  # for a label no validation photo has
 
 
 def best_threshold(truth: np.ndarray, scores: np.ndarray) -> tuple[float, float | None]:
-    """(the threshold with the best F1 on these photos, that F1); `scores >= threshold` is a yes."""
+    """(the threshold with the best F1 on these photos, that F1); `scores >= threshold` is a yes.
+    It lies halfway between the lowest score kept and the next lower one, not on a photo's score:
+    on a score, the last digits of another runtime (LiteRT) would decide that photo's answer."""
     truth = np.asarray(truth).astype(bool)
     if not truth.any():
         return DEFAULT_THRESHOLD, None
     precision, recall, thresholds = precision_recall_curve(truth, scores)
     f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(precision), where=precision + recall > 0)
     best = int(np.argmax(f1[:-1]))  # the last point (recall 0) has no threshold
-    return float(thresholds[best]), float(f1[best])
+    below = thresholds[best - 1] if best > 0 else 0.0  # thresholds ascend: the next lower score
+    return float((thresholds[best] + below) / 2), float(f1[best])
 
 
 def _safe(numerator: float, denominator: float) -> float | None:

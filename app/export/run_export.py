@@ -20,8 +20,7 @@ from app.models.tta import check_tta
 from app.run_dir import FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
-NO_LITERT = {"side_features": "not written: LiteRT files of models with side features are not supported yet",
-             "multi_label": "not written: LiteRT files of multi-label models are not supported yet"}
+NO_LITERT_WITH_SIDE_FEATURES = "not written: LiteRT files of models with side features are not supported yet"
 
 
 def _thresholds(run: FinishedRun, metrics: dict) -> list[float] | None:
@@ -67,12 +66,9 @@ def export_run(
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
-    unsupported = [NO_LITERT[k] for k, on in (("side_features", finished.side_features),
-                                               ("multi_label", finished.multi_label)) if on]
-
     def litert(staged: Path) -> dict:
-        if unsupported:
-            return {"litert": {mode: {"passed": False, "missing": unsupported[0]} for mode in modes}}
+        if finished.side_features:
+            return {"litert": {mode: {"passed": False, "missing": NO_LITERT_WITH_SIDE_FEATURES} for mode in modes}}
         return write_litert(model, staged, finished.image_size, finished.config.data, modes, tta)
 
     path = export_saved_model(model, finished.classes, finished.image_size, export_dir, name, version=version,

@@ -84,6 +84,13 @@ def convert(model: keras.Model, image_size: int, mode: str, data_dir: str | None
         return Path(path).read_bytes()
 
 
+def _correct(probabilities: np.ndarray, labels: np.ndarray) -> int:
+    """Right answers: the top class, or (multi-hot labels) every label right at 0.5."""
+    if labels.ndim == 2:
+        return int(((probabilities >= 0.5) == (labels > 0.5)).all(axis=1).sum())
+    return int((probabilities.argmax(-1) == labels).sum())
+
+
 def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, image_size: int, mode: str,
                   tta: str = "none") -> dict:
     """Top-1 agreement, largest probability difference and both accuracies on the val split
@@ -98,8 +105,8 @@ def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, ima
         labels = labels.numpy()
         max_diff = max(max_diff, float(np.abs(saved - lite).max()))
         agree += int((saved.argmax(-1) == lite.argmax(-1)).sum())
-        correct_saved += int((saved.argmax(-1) == labels).sum())
-        correct_tflite += int((lite.argmax(-1) == labels).sum())
+        correct_saved += _correct(saved, labels)
+        correct_tflite += _correct(lite, labels)
         total += len(labels)
     agreement = agree / max(total, 1)
     passed = total > 0 and agreement >= REQUIRED_AGREEMENT[mode] and (mode != "float32" or max_diff <= FLOAT32_MAX_ABS_DIFF)

@@ -78,7 +78,8 @@ class LiteRTRuntime:
         self.classes = layout.read_classes(version)
         self._model = LiteRTModel(layout.tflite_model_path(version, mode), threads)
         self.top_k = int(metadata.get("top_k", min(5, len(self.classes))))
-        self._specs = _signature_specs(int(metadata["input_size"]), len(self.classes), self.top_k)
+        self.thresholds = metadata.get("thresholds")  # a multi-label export's: its graph's labels_above_threshold
+        self._specs = _signature_specs(int(metadata["input_size"]), len(self.classes), self.top_k, bool(self.thresholds))
         self.tta = metadata.get("tta", "none")  # baked into the export's graph: applied here the same way
         self.decode = host_decoder(version, metadata)
         self._class_names = np.array([c.encode() for c in self.classes], dtype=object)
@@ -98,15 +99,28 @@ class LiteRTRuntime:
 
     def _top_k(self, probabilities: np.ndarray) -> Outputs:
         class_ids = np.argsort(-probabilities, axis=1, kind="stable")[:, : self.top_k].astype(np.int32)
-        return {"probabilities": probabilities, "class_ids": class_ids, "classes": self._class_names[class_ids],
-                "scores": np.take_along_axis(probabilities, class_ids, axis=1)}
+        outputs = {"probabilities": probabilities, "class_ids": class_ids, "classes": self._class_names[class_ids],
+                   "scores": np.take_along_axis(probabilities, class_ids, axis=1)}
+        if self.thresholds:
+            outputs["labels_above_threshold"] = self._above_threshold(probabilities)
+        return outputs
+
+    def _above_threshold(self, probabilities: np.ndarray) -> np.ndarray:
+        """As the export's graph: the labels at or above their thresholds by score, then b""."""
+        above = probabilities >= np.asarray(self.thresholds)[None, :]
+        order = np.argsort(-np.where(above, probabilities, probabilities - 2.0), axis=1, kind="stable")
+        names = self._class_names[order]
+        names[~np.take_along_axis(above, order, axis=1)] = b""
+        return names
 
 
-def _signature_specs(size: int, num_classes: int, k: int) -> dict:
+def _signature_specs(size: int, num_classes: int, k: int, multi_label: bool = False) -> dict:
     outputs = {"probabilities": tf.TensorSpec([None, num_classes], tf.float32, "probabilities"),
                "class_ids": tf.TensorSpec([None, k], tf.int32, "class_ids"),
                "classes": tf.TensorSpec([None, k], tf.string, "classes"),
                "scores": tf.TensorSpec([None, k], tf.float32, "scores")}
+    if multi_label:
+        outputs["labels_above_threshold"] = tf.TensorSpec([None, num_classes], tf.string, "labels_above_threshold")
     image_bytes, key = tf.TensorSpec([None], tf.string, "image_bytes"), tf.TensorSpec([None], tf.string, "key")
     return {"serving_default": ({"image_bytes": image_bytes}, outputs),
             "serving_keyed": ({"image_bytes": image_bytes, "key": key}, {**outputs, "key": key}),

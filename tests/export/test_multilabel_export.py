@@ -36,6 +36,7 @@ def test_the_run_chooses_a_threshold_per_label_and_the_export_applies_them(multi
     meta = read_metadata(Path(metrics["export"]))
     assert meta["task"] == "multi_label" and meta["thresholds"] == metrics["thresholds"]["thresholds"]
     assert len(meta["thresholds"]) == 4 and "calibration" not in metrics  # temperature scaling is a softmax's
+    assert meta["litert"]["float32"]["passed"] and meta["litert"]["float32"]["max_abs_diff"] <= 1e-4
     assert metrics["test"]["count"] == 10
     loaded = tf.saved_model.load(metrics["export"])
     images = [p.read_bytes() for p in sorted((tmp / "photos" / "images").glob("*.jpg"))[:6]]
@@ -47,7 +48,7 @@ def test_the_run_chooses_a_threshold_per_label_and_the_export_applies_them(multi
     assert not np.allclose(out["probabilities"].sum(axis=1), 1.0)  # independent sigmoids, not a softmax
 
 
-def test_the_server_answers_with_the_labels_above_threshold(multilabel_run):
+def test_the_server_answers_with_the_labels_above_threshold_through_litert_as_the_savedmodel_does(multilabel_run):
     from app.serving.batcher import Batcher
     from app.serving.rest import make_app
     from app.serving.store import ModelStore
@@ -56,7 +57,7 @@ def test_the_server_answers_with_the_labels_above_threshold(multilabel_run):
     image = sorted((tmp / "photos" / "images").glob("*.jpg"))[0].read_bytes()
     expected = tf.saved_model.load(metrics["export"]).signatures["serving_default"](image_bytes=tf.constant([image]))
     expected_labels = [c.decode() for c in expected["labels_above_threshold"].numpy()[0] if c]
-    store = ModelStore(Path(metrics["export"]).parent, runtime="auto")  # LiteRT refused: falls back to TensorFlow
+    store = ModelStore(Path(metrics["export"]).parent, runtime="auto")  # on a CPU: the checked LiteRT file
 
     async def main() -> dict:
         async with TestClient(TestServer(make_app(store, Batcher(max_batch=8, max_wait_ms=0, max_queue=64)))) as client:
@@ -65,7 +66,7 @@ def test_the_server_answers_with_the_labels_above_threshold(multilabel_run):
             return await response.json()
 
     answer = asyncio.run(main())
-    assert answer["labels_above_threshold"] == expected_labels and store.current.runtime.name == "tf"
+    assert answer["labels_above_threshold"] == expected_labels and store.current.runtime.name == "litert"
 
 
 def test_evaluation_reports_per_label_figures_at_the_export_thresholds(multilabel_run, demo_records: Path):
