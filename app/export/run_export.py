@@ -20,7 +20,6 @@ from app.models.tta import check_tta
 from app.run_dir import FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
-NO_LITERT_WITH_SIDE_FEATURES = "not written: LiteRT files of models with side features are not supported yet"
 
 
 def _thresholds(run: FinishedRun, metrics: dict) -> list[float] | None:
@@ -67,9 +66,8 @@ def export_run(
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
     def litert(staged: Path) -> dict:
-        if finished.side_features:
-            return {"litert": {mode: {"passed": False, "missing": NO_LITERT_WITH_SIDE_FEATURES} for mode in modes}}
-        return write_litert(model, staged, finished.image_size, finished.config.data, modes, tta)
+        return write_litert(model, staged, finished.image_size, finished.config.data, modes, tta,
+                            len(finished.side_features))
 
     path = export_saved_model(model, finished.classes, finished.image_size, export_dir, name, version=version,
                               metadata=metadata, top_k=top_k, max_megapixels=max_megapixels, tta=tta,

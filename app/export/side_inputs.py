@@ -13,6 +13,11 @@ import tensorflow as tf
 from app.data.side_features import MISSING_INDEX, NUMERIC
 
 
+def column_specs(columns: list[dict]) -> list[tf.TensorSpec]:
+    """One input per column: float32 [N] for a number, string [N] for a category."""
+    return [tf.TensorSpec([None], tf.float32 if c["kind"] == NUMERIC else tf.string, name=c["name"]) for c in columns]
+
+
 class SideInputs(tf.Module):
     def __init__(self, columns: list[dict]) -> None:
         super().__init__()
@@ -27,8 +32,7 @@ class SideInputs(tf.Module):
         return tf.lookup.StaticHashTable(initializer, default_value=float(MISSING_INDEX))
 
     def specs(self) -> list[tf.TensorSpec]:
-        return [tf.TensorSpec([None], tf.float32 if c["kind"] == NUMERIC else tf.string, name=c["name"])
-                for c in self.columns]
+        return column_specs(self.columns)
 
     def encode(self, values: tuple[tf.Tensor, ...]) -> tf.Tensor:
         """One tensor per column, in `columns` order → float32 [N, F]."""

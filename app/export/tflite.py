@@ -40,31 +40,40 @@ def cpu_threads() -> int:
 
 class LiteRTModel:
     """One interpreter with XNNPACK, called one image at a time (batch 1 was the fastest per
-    image here, and never re-plans the graph). Not thread-safe: one caller at a time."""
+    image here, and never re-plans the graph). Not thread-safe: one caller at a time. A model
+    with side features has a second, 2-D input (the stored side vector), found by its rank."""
 
     def __init__(self, model: bytes | Path, threads: int | None = None) -> None:
         from ai_edge_litert.interpreter import Interpreter
 
         source = {"model_content": model} if isinstance(model, bytes) else {"model_path": str(model)}
         self._interpreter = Interpreter(**source, num_threads=threads or cpu_threads())
-        self._input = self._interpreter.get_input_details()[0]["index"]
+        inputs = self._interpreter.get_input_details()
+        self._input = next(d["index"] for d in inputs if len(d["shape"]) == 4)
+        self._side = next((d["index"] for d in inputs if len(d["shape"]) == 2), None)
         self._output = self._interpreter.get_output_details()[0]["index"]
-        self._interpreter.resize_tensor_input(self._input, [1, *self._interpreter.get_input_details()[0]["shape"][1:]])
+        for d in inputs:
+            self._interpreter.resize_tensor_input(d["index"], [1, *d["shape"][1:]])
         self._interpreter.allocate_tensors()
 
-    def __call__(self, images: np.ndarray) -> np.ndarray:
-        """float32 or uint8 [N, S, S, 3] → probabilities [N, C]."""
+    def __call__(self, images: np.ndarray, side: np.ndarray | None = None) -> np.ndarray:
+        """float32 or uint8 [N, S, S, 3] (and the side vectors [N, F]) → probabilities [N, C]."""
         results = []
-        for image in images:
+        for i, image in enumerate(images):
             self._interpreter.set_tensor(self._input, np.ascontiguousarray(image[None], dtype=np.float32))
+            if self._side is not None:
+                self._interpreter.set_tensor(self._side, np.ascontiguousarray(side[i : i + 1], dtype=np.float32))
             self._interpreter.invoke()
             results.append(self._interpreter.get_tensor(self._output)[0].copy())
         return np.stack(results) if results else np.zeros((0, 0), np.float32)
 
 
-def convert(model: keras.Model, image_size: int, mode: str, data_dir: str | None) -> bytes:
+def convert(model: keras.Model, image_size: int, mode: str, data_dir: str | None, side_width: int = 0) -> bytes:
     """Through Keras' own LiteRT export (ExportArchive → SavedModel → converter): converting a
-    concrete function or a plain tf.saved_model of a Keras 3 model gave NaN/garbage here."""
+    concrete function or a plain tf.saved_model of a Keras 3 model gave NaN/garbage here. A
+    model with side features takes {"image", "side"} (float32 [N, F], as stored)."""
+    images = tf.TensorSpec([None, image_size, image_size, 3], tf.float32)
+    signature = {"image": images, "side": tf.TensorSpec([None, side_width], tf.float32)} if side_width else images
     options: dict = {}
     if mode == "float16":
         options = {"optimizations": [tf.lite.Optimize.DEFAULT], "target_spec": {"supported_types": [tf.float16]}}
@@ -79,8 +88,7 @@ def convert(model: keras.Model, image_size: int, mode: str, data_dir: str | None
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.tflite")
         with tensorflow_log_level(logging.ERROR):  # "Assets written to: /tmp/..." of its intermediate SavedModel
-            model.export(path, format="litert", verbose=False,
-                         input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32)], **options)
+            model.export(path, format="litert", verbose=False, input_signature=[signature], **options)
         return Path(path).read_bytes()
 
 
@@ -99,9 +107,11 @@ def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, ima
     lite_model = LiteRTModel(tflite_model)
     agree = correct_tflite = correct_saved = total = 0
     max_diff = 0.0
-    for images, labels in make_eval_dataset(data_dir, split="val", image_size=image_size, batch_size=32):
-        saved = predict(images=tf.cast(images, tf.float32))["probabilities"].numpy()
-        lite = with_tta(lite_model, images.numpy(), tta)
+    for inputs, labels in make_eval_dataset(data_dir, split="val", image_size=image_size, batch_size=32):
+        images, side = (inputs["image"], inputs["side"]) if isinstance(inputs, dict) else (inputs, None)
+        saved = predict(images=tf.cast(images, tf.float32), **({"side": side} if side is not None else {}))
+        saved = saved["probabilities"].numpy()
+        lite = with_tta(lambda x: lite_model(x, None if side is None else side.numpy()), images.numpy(), tta)
         labels = labels.numpy()
         max_diff = max(max_diff, float(np.abs(saved - lite).max()))
         agree += int((saved.argmax(-1) == lite.argmax(-1)).sum())
@@ -116,12 +126,16 @@ def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, ima
 
 
 def write_litert(model: keras.Model, version: Path, image_size: int, data_dir: str | None, modes: list[str],
-                 tta: str = "none") -> dict:
+                 tta: str = "none", side_width: int = 0) -> dict:
     """Write each mode's file into the (staged) version folder → metadata["litert"]. Without
     validation data the check is recorded as missing, and the files will not be served."""
     result = {}
     for mode in modes:
-        tflite_model = convert(model, image_size, mode, data_dir)
+        if side_width and mode == "int8":  # its calibration feeds images only
+            result[mode] = {"passed": False, "missing": "not written: int8 LiteRT files of models with side features"
+                                                        " are not supported yet (float32 and float16 are)"}
+            continue
+        tflite_model = convert(model, image_size, mode, data_dir, side_width)
         layout.tflite_model_path(version, mode).parent.mkdir(parents=True, exist_ok=True)
         storage.write_bytes_atomic(layout.tflite_model_path(version, mode), tflite_model)
         try:

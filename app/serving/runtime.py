@@ -20,10 +20,12 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from app.data import side_features
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
 from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
 from app.errors import UserError
 from app.export import layout
+from app.export.side_inputs import column_specs
 from app.export.tflite import LiteRTModel
 from app.models.tta import with_tta
 
@@ -79,7 +81,9 @@ class LiteRTRuntime:
         self._model = LiteRTModel(layout.tflite_model_path(version, mode), threads)
         self.top_k = int(metadata.get("top_k", min(5, len(self.classes))))
         self.thresholds = metadata.get("thresholds")  # a multi-label export's: its graph's labels_above_threshold
-        self._specs = _signature_specs(int(metadata["input_size"]), len(self.classes), self.top_k, bool(self.thresholds))
+        self.side_features = metadata.get("side_features", [])
+        self._specs = _signature_specs(int(metadata["input_size"]), len(self.classes), self.top_k, bool(self.thresholds),
+                                       self.side_features)
         self.tta = metadata.get("tta", "none")  # baked into the export's graph: applied here the same way
         self.decode = host_decoder(version, metadata)
         self._class_names = np.array([c.encode() for c in self.classes], dtype=object)
@@ -91,11 +95,24 @@ class LiteRTRuntime:
         if signature not in self._specs:
             raise KeyError(signature)
         if signature == "predict_images":
-            images = np.asarray(inputs["images"], np.float32)
+            images, side = np.asarray(inputs["images"], np.float32), inputs.get("side")
         else:
-            images = self.decode(inputs["image_bytes"])
-        outputs = self._top_k(with_tta(self._model, images, self.tta))
+            images, side = self.decode(inputs["image_bytes"]), self._side_vectors(inputs)
+        outputs = self._top_k(with_tta(lambda x: self._model(x, side), images, self.tta))
         return {**outputs, "key": inputs["key"]} if signature == "serving_keyed" else outputs
+
+    def _side_vectors(self, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Raw side-feature values → the stored vectors, by the converter's own encoding (the
+        SavedModel's graph does the same lookup with its tables)."""
+        if not self.side_features:
+            return None
+
+        def cell(value) -> str:
+            return value.decode() if isinstance(value, bytes) else str(value)  # NaN → "nan": missing
+
+        rows = zip(*(inputs[c["name"]] for c in self.side_features))
+        return np.array([side_features.encode(self.side_features, tuple(cell(v) for v in row))[0] for row in rows],
+                        np.float32)
 
     def _top_k(self, probabilities: np.ndarray) -> Outputs:
         class_ids = np.argsort(-probabilities, axis=1, kind="stable")[:, : self.top_k].astype(np.int32)
@@ -114,7 +131,8 @@ class LiteRTRuntime:
         return names
 
 
-def _signature_specs(size: int, num_classes: int, k: int, multi_label: bool = False) -> dict:
+def _signature_specs(size: int, num_classes: int, k: int, multi_label: bool = False,
+                     side: list[dict] | None = None) -> dict:
     outputs = {"probabilities": tf.TensorSpec([None, num_classes], tf.float32, "probabilities"),
                "class_ids": tf.TensorSpec([None, k], tf.int32, "class_ids"),
                "classes": tf.TensorSpec([None, k], tf.string, "classes"),
@@ -122,9 +140,11 @@ def _signature_specs(size: int, num_classes: int, k: int, multi_label: bool = Fa
     if multi_label:
         outputs["labels_above_threshold"] = tf.TensorSpec([None, num_classes], tf.string, "labels_above_threshold")
     image_bytes, key = tf.TensorSpec([None], tf.string, "image_bytes"), tf.TensorSpec([None], tf.string, "key")
-    return {"serving_default": ({"image_bytes": image_bytes}, outputs),
-            "serving_keyed": ({"image_bytes": image_bytes, "key": key}, {**outputs, "key": key}),
-            "predict_images": ({"images": tf.TensorSpec([None, size, size, 3], tf.float32, "images")}, outputs)}
+    columns = {spec.name: spec for spec in column_specs(side or [])}
+    vector = {"side": tf.TensorSpec([None, len(side)], tf.float32, "side")} if side else {}
+    return {"serving_default": ({"image_bytes": image_bytes, **columns}, outputs),
+            "serving_keyed": ({"image_bytes": image_bytes, **columns, "key": key}, {**outputs, "key": key}),
+            "predict_images": ({"images": tf.TensorSpec([None, size, size, 3], tf.float32, "images"), **vector}, outputs)}
 
 
 def tiny_jpeg() -> bytes:
@@ -196,7 +216,7 @@ def litert_refusal(version: Path, mode: str, metadata: dict | None = None) -> st
     metadata = layout.read_metadata(version) if metadata is None else metadata
     parity = (metadata.get("litert") or {}).get(mode)
     if parity and not layout.tflite_model_path(version, mode).is_file() and parity.get("missing"):
-        return f"no {mode} LiteRT file ({parity['missing']})"  # e.g. a model with side features
+        return f"no {mode} LiteRT file ({parity['missing']})"  # e.g. int8 of a model with side features
     if not layout.tflite_model_path(version, mode).is_file():
         return f"no {layout.tflite_model_path(version, mode).relative_to(version)} (export it again with scripts/export.py)"
     if not parity or "passed" not in parity:

@@ -47,7 +47,7 @@ def test_the_run_trains_both_phases_and_records_its_columns(side_run):
     assert metrics["test"]["count"] == 8  # 2 of each class's 6 photos (test_fraction 0.25, rounded)
     meta = read_metadata(Path(metrics["export"]))
     assert [c["name"] for c in meta["side_features"]] == ["reading", "site"]
-    assert "not supported yet" in meta["litert"]["float32"]["missing"] and not meta["litert"]["float32"]["passed"]
+    assert meta["litert"]["float32"]["passed"] and meta["litert"]["float32"]["max_abs_diff"] <= 1e-4
 
 
 def test_signatures_take_each_column_by_name_and_encode_it_as_the_dataset_did(side_run):
@@ -85,13 +85,14 @@ def test_a_re_export_from_the_run_dir_rebuilds_the_side_branch(side_run):
     np.testing.assert_allclose(first.numpy(), second.numpy(), atol=1e-6)
 
 
-def test_the_server_takes_side_features_as_instance_fields_and_query_parameters(side_run):
+@pytest.mark.parametrize("runtime", ["tf", "litert"])
+def test_the_server_takes_side_features_as_instance_fields_and_query_parameters(side_run, runtime: str):
     from app.serving.batcher import Batcher
     from app.serving.rest import make_app
     from app.serving.store import ModelStore
 
     _, metrics = side_run
-    store = ModelStore(Path(metrics["export"]).parent, runtime="tf")
+    store = ModelStore(Path(metrics["export"]).parent, runtime=runtime)
     expected = tf.saved_model.load(metrics["export"]).signatures["serving_default"](
         image_bytes=tf.constant([jpeg()]), reading=tf.constant([0.5]), site=tf.constant(["north"]))["probabilities"]
     name = store.name
@@ -101,13 +102,13 @@ def test_the_server_takes_side_features_as_instance_fields_and_query_parameters(
         response = await client.post(f"/v1/models/{name}:predict", json={"instances": [instance, {**instance, "reading": None}]})
         body = await response.json()
         assert response.status == 200, body
-        np.testing.assert_allclose(body["predictions"][0]["probabilities"], expected.numpy()[0], atol=1e-5)
+        np.testing.assert_allclose(body["predictions"][0]["probabilities"], expected.numpy()[0], atol=1e-4)
         missing = await client.post(f"/v1/models/{name}:predict", json={"instances": [{"image_bytes": instance["image_bytes"]}]})
         assert missing.status == 400 and "reading" in (await missing.json())["error"]
         classify = await client.post(f"/v1/models/{name}:classify?reading=0.5&site=north", data=jpeg(),
                                      headers={"Content-Type": "image/jpeg"})
         top = (await classify.json())["predictions"][0]
-        assert classify.status == 200 and top["score"] == pytest.approx(float(expected.numpy().max()), abs=1e-5)
+        assert classify.status == 200 and top["score"] == pytest.approx(float(expected.numpy().max()), abs=1e-4)
         bad = await client.post(f"/v1/models/{name}:classify?reading=tall", data=jpeg(), headers={"Content-Type": "image/jpeg"})
         assert bad.status == 400 and (await bad.json())["error"] == "query parameter reading: expected a number, got 'tall'"
 
