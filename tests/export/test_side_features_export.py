@@ -180,3 +180,22 @@ def test_the_commands_train_a_fused_model_that_serves_what_neither_input_alone_k
 
     assert total == len(examples) == 80
     assert asyncio.run(main()) >= 0.75
+
+
+def test_a_resume_refuses_data_whose_side_features_changed(tmp_path: Path):
+    """The side branch is built from the columns: an interrupted run (here: no metrics.json
+    yet) resumed on data with other columns must stop, not load weights of another shape."""
+    from app.config import TrainConfig
+    from app.training.train import train
+
+    manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=4, image_size=40)
+    records = tmp_path / "records"
+    write_tfrecords(manifest, records, feature_columns=FEATURE_COLUMNS, val_fraction=0.25, test_fraction=0.25, num_shards=1)
+    cfg = TrainConfig(data=str(records), out=str(tmp_path / "run"), weights="none", image_size=32, batch_size=4,
+                      epochs_head=1, epochs_finetune=0, max_steps_per_epoch=1, calibrate=False)
+    train(cfg)
+    (tmp_path / "run" / "metrics.json").unlink()  # as if it had been interrupted before the end
+    write_tfrecords(manifest, records, feature_columns="reading", val_fraction=0.25, test_fraction=0.25, num_shards=1,
+                    overwrite=True)
+    with pytest.raises(UserError, match="checkpoint was trained with side_features="):
+        train(cfg)
