@@ -123,3 +123,21 @@ def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene
     answer = asyncio.run(main())
     direct = store.current.runtime.run("serving_default", {"image_bytes": np.array([scene.read_bytes()], dtype=object)})
     assert answer["labels_above_threshold"] == [c.decode() for c in direct["labels_above_threshold"][0] if c]
+
+
+def test_batch_prediction_adds_the_labels_above_threshold_column(multilabel_run):
+    import csv
+
+    from app.serving.predict_files import predict_files
+
+    tmp, metrics = multilabel_run
+    photos = sorted((tmp / "photos" / "images").glob("*.jpg"))[:3]
+    folder = tmp / "to_predict"
+    folder.mkdir(exist_ok=True)
+    for photo in photos:
+        (folder / photo.name).write_bytes(photo.read_bytes())
+    predict_files(metrics["export"], str(folder), tmp / "predictions.csv", runtime="tf")
+    rows = list(csv.DictReader((tmp / "predictions.csv").open()))
+    served = tf.saved_model.load(metrics["export"]).signatures["serving_default"](
+        image_bytes=tf.constant([p.read_bytes() for p in photos]))["labels_above_threshold"].numpy()
+    assert [r["labels_above_threshold"] for r in rows] == ["|".join(c.decode() for c in row if c) for row in served]
