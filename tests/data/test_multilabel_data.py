@@ -4,7 +4,6 @@ dataset.json's task and per-label counts, multi-hot pipelines, and the one-line 
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import pytest
