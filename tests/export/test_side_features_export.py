@@ -75,6 +75,7 @@ def test_signatures_take_each_column_by_name_and_encode_it_as_the_dataset_did(si
     assert keyed["key"].numpy().tolist() == [b"row-7"]
 
 
+@pytest.mark.slow  # a second export with its LiteRT check: the fast tier stays under 3 minutes
 def test_a_re_export_from_the_run_dir_rebuilds_the_side_branch(side_run):
     tmp, metrics = side_run
     again = export_run(tmp / "run")
@@ -182,6 +183,7 @@ def test_the_commands_train_a_fused_model_that_serves_what_neither_input_alone_k
     assert asyncio.run(main()) >= 0.75
 
 
+@pytest.mark.slow  # a second run: the fast tier stays under 3 minutes
 def test_a_resume_refuses_data_whose_side_features_changed(tmp_path: Path):
     """The side branch is built from the columns: an interrupted run (here: no metrics.json
     yet) resumed on data with other columns must stop, not load weights of another shape."""
