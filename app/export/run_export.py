@@ -72,5 +72,5 @@ def export_run(
     path = export_saved_model(model, finished.classes, finished.image_size, export_dir, name, version=version,
                               metadata=metadata, top_k=top_k, max_megapixels=max_megapixels, tta=tta,
                               finish=litert, side_features=finished.side_features,
-                              thresholds=_thresholds(finished, metrics or finished.metrics))
+                              thresholds=metadata.get("thresholds"))
     return {"saved_model": str(path), "litert": read_metadata(path)["litert"]}

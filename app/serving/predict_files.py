@@ -25,7 +25,7 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.sources import list_files
 from app.errors import UserError
 from app.export import layout
-from app.serving.runtime import load_runtime, probabilities_or_reasons
+from app.serving.runtime import above_threshold, load_runtime, probabilities_or_reasons
 
 FORMATS = ("csv", "jsonl")
 
@@ -105,7 +105,8 @@ def _rows(batch: list[tuple[Path, bytes | str]], model, classes: list[str], top_
         rows.append({"path": str(path), "predictions": [{"label": classes[c], "score": round(float(result[c]), 6)}
                                                         for c in ranked[:top_k]], "error": None})
         if thresholds:
-            rows[-1]["labels_above_threshold"] = [classes[c] for c in ranked if result[c] >= thresholds[c]]
+            names = above_threshold(result[None], thresholds, np.array([c.encode() for c in classes], dtype=object))[0]
+            rows[-1]["labels_above_threshold"] = [n.decode() for n in names if n]
     return rows
 
 

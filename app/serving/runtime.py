@@ -123,12 +123,17 @@ class LiteRTRuntime:
         return outputs
 
     def _above_threshold(self, probabilities: np.ndarray) -> np.ndarray:
-        """As the export's graph: the labels at or above their thresholds by score, then b""."""
-        above = probabilities >= np.asarray(self.thresholds)[None, :]
-        order = np.argsort(-np.where(above, probabilities, probabilities - 2.0), axis=1, kind="stable")
-        names = self._class_names[order]
-        names[~np.take_along_axis(above, order, axis=1)] = b""
-        return names
+        return above_threshold(probabilities, self.thresholds, self._class_names)
+
+
+def above_threshold(probabilities: np.ndarray, thresholds: list[float], class_names: np.ndarray) -> np.ndarray:
+    """As the export's graph computes labels_above_threshold: per image the labels at or above
+    their thresholds, by score, then b"" (for LiteRT, and batch prediction's column)."""
+    above = probabilities >= np.asarray(thresholds)[None, :]
+    order = np.argsort(-np.where(above, probabilities, probabilities - 2.0), axis=1, kind="stable")
+    names = class_names[order]
+    names[~np.take_along_axis(above, order, axis=1)] = b""
+    return names
 
 
 def _signature_specs(size: int, num_classes: int, k: int, multi_label: bool = False,

@@ -199,12 +199,10 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int)
     exported = export_run(ctx.run.root, model=served, metrics=metrics)
     metrics["export"], metrics["litert"] = exported["saved_model"], exported["litert"]
     plot_learning_curves(ctx.run.history, ctx.run.learning_curves)
-    if ctx.info.multi_label:  # one 2x2 per label: the evaluation report draws them (scripts/evaluate.py)
-        ctx.run.write_metrics(metrics)
-        return
-    figure = confusion_matrix_figure(val_confusion, ctx.info.classes)
-    ctx.history.board.figure("val/confusion_matrix", figure_png(figure), step=epochs,
-                             description="validation split, kept weights; rows: true class")
+    if not ctx.info.multi_label:  # multi-label: one 2x2 per label, drawn by the evaluation report
+        figure = confusion_matrix_figure(val_confusion, ctx.info.classes)
+        ctx.history.board.figure("val/confusion_matrix", figure_png(figure), step=epochs,
+                                 description="validation split, kept weights; rows: true class")
     ctx.run.write_metrics(metrics)
 
 
