@@ -58,6 +58,8 @@ class TrainConfig:
     select_by: str = _key("val_loss", "what picks a phase's kept epoch, stops it early and decides whether phase 2"
                                       " beat phase 1: val_loss | val_accuracy (ties broken by val_loss)",
                           choices=("val_loss", "val_accuracy"))
+    phase2_keeps_accuracy: bool = _key(True, "a phase-2 epoch counts as beating phase 1 only if its val accuracy is at least"
+                                             " phase 1's (under select_by=val_loss a lower loss can come with fewer right answers)")
     ema_decay: float = _key(0.0, "validate, keep and export an exponential moving average of the weights: 0 = off;"
                                  " else its decay, warmed up as min(decay, (1 + step) / (10 + step))")
     augment: bool = _key(True, "random-resized crop + flip + colour jitter during training")

@@ -51,6 +51,7 @@ class PhaseSpec:
     patience: int  # epochs without improvement of select_by before stopping
     epoch_offset: int  # global epoch number of this phase's epoch 0
     select_by: str = "val_loss"  # or "val_accuracy", ties broken by val_loss
+    keep_baseline_accuracy: bool = True  # with a baseline: an epoch below its val accuracy never counts as best
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,9 +91,13 @@ class Phase:
     baseline: PhaseResult | None = None  # phase 1's result: phase 2 must beat it to count
 
 
-def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, select_by: str) -> bool:
+def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, select_by: str,
+          min_accuracy: float = -math.inf) -> bool:
     """Whether an epoch's validation result beats the best so far: lower loss, or with
-    select_by="val_accuracy" higher accuracy, equal accuracy going to the lower loss."""
+    select_by="val_accuracy" higher accuracy, equal accuracy going to the lower loss; never
+    with an accuracy below `min_accuracy` (phase 2: phase 1's, see PhaseSpec)."""
+    if accuracy < min_accuracy - 1e-9:
+        return False
     lower_loss = loss < best_loss - 1e-7
     if select_by == "val_loss":
         return lower_loss
@@ -159,8 +164,10 @@ class PhaseState:
         return self.epochs_done >= self.phase.spec.epochs or self.stopped
 
     def improves(self, val: Evaluation) -> bool:
-        return beats(val.loss, val.accuracy, float(self.best_val_loss), float(self.best_val_accuracy),
-                     self.phase.spec.select_by)
+        baseline, spec = self.phase.baseline, self.phase.spec
+        floor = baseline.val_accuracy if baseline is not None and spec.keep_baseline_accuracy else -math.inf
+        return beats(val.loss, val.accuracy, float(self.best_val_loss), float(self.best_val_accuracy), spec.select_by,
+                     min_accuracy=floor)
 
     def record(self, epoch: int, val: Evaluation, seconds: float, improved: bool) -> None:
         if improved:
@@ -263,6 +270,7 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
     if int(state.best_epoch):
         phase.model.load_weights(phase.files.best_to_load(number, int(state.best_epoch)))
     elif baseline is not None:  # back to the weights the phase started from (saved as its epoch 0)
-        log.info("phase %d did not beat phase %d on %s; keeping phase %d's weights", number, number - 1,
-                 phase.spec.select_by, number - 1)
+        guard = " without lowering val_accuracy" if phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy" else ""
+        log.info("phase %d did not beat phase %d on %s%s; keeping phase %d's weights", number, number - 1,
+                 phase.spec.select_by, guard, number - 1)
         phase.model.load_weights(phase.files.best_to_load(number, 0))

@@ -87,6 +87,7 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
         phase=number, epochs=cfg.epochs_head if number == 1 else cfg.epochs_finetune,
         steps_per_epoch=ctx.steps_per_epoch, steps_per_execution=cfg.steps_per_execution,
         patience=cfg.early_stopping_patience, epoch_offset=baseline.epochs if baseline else 0, select_by=cfg.select_by,
+        keep_baseline_accuracy=cfg.phase2_keeps_accuracy,
     )
     if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike
         ctx.history.board.images("train/augmented_inputs", augmented_sample(ctx), step=spec.epoch_offset,

@@ -65,7 +65,7 @@ def test_hub_backbone_frozen_in_phase1_trained_in_phase2(hub_dir: Path, tiny_con
     assert any(not np.array_equal(a, b) for a, b in zip(head, _values(ctx.clf.model.get_layer("logits").weights)))
     weights = ctx.clf.backbone.weights
     before = _values(weights)
-    run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf")))  # keep phase 2's own weights
+    run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=0.0))  # keep phase 2's own weights
     # The forward pass reads what the optimizer trained (no stale copies): the features move.
     assert not np.allclose(_features(ctx), features), "phase 2 did not train the module"
     # The module's non-trainable variable (its moving mean) is exposed to Keras and stays put.

@@ -95,6 +95,13 @@ def test_selection_by_accuracy_prefers_accuracy_and_breaks_ties_by_loss():
     assert not beats(0.10, 0.80, 0.30, 0.85, "val_accuracy")
 
 
+def test_phase2_may_not_buy_a_lower_loss_with_fewer_right_answers():
+    # min_accuracy: phase 1's val accuracy (phase2_keeps_accuracy, the default)
+    assert beats(0.20, 0.84, 0.30, 0.85, "val_loss") and not beats(0.20, 0.84, 0.30, 0.85, "val_loss", min_accuracy=0.85)
+    assert beats(0.20, 0.85, 0.30, 0.85, "val_loss", min_accuracy=0.85)  # as many right answers: the loss decides
+    assert not beats(0.40, 0.90, 0.30, 0.85, "val_loss", min_accuracy=0.85)  # still needs the lower loss
+
+
 @pytest.mark.slow  # a real phase 2 (8 s); the swap itself is checked above in the fast tier
 def test_phase2_validates_and_keeps_the_averaged_weights(tiny_config: TrainConfig, monkeypatch):
     cfg = tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, ema_decay=0.9,
@@ -119,7 +126,7 @@ def test_phase2_validates_and_keeps_the_averaged_weights(tiny_config: TrainConfi
 
     monkeypatch.setattr(phase_module, "_train_epoch", recording_train_epoch)
     monkeypatch.setattr(Steps, "evaluate", recording_evaluate)
-    result = run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf")))
+    result = run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=0.0))
     (w1, w2), (v1, v2) = snapshots["trained"], snapshots["validated"]
     decay = min(0.9, 2 / 11)  # step 1 copies the weights; step 2 is warmed up
     path = max(w2, key=lambda p: np.abs(w2[p] - w1[p]).max())  # the weight step 2 moved most

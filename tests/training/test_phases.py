@@ -40,7 +40,7 @@ def test_phase2_changes_only_unfrozen_layers_and_never_batchnorm(tiny_config: Tr
     start = unfreeze_start(ctx.clf, cfg.unfreeze)
     before = _backbone_state(ctx)
     # A baseline nothing can lose to, so phase 2 keeps its own weights rather than phase 1's.
-    result = run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf")))
+    result = run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=0.0))
     assert result.epochs == 1
     after = _backbone_state(ctx)
     changed = {p for p in before if before[p].tobytes() != after[p].tobytes()}
@@ -113,3 +113,15 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
     final = {v.path: v.numpy() for v in ctx.clf.model.weights}
     for path, value in start.items():
         np.testing.assert_array_equal(final[path], value, err_msg=path)
+
+
+@pytest.mark.parametrize("keeps_accuracy", [True, False])
+def test_phase2_must_not_lower_phase1s_val_accuracy_to_count(tiny_config: TrainConfig, keeps_accuracy: bool):
+    """Any loss beats phase 1's here, but no accuracy reaches it: with phase2_keeps_accuracy (the
+    default) phase 2 keeps phase 1's weights; without it, its own lower-loss epoch counts."""
+    ctx = setup(tiny_config.replace(phase2_keeps_accuracy=keeps_accuracy))
+    phase1 = run_phase1(ctx)
+    out_of_reach = dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=1.01)
+    result = run_phase2(ctx, out_of_reach)
+    assert result.epochs == 1
+    assert result.best_epoch == (0 if keeps_accuracy else 1)
