@@ -7,6 +7,7 @@
     RUN_DIR/learning_curves.png      loss and accuracy over both phases
     RUN_DIR/checkpoints/phaseN/      the last finished epoch of phase N (model, optimizer, state)
     RUN_DIR/checkpoints/phaseN_best_epochEEE.weights.h5   phase N's best weights so far (phase 2's epoch 000: where it started)
+    RUN_DIR/checkpoints/phaseN_best_epochEEE.val_outputs.npz   their validation logits and labels (calibration reuses them)
     RUN_DIR/feature_cache.npz        phase-1 backbone features (cached mode), keyed by what decides them
     RUN_DIR/model.weights.h5         the kept weights of the whole run (what export rebuilds from)
     RUN_DIR/metrics.json             written last: its presence means the run is complete
@@ -64,9 +65,13 @@ class RunDir:
     def best_weights(self, phase: int, epoch: int) -> Path:
         return self.checkpoints / f"phase{phase}_best_epoch{epoch:03d}.weights.h5"
 
+    def best_val_outputs(self, phase: int, epoch: int) -> Path:
+        return self.checkpoints / f"phase{phase}_best_epoch{epoch:03d}.val_outputs.npz"
+
     def stale_best_weights(self, phase: int, keep_epoch: int) -> list[Path]:
-        keep = self.best_weights(phase, keep_epoch)
-        return [p for p in self.checkpoints.glob(f"phase{phase}_best_epoch*.weights.h5") if p != keep]
+        """Best-epoch files (weights, validation outputs) of other epochs than `keep_epoch`."""
+        keep = {self.best_weights(phase, keep_epoch), self.best_val_outputs(phase, keep_epoch)}
+        return [p for p in self.checkpoints.glob(f"phase{phase}_best_epoch*") if p not in keep]
 
     def latest_checkpoint(self, phase: int) -> str | None:
         import tensorflow as tf

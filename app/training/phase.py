@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from app import storage
@@ -107,6 +108,13 @@ def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, 
 def save_weights_atomic(model: keras.Model, path) -> None:
     with storage.atomic_path(path) as tmp:
         model.save_weights(tmp)
+
+
+def save_val_outputs(val: Evaluation, path) -> None:
+    """The kept epoch's validation logits and labels, so that the temperature (and multi-label
+    thresholds) are fitted on them after training without another pass over the split."""
+    with storage.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, logits=val.logits, labels=val.labels)
 
 
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
@@ -234,6 +242,7 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
         improved = state.improves(val)
         if improved:
             save_weights_atomic(phase.model, phase.files.write.best_weights(spec.phase, epoch))
+            save_val_outputs(val, phase.files.write.best_val_outputs(spec.phase, epoch))
     seconds = time.perf_counter() - start
     state.record(epoch, val, seconds, improved)
     phase.history.append({

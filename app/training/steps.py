@@ -27,6 +27,8 @@ class Evaluation:
     accuracy: float
     count: int
     confusion_matrix: np.ndarray  # counts[true, predicted]; multi-label: [label, true, predicted], each 0/1
+    logits: np.ndarray | None = None  # [count, C], float32, in the dataset's order on one replica
+    labels: np.ndarray | None = None  # [count] class ids, or [count, C] multi-hot
 
     def summary(self) -> dict[str, float | int]:
         """What metrics.json records of a split."""
@@ -134,25 +136,30 @@ class Steps:
             totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 
-    def _replica_eval(self, inputs, labels: tf.Tensor) -> tf.Tensor:
-        def sums() -> tf.Tensor:
+    def _replica_eval(self, inputs, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        def outputs() -> tuple[tf.Tensor, tf.Tensor]:
             logits = self.model(map_image(inputs, lambda images: tf.cast(images, tf.float32)), training=False)
-            return tf.concat([self._sums(labels, logits, self._per_example_loss(labels, logits)),
+            sums = tf.concat([self._sums(labels, logits, self._per_example_loss(labels, logits)),
                               self._confusion(labels, logits)], axis=0)
+            return sums, tf.cast(logits, tf.float32)
 
         # A replica whose data ran out gets an empty batch; the model is not run on it (some
         # CPU kernels mis-shape empty batches), it just contributes zeros to the sums.
-        return tf.cond(tf.shape(labels)[0] > 0, sums, lambda: tf.zeros([self._eval_size]))
+        sums, logits = tf.cond(tf.shape(labels)[0] > 0, outputs,
+                               lambda: (tf.zeros([self._eval_size]), tf.zeros([0, self.num_classes])))
+        return sums, logits, labels
 
     @property
     def _eval_size(self) -> int:
         return 3 + int(np.prod(self.confusion_shape))
 
-    def _eval_batch(self, inputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-        per_replica = self.strategy.run(self._replica_eval, args=(inputs, labels))
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    def _eval_batch(self, inputs: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(summed metrics, logits, labels) of one global batch, gathered from every replica."""
+        sums, logits, labels = self.strategy.run(self._replica_eval, args=(inputs, labels))
+        return (self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None),
+                self.strategy.gather(logits, axis=0), self.strategy.gather(labels, axis=0))
 
-    def _eval_all(self, dataset) -> tf.Tensor:
+    def _eval_all(self, dataset) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
         """One compiled call per batch, from a Python loop: the same pass as a `for` loop inside
         a tf.function measured 2x slower on a CPU (the model inside a graph while-loop). Traced
         once, for the dataset's element spec (a smaller last batch does not retrace). Workers
@@ -161,19 +168,26 @@ class Steps:
         (uneven shards under multi-worker training)."""
         if self._eval_step is None:
             self._eval_step = tf.function(self._eval_batch, input_signature=list(dataset.element_spec))
-        totals = tf.zeros([self._eval_size])
-        for inputs, labels in dataset:
-            totals += self._eval_step(inputs, labels)
-        return totals
+        totals, logits, labels = tf.zeros([self._eval_size]), [], []
+        for inputs, y in dataset:
+            sums, batch_logits, batch_labels = self._eval_step(inputs, y)
+            totals += sums
+            logits.append(batch_logits)
+            labels.append(batch_labels)
+        return totals, logits, labels
 
     def train(self, iterator, num_steps: int) -> tf.Tensor:
         return self._train(iterator, tf.constant(num_steps))
 
     def evaluate(self, dataset) -> Evaluation:
-        """Mean loss, accuracy and the confusion matrix over a finite distributed dataset."""
-        totals = self._eval_all(dataset).numpy()
+        """Mean loss, accuracy and the confusion matrix over a finite distributed dataset, with
+        every example's logits and label (from all replicas and workers)."""
+        totals, logits, labels = self._eval_all(dataset)
+        totals = totals.numpy()
         loss_sum, correct, count = (float(v) for v in totals[:3])
         confusion = totals[3:].reshape(self.confusion_shape).round().astype(np.int64)
+        logits = tf.concat(logits, 0).numpy() if logits else np.zeros((0, self.num_classes), np.float32)
+        labels = tf.concat(labels, 0).numpy() if labels else np.zeros((0,), np.int32)
         if count == 0:
-            return Evaluation(float("nan"), float("nan"), 0, confusion)
-        return Evaluation(loss_sum / count, correct / count, int(count), confusion)
+            return Evaluation(float("nan"), float("nan"), 0, confusion, logits, labels)
+        return Evaluation(loss_sum / count, correct / count, int(count), confusion, logits, labels)

@@ -12,11 +12,12 @@ import numpy as np
 from app.evaluation.multilabel import best_threshold
 from app.training.calibration import validation_logits
 from app.training.context import Context
+from app.training.phase import PhaseResult
 
 
-def choose_thresholds(ctx: Context) -> dict:
-    """What metrics.json records under "thresholds"."""
-    logits, labels = validation_logits(ctx)
+def choose_thresholds(ctx: Context, phases: dict[int, PhaseResult | None] | None = None) -> dict:
+    """What metrics.json records under "thresholds" (`phases`: as for validation_logits)."""
+    logits, labels = validation_logits(ctx, phases)
     probabilities = 1 / (1 + np.exp(-logits))
     found = [best_threshold(labels[:, c], probabilities[:, c]) for c in range(labels.shape[1])]
     return {"thresholds": [round(t, 6) for t, _ in found], "val_f1": [f1 for _, f1 in found],

@@ -161,28 +161,29 @@ def _train(ctx: Context) -> dict:
     kept = phase2 or phase1  # its validation pass already gave the kept weights' confusion matrix
     confusion = np.array(kept.val_confusion_matrix) if kept else evaluate_split(ctx, "val", evaluation).confusion_matrix
     if ctx.chief:
+        phases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
         if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see README
-            metrics["calibration"] = _calibrate(ctx)
+            metrics["calibration"] = _calibrate(ctx, phases)
         if ctx.info.multi_label:
-            metrics["thresholds"] = _thresholds(ctx)
+            metrics["thresholds"] = _thresholds(ctx, phases)
         _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
 
 
-def _thresholds(ctx: Context) -> dict:
+def _thresholds(ctx: Context, phases: dict[int, PhaseResult | None]) -> dict:
     from app.training.thresholds import choose_thresholds
 
-    found = choose_thresholds(ctx)
+    found = choose_thresholds(ctx, phases)
     log.info("per-label decision thresholds (best F1 on val): %s",
              ", ".join(f"{c} {t:.2f}" for c, t in zip(ctx.info.classes, found["thresholds"])))
     return found
 
 
-def _calibrate(ctx: Context) -> dict:
+def _calibrate(ctx: Context, phases: dict[int, PhaseResult | None]) -> dict:
     from app.training.calibration import calibrate
 
-    found = calibrate(ctx)
+    found = calibrate(ctx, phases)
     log.info("calibration: temperature %.3f fitted on %s; val log loss %.4f -> %.4f, ECE %.4f -> %.4f",
              found["temperature"], found["fitted_on"], found["val_log_loss_before"], found["val_log_loss_after"],
              found["val_ece_before"], found["val_ece_after"])
