@@ -69,27 +69,43 @@ class LiteRTModel:
 
 
 def convert(model: keras.Model, image_size: int, mode: str, data_dir: str | None, side_width: int = 0) -> bytes:
-    """Through Keras' own LiteRT export (ExportArchive → SavedModel → converter): converting a
-    concrete function or a plain tf.saved_model of a Keras 3 model gave NaN/garbage here. A
-    model with side features takes {"image", "side"} (float32 [N, F], as stored)."""
-    images = tf.TensorSpec([None, image_size, image_size, 3], tf.float32)
-    signature = {"image": images, "side": tf.TensorSpec([None, side_width], tf.float32)} if side_width else images
-    options: dict = {}
+    """The model's forward pass as a minimal SavedModel in a temp dir, then the converter. Its
+    variables are tracked as the tf.Variables under Keras' own (tracking the Keras variables, or
+    converting a concrete function, gave NaN here); Keras' own LiteRT export does the same with a
+    heavier SavedModel and took twice as long (7.0 s against 3.4 s, MobileNetV2 at 224, same
+    output). A model with side features takes `image` and `side` (float32 [N, F], as stored)."""
+    module = tf.Module()
+    module.variables_to_save = [getattr(v, "value", v) for v in model.variables]
+    image = tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="image")
+    if side_width:
+        side = tf.TensorSpec([None, side_width], tf.float32, name="side")
+        forward = tf.function(lambda image, side: {"probabilities": model({"image": image, "side": side}, training=False)},
+                              input_signature=[image, side])
+    else:
+        forward = tf.function(lambda image: {"probabilities": model(image, training=False)}, input_signature=[image])
+    with tempfile.TemporaryDirectory() as tmp:
+        with tensorflow_log_level(logging.ERROR):  # "Assets written to: /tmp/..."
+            tf.saved_model.save(module, tmp, signatures={"serving_default": forward})
+        converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
+        _set_mode(converter, mode, data_dir, image_size)
+        return converter.convert()
+
+
+def _set_mode(converter: tf.lite.TFLiteConverter, mode: str, data_dir: str | None, image_size: int) -> None:
+    """float32 as is; float16 weights; int8 weights and activations with float in/out,
+    calibrated on training images."""
     if mode == "float16":
-        options = {"optimizations": [tf.lite.Optimize.DEFAULT], "target_spec": {"supported_types": [tf.float16]}}
-    elif mode == "int8":  # int8 weights and activations, float in/out; calibrated on training images
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif mode == "int8":
 
         def representative():
             ds = make_eval_dataset(data_dir, split="train", image_size=image_size, batch_size=1)
             for images, _ in ds.take(CALIBRATION_IMAGES):
                 yield [tf.cast(images, tf.float32)]
 
-        options = {"optimizations": [tf.lite.Optimize.DEFAULT], "representative_dataset": representative}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.tflite")
-        with tensorflow_log_level(logging.ERROR):  # "Assets written to: /tmp/..." of its intermediate SavedModel
-            model.export(path, format="litert", verbose=False, input_signature=[signature], **options)
-        return Path(path).read_bytes()
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = representative
 
 
 def _correct(probabilities: np.ndarray, labels: np.ndarray) -> int:
