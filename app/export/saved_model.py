@@ -45,6 +45,12 @@ from app.models.tta import with_tta
 DEFAULT_TOP_K = 5
 
 
+def model_variables(model: keras.Model) -> list[tf.Variable]:
+    """The tf.Variables under a Keras 3 model's weights: what a tf.Module around the model must
+    track to save it (a SavedModel that tracked the Keras variables themselves converted to NaN)."""
+    return [getattr(v, "value", v) for v in model.weights]
+
+
 class ServingModule(tf.Module):
     def __init__(self, model: keras.Model, classes: list[str], image_size: int, crop_fraction: float, top_k: int,
                  labels_file: Path, metadata_file: Path, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
@@ -56,7 +62,7 @@ class ServingModule(tf.Module):
         # Keras object graph of every layer took more than half of the export's time.
         self._call_model = lambda inputs: model(inputs, training=False)
         self.side = SideInputs(side_features) if side_features else None
-        self.model_weights = [getattr(v, "value", v) for v in model.weights]
+        self.model_weights = model_variables(model)
         self.class_names = tf.constant(classes)
         self.image_size, self.crop_fraction, self.top_k = image_size, crop_fraction, min(top_k, len(classes))
         self.max_megapixels, self.tta = max_megapixels, tta

@@ -19,7 +19,7 @@ import tensorflow as tf
 from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
 from app.training.context import Context
 from app.training.feature_cache import eval_images, model_outputs
-from app.training.phase import PhaseResult
+from app.training.phase import KeptPhases
 
 TEMPERATURE_RANGE = (0.05, 20.0)
 
@@ -46,7 +46,7 @@ def calibration_summary(logits: np.ndarray, labels: np.ndarray, temperature: flo
             "val_ece_before": round(ece(before), 6), "val_ece_after": round(ece(after), 6)}
 
 
-def validation_logits(ctx: Context, phases: dict[int, PhaseResult | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def validation_logits(ctx: Context, phases: KeptPhases | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The kept weights' logits and labels for the whole validation split: those the kept epoch's
     own validation pass saved (`phases`: the results of phases 1 and 2), else one more pass with
     the current weights (run on the chief)."""
@@ -59,7 +59,7 @@ def validation_logits(ctx: Context, phases: dict[int, PhaseResult | None] | None
     return logits.astype(np.float64), labels
 
 
-def saved_validation_outputs(ctx: Context, phases: dict[int, PhaseResult | None]) -> tuple[np.ndarray, np.ndarray] | None:
+def saved_validation_outputs(ctx: Context, phases: KeptPhases) -> tuple[np.ndarray, np.ndarray] | None:
     """The kept epoch's saved validation outputs: phase 2's, or phase 1's where phase 2 kept its
     weights (best epoch 0). None where the run kept none (e.g. it was started by an older version)."""
     for number in (2, 1):
@@ -74,6 +74,6 @@ def saved_validation_outputs(ctx: Context, phases: dict[int, PhaseResult | None]
     return None
 
 
-def calibrate(ctx: Context, phases: dict[int, PhaseResult | None] | None = None) -> dict:
+def calibrate(ctx: Context, phases: KeptPhases | None = None) -> dict:
     logits, labels = validation_logits(ctx, phases)
     return calibration_summary(logits, labels, fit_temperature(logits, labels))

@@ -43,6 +43,9 @@ class PhaseResult:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
+KeptPhases = dict[int, "PhaseResult | None"]  # phase number → its result (None: the phase did not run)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PhaseSpec:
     phase: int  # 1 or 2
@@ -279,7 +282,8 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
     if int(state.best_epoch):
         phase.model.load_weights(phase.files.best_to_load(number, int(state.best_epoch)))
     elif baseline is not None:  # back to the weights the phase started from (saved as its epoch 0)
-        guard = " without lowering val_accuracy" if phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy" else ""
+        guarded = phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy"
+        guard = " without lowering val_accuracy" if guarded else ""
         log.info("phase %d did not beat phase %d on %s%s; keeping phase %d's weights", number, number - 1,
                  phase.spec.select_by, guard, number - 1)
         phase.model.load_weights(phase.files.best_to_load(number, 0))

@@ -12,10 +12,10 @@ import numpy as np
 from app.evaluation.multilabel import best_threshold
 from app.training.calibration import validation_logits
 from app.training.context import Context
-from app.training.phase import PhaseResult
+from app.training.phase import KeptPhases
 
 
-def choose_thresholds(ctx: Context, phases: dict[int, PhaseResult | None] | None = None) -> dict:
+def choose_thresholds(ctx: Context, phases: KeptPhases | None = None) -> dict:
     """What metrics.json records under "thresholds" (`phases`: as for validation_logits)."""
     logits, labels = validation_logits(ctx, phases)
     probabilities = 1 / (1 + np.exp(-logits))

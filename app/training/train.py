@@ -21,7 +21,7 @@ from app.training.context import Context, describe_distribution, setup
 from app.training.inputs import augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.optimizer import FineTuneAdamW, layer_rate_scales
-from app.training.phase import Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
+from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
 from app.training.steps import Evaluation, Steps
 from app.training.strategy import barrier
 
@@ -161,7 +161,7 @@ def _train(ctx: Context) -> dict:
     kept = phase2 or phase1  # its validation pass already gave the kept weights' confusion matrix
     confusion = np.array(kept.val_confusion_matrix) if kept else evaluate_split(ctx, "val", evaluation).confusion_matrix
     if ctx.chief:
-        phases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
+        phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
         if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see README
             metrics["calibration"] = _calibrate(ctx, phases)
         if ctx.info.multi_label:
@@ -171,7 +171,7 @@ def _train(ctx: Context) -> dict:
     return metrics
 
 
-def _thresholds(ctx: Context, phases: dict[int, PhaseResult | None]) -> dict:
+def _thresholds(ctx: Context, phases: KeptPhases) -> dict:
     from app.training.thresholds import choose_thresholds
 
     found = choose_thresholds(ctx, phases)
@@ -180,7 +180,7 @@ def _thresholds(ctx: Context, phases: dict[int, PhaseResult | None]) -> dict:
     return found
 
 
-def _calibrate(ctx: Context, phases: dict[int, PhaseResult | None]) -> dict:
+def _calibrate(ctx: Context, phases: KeptPhases) -> dict:
     from app.training.calibration import calibrate
 
     found = calibrate(ctx, phases)
