@@ -82,36 +82,3 @@ def test_calibrate_false_exports_the_plain_classifier(tiny_config):
     assert "calibration" not in metrics
     assert read_metadata(Path(metrics["export"]))["calibration"] is None
 
-
-def _by_label_then_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    order = np.lexsort((*logits.T[::-1], labels))
-    return logits[order], labels[order]
-
-
-@pytest.mark.parametrize("phase2_wins", [True, False])
-def test_calibration_reuses_the_kept_epochs_own_validation_logits(tiny_config, phase2_wins: bool):
-    """The temperature is fitted on the logits the kept epoch's validation pass saved: phase 2's,
-    or phase 1's where phase 2 kept phase 1's weights. They equal one more pass with the kept weights."""
-    import dataclasses
-
-    from app.training.calibration import saved_validation_outputs, validation_logits
-    from app.training.context import setup
-    from app.training.train import run_phase1, run_phase2
-
-    ctx = setup(tiny_config)
-    phase1 = run_phase1(ctx)
-    baseline = dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=0.0) if phase2_wins else \
-        dataclasses.replace(phase1, val_loss=-1.0)  # nothing beats a negative loss
-    phase2 = run_phase2(ctx, baseline)
-    assert bool(phase2.best_epoch) == phase2_wins
-    phases = {1: phase1, 2: phase2}
-    saved = saved_validation_outputs(ctx, phases)
-    assert saved is not None
-    fresh = validation_logits(ctx)  # no phases given: one more pass with the weights the run kept
-    assert saved[0].shape == fresh[0].shape == (ctx.info.num_examples("val"), len(ctx.info.classes))
-    (saved_logits, saved_labels), (fresh_logits, fresh_labels) = _by_label_then_logits(*saved), _by_label_then_logits(*fresh)
-    np.testing.assert_array_equal(saved_labels, fresh_labels)
-    np.testing.assert_allclose(saved_logits, fresh_logits, rtol=1e-4, atol=1e-4)
-    kept_phase = 2 if phase2_wins else 1
-    kept_epoch = (phase2 if phase2_wins else phase1).best_epoch
-    assert ctx.run.best_val_outputs(kept_phase, kept_epoch).exists()

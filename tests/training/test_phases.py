@@ -115,13 +115,33 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
         np.testing.assert_array_equal(final[path], value, err_msg=path)
 
 
+
+def _sorted_outputs(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """By label, then logits: the saved pass and a fresh one may read the split in another order."""
+    order = np.lexsort((*logits.T[::-1], labels))
+    return logits[order], labels[order]
+
+
 @pytest.mark.parametrize("keeps_accuracy", [True, False])
-def test_phase2_must_not_lower_phase1s_val_accuracy_to_count(tiny_config: TrainConfig, keeps_accuracy: bool):
+def test_phase2_counts_only_without_lowering_phase1s_accuracy_and_its_kept_logits_are_saved(
+        tiny_config: TrainConfig, keeps_accuracy: bool):
     """Any loss beats phase 1's here, but no accuracy reaches it: with phase2_keeps_accuracy (the
-    default) phase 2 keeps phase 1's weights; without it, its own lower-loss epoch counts."""
+    default) phase 2 keeps phase 1's weights; without it, its own lower-loss epoch counts. Either
+    way the kept epoch's validation logits, which calibration fits T on, are saved and equal one
+    more pass with the kept weights (phase 1's file where phase 2 kept phase 1's weights)."""
+    from app.training.calibration import saved_validation_outputs, validation_logits
+
     ctx = setup(tiny_config.replace(phase2_keeps_accuracy=keeps_accuracy))
     phase1 = run_phase1(ctx)
     out_of_reach = dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=1.01)
     result = run_phase2(ctx, out_of_reach)
     assert result.epochs == 1
     assert result.best_epoch == (0 if keeps_accuracy else 1)
+    kept_phase, kept_epoch = (1, phase1.best_epoch) if keeps_accuracy else (2, 1)
+    assert ctx.run.best_val_outputs(kept_phase, kept_epoch).exists()
+    saved = saved_validation_outputs(ctx, {1: phase1, 2: result})
+    fresh = validation_logits(ctx)  # no phases given: one more pass with the weights the run kept
+    assert saved is not None and saved[0].shape == fresh[0].shape == (ctx.info.num_examples("val"), len(ctx.info.classes))
+    (saved_logits, saved_labels), (fresh_logits, fresh_labels) = _sorted_outputs(*saved), _sorted_outputs(*fresh)
+    np.testing.assert_array_equal(saved_labels, fresh_labels)
+    np.testing.assert_allclose(saved_logits, fresh_logits, rtol=1e-4, atol=1e-4)
