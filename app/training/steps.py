@@ -27,7 +27,7 @@ class Evaluation:
     accuracy: float
     count: int
     confusion_matrix: np.ndarray  # counts[true, predicted]; multi-label: [label, true, predicted], each 0/1
-    logits: np.ndarray | None = None  # [count, C], float32, in the dataset's order on one replica
+    logits: np.ndarray | None = None  # [count, C] float32: every example, gathered from all replicas batch by batch
     labels: np.ndarray | None = None  # [count] class ids, or [count, C] multi-hot
 
     def summary(self) -> dict[str, float | int]:
