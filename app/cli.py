@@ -23,6 +23,12 @@ def run_cli(main: Callable[[], int | None]) -> None:
         sys.exit(130)
 
 
+def add_weights_and_seeds(parser) -> None:
+    """The --weights and --seeds flags every accuracy benchmark takes, spelled once."""
+    parser.add_argument("--weights", default="auto", help="backbone weights: auto | imagenet | none | PATH (default auto)")
+    parser.add_argument("--seeds", type=int_list, default=(0, 1, 2), help="seeds, comma-separated (default 0,1,2)")
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """argparse type for '0,1,2' (the benchmarks' seeds and sizes); a bad item is argparse's usage error."""
     return tuple(int(v) for v in text.split(","))

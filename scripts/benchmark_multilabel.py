@@ -16,13 +16,12 @@ import json
 import logging
 import sys
 
-from app.cli import int_list, run_cli
+from app.cli import add_weights_and_seeds, run_cli
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--weights", default="auto", help="backbone weights: auto | imagenet | none | PATH (default auto)")
-    p.add_argument("--seeds", type=int_list, default=(0, 1, 2), help="seeds, comma-separated (default 0,1,2)")
+    add_weights_and_seeds(p)
     p.add_argument("--photos", type=int, default=600, help="generated photos (default 600)")
     p.add_argument("--image-size", type=int, default=128, help="generated and input size in pixels (default 128)")
     args = p.parse_args()

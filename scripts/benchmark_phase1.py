@@ -15,15 +15,14 @@ import json
 import logging
 import sys
 
-from app.cli import int_list, run_cli
+from app.cli import add_weights_and_seeds, int_list, run_cli
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", help="TFRecord folder with train and val splits")
-    p.add_argument("--weights", default="auto", help="backbone weights: auto | imagenet | PATH (default auto)")
+    add_weights_and_seeds(p)
     p.add_argument("--views", type=int_list, default=(1, 2, 4), help="K values to try, comma-separated (default 1,2,4)")
-    p.add_argument("--seeds", type=int_list, default=(0, 1, 2), help="seeds, comma-separated (default 0,1,2)")
     p.add_argument("--epochs", type=int, default=10, help="phase-1 epochs (default 10)")
     p.add_argument("--image-size", type=int, default=224, help="input size (default 224)")
     args = p.parse_args()

@@ -20,17 +20,16 @@ import logging
 import sys
 from pathlib import Path
 
-from app.cli import int_list, run_cli
+from app.cli import add_weights_and_seeds, int_list, run_cli
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path, help="folder with train/ and val/ class folders")
-    p.add_argument("--weights", default="auto", help="backbone weights: auto | imagenet | PATH (default auto)")
+    add_weights_and_seeds(p)
     p.add_argument("--per-class", type=int_list, default=(10, 20, 50), help="training photos per class (default 10,20,50)")
     p.add_argument("--test-per-class", type=int, default=100,
                    help="training photos left out of a subset that form its held-out test split (default 100; 0 = none)")
-    p.add_argument("--seeds", type=int_list, default=(0, 1, 2), help="seeds, comma-separated (default 0,1,2)")
     p.add_argument("--variant", action="append", default=None,
                    help="NAME or NAME:key=value,... (config keys, as fine_tune.py --set); repeatable (default: defaults)")
     p.add_argument("--image-size", type=int, default=224, help="input size (default 224)")

@@ -36,6 +36,16 @@ def browser():
     driver.quit()
 
 
+def _serve_a_tiny_model(records: Path, tmp_path: Path) -> Server:
+    """A model trained for two steps on `records` (random init, 32 px), exported as "shapes" and served."""
+    from app.config import TrainConfig
+    from app.training.train import train
+
+    train(TrainConfig(data=str(records), out=str(tmp_path / "shapes"), weights="none", image_size=32,
+                      batch_size=4, epochs_head=1, epochs_finetune=0, max_steps_per_epoch=2))
+    return Server(tmp_path / "shapes" / "export" / "shapes")
+
+
 def test_the_page_shows_the_models_label_for_an_uploaded_photo(browser, trained_run: Path, tmp_path: Path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
@@ -69,18 +79,14 @@ def test_a_side_features_model_gets_the_fields_typed_on_the_page(browser, tmp_pa
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from app.config import TrainConfig
     from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
     from app.data.writer import write_tfrecords
-    from app.training.train import train
 
     manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=6, image_size=48)
     write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
                     test_fraction=0.25, num_shards=1)
-    train(TrainConfig(data=str(tmp_path / "records"), out=str(tmp_path / "shapes"), weights="none", image_size=32,
-                      batch_size=4, epochs_head=1, epochs_finetune=0, max_steps_per_epoch=2))
     photo = sorted((tmp_path / "photos" / "images").glob("*.jpg"))[0]
-    server = Server(tmp_path / "shapes" / "export" / "shapes")
+    server = _serve_a_tiny_model(tmp_path / "records", tmp_path)
     try:
         status, expected = server.request("/v1/models/shapes:classify?reading=40&site=north", photo.read_bytes(), "image/jpeg")
         _, without = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/jpeg")
@@ -107,17 +113,13 @@ def test_a_multi_label_model_s_labels_above_threshold_are_shown(browser, tmp_pat
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from app.config import TrainConfig
     from app.data.multilabel_demo import generate_multilabel_dataset
     from app.data.writer import write_tfrecords
-    from app.training.train import train
 
     manifest = generate_multilabel_dataset(tmp_path / "photos", photos=24, image_size=48)
     write_tfrecords(manifest, tmp_path / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=1)
-    train(TrainConfig(data=str(tmp_path / "records"), out=str(tmp_path / "shapes"), weights="none", image_size=32,
-                      batch_size=4, epochs_head=1, epochs_finetune=0, max_steps_per_epoch=2))
     photo = sorted((tmp_path / "photos" / "images").glob("*.jpg"))[0]
-    server = Server(tmp_path / "shapes" / "export" / "shapes")
+    server = _serve_a_tiny_model(tmp_path / "records", tmp_path)
     try:
         status, expected = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/jpeg")
         assert status == 200 and "labels_above_threshold" in expected
