@@ -60,17 +60,17 @@ def register_backbone(name: str, **spec_kwargs) -> Callable[[Builder], Builder]:
 
 def get_backbone(name: str) -> BackboneSpec:
     """A registry entry, or an ad-hoc spec for a TF-Hub handle URL / local SavedModel folder."""
-    from app.models.hub import build_hub_backbone, is_hub_handle
+    if name in BACKBONES:
+        return BACKBONES[name]
+    from app.models.hub import build_hub_backbone, is_hub_handle  # TensorFlow: registry backbones need only Keras
 
-    if name not in BACKBONES and is_hub_handle(name):
-        return BackboneSpec(
-            name=name, build=lambda shape, weights: build_hub_backbone(name, shape), default_size=224,
-            normalization={"mean": (0.0,) * 3, "std": (255.0,) * 3},  # TF-Hub image models take [0, 1]
-            block_pattern=r"^(hub_module)$", hub_handle=name,
-        )
-    if name not in BACKBONES:
+    if not is_hub_handle(name):
         raise UserError(f"unknown backbone '{name}'; known: {', '.join(sorted(BACKBONES))}")
-    return BACKBONES[name]
+    return BackboneSpec(
+        name=name, build=lambda shape, weights: build_hub_backbone(name, shape), default_size=224,
+        normalization={"mean": (0.0,) * 3, "std": (255.0,) * 3},  # TF-Hub image models take [0, 1]
+        block_pattern=r"^(hub_module)$", hub_handle=name,
+    )
 
 
 def _apps(fn_name: str, **kwargs) -> Builder:
