@@ -87,18 +87,33 @@ def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Str
         check_reachable(cfg.data_service)
 
 
-def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy) -> tuple[bool, str]:
-    """(train phase 1 on cached features?, why). `auto` caches on a single CPU worker, where the
-    frozen backbone's forward pass, repeated for every image in every epoch, is nearly all of
-    phase 1's time; K views cost K passes once, instead of one pass per epoch."""
+FEATURE_CACHE_LIMIT = 4 * 2**30  # bytes of host memory `cache_features = auto` lets the cache take
+
+
+def feature_cache_bytes(cfg: TrainConfig, info: DatasetInfo, clf: Classifier) -> int:
+    """Host memory of the feature cache's float32 arrays: K views of the train split, one of val."""
+    views = cfg.feature_views if cfg.augment else 1
+    rows = views * info.num_examples("train") + info.num_examples("val")
+    return rows * (clf.features_model.output.shape[-1] + info.side_width) * 4
+
+
+def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes: int) -> tuple[bool, str]:
+    """(train phase 1 on cached features?, why). `auto` caches on a single worker: every image is
+    decoded, augmented and run through the frozen backbone K times in all instead of once per
+    epoch (and the val split once instead of every epoch). On a CPU the backbone is nearly all of
+    phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate)."""
     views = f"{cfg.feature_views} augmented view(s) per training image" if cfg.augment else "unaugmented images (augment = false)"
     if cfg.cache_features != "auto":
         cached = cfg.cache_features == "true"
         return cached, f"cache_features = {cfg.cache_features}" + (f"; {views}" if cached else "")
     if num_workers(strategy) > 1 or cfg.data_service:
         return False, "cache_features = auto: several workers or a tf.data service decode every epoch"
+    if cache_bytes > FEATURE_CACHE_LIMIT:
+        return False, (f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB of memory"
+                       f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB); set true to cache anyway")
     if tf.config.list_physical_devices("GPU"):
-        return False, "cache_features = auto: on a GPU the per-epoch forward pass is cheap (set true to cache anyway)"
+        return True, ("cache_features = auto: on a GPU the CPU's decoding is the bottleneck; each image is decoded once"
+                      f" per view, not once per epoch; {views}")
     return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {views}"
 
 
@@ -143,8 +158,9 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     if info.multi_label:
         facts["task"] = info.task
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
+    cache_mode = phase1_mode(cfg, strategy, feature_cache_bytes(cfg, info, clf))
     return Context(cfg, info, run, strategy, clf, image_size, History(run, enabled=scratch is None), policy,
-                   backbone.weights_used, backbone.warning, scratch, *phase1_mode(cfg, strategy), *xla_mode(cfg))
+                   backbone.weights_used, backbone.warning, scratch, *cache_mode, *xla_mode(cfg))
 
 
 def describe_distribution(ctx: Context) -> str:

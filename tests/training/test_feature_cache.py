@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
-from app.training.context import setup
+from app.training.context import FEATURE_CACHE_LIMIT, feature_cache_bytes, phase1_mode, setup
 from app.training.feature_cache import load_or_build
 from app.training.train import run_phase1
 
@@ -36,8 +37,13 @@ def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline
     assert cache.val_features.shape == (ctx.info.num_examples("val"), 1280)
     for view in range(3):  # each block of n rows is one pass over the training split
         assert (np.bincount(cache.train_labels[view * n:(view + 1) * n], minlength=4) == _train_counts(ctx)).all()
-    plain = load_or_build(setup(cached_config.replace(augment=False, out=cached_config.out + "-plain")))
+    # What `auto` weighs against its memory limit is what the cache holds.
+    assert feature_cache_bytes(ctx.cfg, ctx.info, ctx.clf) == cache.train_features.nbytes + cache.val_features.nbytes
+    plain_ctx = setup(cached_config.replace(augment=False, out=cached_config.out + "-plain"))
+    plain = load_or_build(plain_ctx)
     assert plain.train_features.shape == (n, 1280)  # augment = false: one unaugmented view
+    plain_bytes = plain.train_features.nbytes + plain.val_features.nbytes
+    assert feature_cache_bytes(plain_ctx.cfg, plain_ctx.info, plain_ctx.clf) == plain_bytes
     # Validation features are the backbone on the eval pipeline, the same in both.
     images, labels = zip(*make_eval_dataset(ctx.cfg.data, split="val", image_size=64, batch_size=64))
     expected = ctx.clf.features_model(np.concatenate(images), training=False).numpy()
@@ -86,3 +92,15 @@ def test_auto_caches_on_a_cpu_and_says_why(tiny_config: TrainConfig):
     assert "on a CPU" in ctx.phase1_reason and "2 augmented view(s)" in ctx.phase1_reason
     off = setup(tiny_config.replace(cache_features="false", out=tiny_config.out + "-off"))
     assert not off.cached_phase1 and off.phase1_reason == "cache_features = false"
+
+
+def test_auto_caches_on_a_gpu_too_unless_the_cache_would_not_fit_in_memory(tiny_config: TrainConfig, monkeypatch):
+    strategy = tf.distribute.get_strategy()
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
+    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=2**20)
+    assert cached and "on a GPU the CPU's decoding is the bottleneck" in why
+    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=FEATURE_CACHE_LIMIT + 2**29)
+    assert not cached and "4.5 GiB of memory" in why and "set true to cache anyway" in why
+    assert phase1_mode(tiny_config.replace(cache_features="true"), strategy, cache_bytes=FEATURE_CACHE_LIMIT + 1)[0]
+    cached, why = phase1_mode(tiny_config.replace(data_service="grpc://host:5000"), strategy, cache_bytes=2**20)
+    assert not cached and "tf.data service" in why
