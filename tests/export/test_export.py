@@ -39,11 +39,12 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: 
     meta = json.loads((version / "assets" / "metadata.json").read_text())
     assert {"backbone", "input_size", "classes", "training_metrics", "dataset_fingerprint", "created", "package_version"} <= meta.keys()
     assert meta["max_megapixels"] == 40 and meta["top_k"] == 4
-    # the float32 LiteRT file is part of every export, checked against the SavedModel on the val split
+    # the float32 LiteRT file is part of every export, checked against the SavedModel on the
+    # val split's first 64 images (all of them when there are fewer)
     assert (version / "litert" / "model_float32.tflite").stat().st_size > 1_000_000
     parity = meta["litert"]["float32"]
     assert parity["passed"] and parity["top1_agreement"] == 1.0 and parity["max_abs_diff"] < 1e-4
-    assert parity["images"] == load_dataset_info(demo_records).num_examples("val")
+    assert parity["images"] == min(64, load_dataset_info(demo_records).num_examples("val"))
     metrics = json.loads((trained_run / "metrics.json").read_text())
     assert metrics["litert"]["float32"] == parity
     assert f"agrees with the SavedModel on {parity['images']}/{parity['images']} val images" in format_result(metrics)
@@ -80,6 +81,18 @@ def test_keyed_signature_passes_keys_through_and_bad_images_fail_the_call(traine
     assert out["key"].numpy().tolist() == [b"a", b"b", b"c"]
     with pytest.raises(tf.errors.InvalidArgumentError):
         loaded.signatures["serving_default"](image_bytes=tf.constant([images[0], b"not an image"]))
+
+
+def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_each_time(
+        trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch):
+    from app.export import tflite
+
+    version = trained_run / "export" / "shapes" / "1"
+    model = (version / "litert" / "model_float32.tflite").read_bytes()
+    monkeypatch.setitem(tflite.PARITY_IMAGES, "float32", 5)
+    first = tflite.parity_report(model, version, str(demo_records), 64, "float32")
+    assert first["images"] == 5 and first["passed"] and first["top1_agreement"] == 1.0
+    assert tflite.parity_report(model, version, str(demo_records), 64, "float32") == first
 
 
 @pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
