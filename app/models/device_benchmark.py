@@ -6,8 +6,8 @@ Dividing a rate by the input pipeline's images/s per CPU core (scripts/benchmark
 gives the cores that keep the device fed. Written against Keras 3 alone, with no TensorFlow
 import: the same measurement runs on the TensorFlow, JAX or PyTorch backend (KERAS_BACKEND),
 so the model's speed on a GPU can be read where only JAX or PyTorch is installed beside it.
-The steps are Keras' own `train_on_batch` / `predict_on_batch`, not fine_tune.py's
-distributed loop: the same model, loss and optimizer, without the on-device colour jitter.
+The steps are Keras' own `fit` / `predict` loops, not fine_tune.py's distributed loop: the
+same model, loss, optimizer and unfrozen layers, without the on-device colour jitter.
 """
 
 from __future__ import annotations
