@@ -83,6 +83,7 @@ def test_keyed_signature_passes_keys_through_and_bad_images_fail_the_call(traine
         loaded.signatures["serving_default"](image_bytes=tf.constant([images[0], b"not an image"]))
 
 
+@pytest.mark.slow  # two more checks; the fast tier stays under 3 minutes
 def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_each_time(
         trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch):
     from app.export import tflite
