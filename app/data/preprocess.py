@@ -79,10 +79,11 @@ def decode_batch(encoded: tf.Tensor, image_size: int, crop_fraction: float, max_
 def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, augment: Augment) -> tf.Tensor:
     """Inception-style random-resized crop applied while decoding, then a random flip.
 
-    Only the crop window is decoded (`decode_and_crop_jpeg`), and the flip is done on the small
-    uint8 crop before resizing; uint8 out. `seed` is a shape-[2] int tensor; every op is stateless, so a
-    seeded pipeline is reproducible. Resizing is plain bilinear: random crops shrink by small
-    factors, where antialiasing changes little and costs a lot (see README benchmark).
+    Only the crop window is decoded, at a reduced scale when it is large (`_decode_crop`), and
+    the flip is done on the small uint8 crop before resizing; uint8 out. `seed` is a shape-[2]
+    int tensor; every op is stateless, so a seeded pipeline is reproducible. Resizing is plain
+    bilinear: after the scaled decode a crop shrinks by less than 2×, where antialiasing
+    changes little and costs a lot (see README benchmark).
     """
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     shape = tf.io.extract_jpeg_shape(encoded)
@@ -95,14 +96,29 @@ def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, aug
         area_range=augment.area_range,
         max_attempts=10,
     )
-    offset_y, offset_x, _ = tf.unstack(begin)
-    crop_h, crop_w, _ = tf.unstack(size)
-    image = tf.io.decode_and_crop_jpeg(encoded, tf.stack([offset_y, offset_x, crop_h, crop_w]), channels=3)
+    image = _decode_crop(encoded, tf.concat([begin[:2], size[:2]], axis=0), image_size)
     if augment.flip:
         flip = tf.random.stateless_uniform([], flip_seed) < 0.5
         image = tf.cond(flip, lambda: tf.reverse(image, axis=[1]), lambda: image)
     image = to_uint8(tf.image.resize(image, [image_size, image_size], method="bilinear"))
     return tf.ensure_shape(image, [image_size, image_size, 3])
+
+
+def _decode_crop(encoded: tf.Tensor, window: tf.Tensor, image_size: int) -> tf.Tensor:
+    """Decode only `window` ([y, x, height, width]) of a JPEG, at the smallest of libjpeg's DCT
+    scales (1, 1/2, 1/4, 1/8) that leaves the window's shorter side at least `image_size`. A
+    phone photo's crop is then decoded at a quarter or an eighth of its pixels, already
+    low-passed, instead of being decoded whole and shrunk 5-15× by a bilinear resize that
+    aliases; the crops of small photos decode at full scale, as before."""
+    offset_y, offset_x, height, width = tf.unstack(window)
+    shorter = tf.minimum(height, width)
+    scale_index = tf.reduce_sum(tf.cast(shorter // image_size >= tf.constant([2, 4, 8]), tf.int32))
+
+    def at(ratio: int):
+        scaled = tf.stack([offset_y // ratio, offset_x // ratio, height // ratio, width // ratio])
+        return lambda: tf.io.decode_and_crop_jpeg(encoded, scaled, channels=3, ratio=ratio)
+
+    return tf.switch_case(scale_index, [at(1), at(2), at(4), at(8)])
 
 
 LUMA = (0.2989, 0.5870, 0.1140)  # ITU-R BT.601, as tf.image.rgb_to_grayscale

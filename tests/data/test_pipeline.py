@@ -91,6 +91,36 @@ def test_flip_mirrors_the_crop():
     np.testing.assert_allclose(mirrored[0], plain[:, ::-1], atol=1e-3)
 
 
+def _noise_jpeg(side: int) -> tf.Tensor:
+    """A square of pixel noise: what a bilinear shrink without antialiasing turns into noise again."""
+    pixels = np.random.default_rng(0).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    return tf.io.encode_jpeg(pixels, quality=95)
+
+
+@pytest.mark.parametrize("side", [1024, 256])
+def test_a_large_crop_is_decoded_at_a_reduced_scale_and_a_small_one_exactly_as_before(side: int):
+    whole = Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0), flip=False, color_jitter=0.0)
+    encoded = _noise_jpeg(side)
+    out = decode_random_crop(encoded, 64, tf.constant([0, 0]), whole).numpy().astype(float)
+    if side == 256:  # 256 // 64 = 4: decoded at 1/4 scale, 64 pixels, not whole
+        np.testing.assert_array_equal(out, tf.io.decode_jpeg(encoded, channels=3, ratio=4).numpy())
+        return
+    # 1024 // 64 = 16: decoded at 1/8 scale, already low-passed, so close to an antialiased
+    # resize of the whole photo, where the whole photo shrunk by plain bilinear keeps the noise.
+    full = tf.cast(tf.io.decode_jpeg(encoded, channels=3), tf.float32)
+    antialiased = tf.image.resize(full, [64, 64], method="bilinear", antialias=True).numpy()
+    plain = tf.image.resize(full, [64, 64], method="bilinear").numpy()
+    assert np.abs(out - antialiased).mean() < 8 < np.abs(plain - antialiased).mean()
+
+
+def test_a_crop_smaller_than_twice_the_output_decodes_at_full_scale():
+    whole = Augment(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0), flip=False, color_jitter=0.0)
+    encoded = _noise_jpeg(100)  # 100 // 64 = 1: no reduced scale can keep 64 pixels
+    out = decode_random_crop(encoded, 64, tf.constant([0, 0]), whole).numpy()
+    full = tf.cast(tf.io.decode_jpeg(encoded, channels=3), tf.float32)
+    np.testing.assert_array_equal(out, np.round(tf.image.resize(full, [64, 64], method="bilinear").numpy()))
+
+
 def test_train_batches_are_uint8_for_the_device(demo_records: Path):
     images, labels = next(iter(make_train_dataset(demo_records, image_size=56, batch_size=4, seed=0)))
     assert images.shape == (4, 56, 56, 3) and images.dtype == tf.uint8
