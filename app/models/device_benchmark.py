@@ -51,13 +51,16 @@ class Variant:
         return f"{self.workload} {self.precision} xla={'on' if self.jit else 'off'}"
 
 
+def _image_size(setup: DeviceSetup) -> int:
+    return setup.image_size or get_backbone(setup.backbone).default_size
+
+
 def _classifier(setup: DeviceSetup, precision: str) -> Classifier:
     """A fresh classifier built under `precision` (Keras reads the dtype policy at build time)."""
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(precision)
     try:
-        spec = get_backbone(setup.backbone)
-        size = setup.image_size or spec.default_size
+        spec, size = get_backbone(setup.backbone), _image_size(setup)
         backbone, _ = load_backbone(spec, size, setup.weights)
         return build_classifier(spec, backbone, setup.num_classes, size, DEFAULTS.dropout)
     finally:
@@ -105,7 +108,7 @@ def run_device_benchmark(setup: DeviceSetup, variants: list[Variant], *, steps: 
                          warmup: int = 2, log: Callable[[str], None] = print) -> dict:
     """Build and warm up every variant (compilation and autotuning stay out of the figures),
     then time them in alternating rounds; report each one's median images/s and range."""
-    size = setup.image_size or get_backbone(setup.backbone).default_size
+    size = _image_size(setup)
     images, labels = _batches(setup, size, steps)
     prepared: dict[Variant, Step] = {}
     for variant in variants:
