@@ -137,6 +137,27 @@ def test_phone_litert_files_with_parity_in_the_metadata(trained_run: Path, tmp_p
     np.testing.assert_allclose(lite, model(x).numpy(), atol=0.05 if mode == "int8" else 0.01)
 
 
+@pytest.mark.parametrize("side_width", [0, 2])
+def test_the_litert_file_has_the_signature_a_phone_calls(side_width: int):
+    """serving_default: `image` (and `side`) in, `probabilities` out, the model's own answers."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from app.export.tflite import convert
+
+    image = keras.Input((16, 16, 3), name="image")
+    side = keras.Input((side_width,), name="side")
+    pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(image))
+    features = keras.layers.Concatenate()([pooled, side]) if side_width else pooled
+    model = keras.Model({"image": image, "side": side} if side_width else image,
+                        keras.layers.Dense(3, activation="softmax")(features))
+    rng = np.random.default_rng(0)
+    x, s = rng.uniform(0, 255, (1, 16, 16, 3)).astype(np.float32), rng.normal(size=(1, side_width)).astype(np.float32)
+    runner = Interpreter(model_content=convert(model, 16, "float32", None, side_width)).get_signature_runner("serving_default")
+    inputs = {"image": x, **({"side": s} if side_width else {})}
+    expected = model(inputs if side_width else x).numpy()
+    np.testing.assert_allclose(runner(**inputs)["probabilities"], expected, atol=1e-6)
+
+
 def test_the_serving_signature_refuses_images_over_its_pixel_limit(tmp_path: Path):
     """The guard is inside the SavedModel, so TF Serving gets it too: 0.002 MP = 2,000 pixels."""
     inputs = keras.Input((16, 16, 3))
