@@ -152,7 +152,7 @@ def assert_within(size: tf.Tensor, max_megapixels: float) -> tf.Operation:
         [f"image too large: over the {max_megapixels:g} megapixel limit; [height width pixels] =", size])
 
 
-@tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+@tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
 def _header_size_fn(encoded: tf.Tensor) -> tf.Tensor:
     return header_size(encoded)
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from app import storage
 from app.data import schema
-from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, decode_for_eval, decode_random_crop
+from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, as_written, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -173,13 +173,14 @@ def _records(
     keeps every n-th record of each file, starting at i: a split that does not depend on the
     order files are read in (DATA sharding)."""
 
+    @as_written
     def read(path: tf.Tensor) -> tf.data.Dataset:
         records = tf.data.TFRecordDataset(path, buffer_size=8 * 2**20)
         if record_shard:
             records = records.shard(*record_shard)
         if not strict:
             records = records.ignore_errors(log_warning=True)  # the rest of a corrupt shard is lost
-        return records.map(lambda r: (r, path))
+        return records.map(as_written(lambda r: (r, path)))
 
     return files.interleave(
         read, cycle_length=cycle_length, num_parallel_calls=AUTOTUNE, deterministic=deterministic
@@ -202,6 +203,7 @@ def _parse(records: tf.data.Dataset, counter: RecordCounter | None, info: Datase
     """Batched parse (one parse_example per PARSE_BATCH records), then back to single examples.
     Labels: int32 class ids, or (multi-label) float32 multi-hot vectors."""
 
+    @as_written
     def parse(serialized: tf.Tensor, shards: tf.Tensor) -> dict[str, tf.Tensor]:
         features = schema.parse_batch(serialized, info.side_width, info.multi_label)
         if counter is not None:
@@ -222,11 +224,13 @@ def _decoded(
 ) -> tf.data.Dataset:
     """Decode each example; in skip mode bad payloads are filtered out (and counted) first."""
     if not strict:
+        @as_written
         def keep(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> tf.Tensor:
             return _is_complete_jpeg(example["encoded"])
 
         examples = examples.filter(keep)
 
+    @as_written
     def fn(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> dict[str, tf.Tensor]:
         encoded = example["encoded"]
         if strict:
@@ -293,7 +297,7 @@ def make_train_dataset(
     ds = tf.data.Dataset.zip(ds, seeds)
     ds = _decoded(ds, _train_decoder(image_size, augment), strict=strict, deterministic=deterministic, counter=counter)
     ds = ds.batch(batch_size, drop_remainder=repeat)
-    ds = ds.map(lambda e: (model_inputs(e), e["label"]))
+    ds = ds.map(as_written(lambda e: (model_inputs(e), e["label"])))
     if data_service:
         from app.data.service import distribute
 
@@ -325,5 +329,5 @@ def make_eval_dataset(
     decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)
     if with_filenames:
-        return ds.map(lambda e: (model_inputs(e), e["label"], e["filename"])).prefetch(AUTOTUNE)
-    return ds.map(lambda e: (model_inputs(e), e["label"])).prefetch(AUTOTUNE)
+        return ds.map(as_written(lambda e: (model_inputs(e), e["label"], e["filename"]))).prefetch(AUTOTUNE)
+    return ds.map(as_written(lambda e: (model_inputs(e), e["label"]))).prefetch(AUTOTUNE)

@@ -15,6 +15,11 @@ import tensorflow as tf
 
 from app.data import image_header
 
+# For the functions handed to tf.data and tf.function: they use TF's own control flow
+# (tf.cond, tf.switch_case), so AutoGraph's rewrite of their Python source, 20-150 ms each on
+# first use, buys nothing (about 1 s of a default fine_tune.py run).
+as_written = tf.autograph.experimental.do_not_convert
+
 DEFAULT_CROP_FRACTION = 0.875  # the classic 224/256: resize shorter side to 256, crop 224
 
 
@@ -140,7 +145,7 @@ def color_jitter(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tens
     return _apply_color_jitter(images, factor(s_b), factor(s_c), factor(s_s))
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)
 def _apply_color_jitter(images: tf.Tensor, brightness: tf.Tensor, contrast: tf.Tensor, saturation: tf.Tensor) -> tf.Tensor:
     """Brightness, then contrast around the brightened image's mean, then saturation towards its
     luma, composed into one linear expression of the pixels. XLA fuses it into a single pass

@@ -72,9 +72,11 @@ class ServingModule(tf.Module):
         image_bytes, key = tf.TensorSpec([None], tf.string, name="image_bytes"), tf.TensorSpec([None], tf.string, name="key")
         side_vector = [tf.TensorSpec([None, len(side_features)], tf.float32, name="side")] if side_features else []
         columns = self.side.specs() if self.side else []
-        self.predict_images = tf.function(self._from_images, input_signature=[images, *side_vector])
-        self.serving_default = tf.function(self._from_bytes, input_signature=[image_bytes, *columns])
-        self.serving_keyed = tf.function(self._from_bytes_keyed, input_signature=[image_bytes, *columns, key])
+        # No AutoGraph: the graph code uses TF's own control flow (tf.case, tf.while_loop), and
+        # rewriting its Python source took ~0.7 s of a 2.6 s export.
+        self.predict_images = tf.function(self._from_images, input_signature=[images, *side_vector], autograph=False)
+        self.serving_default = tf.function(self._from_bytes, input_signature=[image_bytes, *columns], autograph=False)
+        self.serving_keyed = tf.function(self._from_bytes_keyed, input_signature=[image_bytes, *columns, key], autograph=False)
 
     def _decode(self, image_bytes: tf.Tensor) -> tf.Tensor:
         return tf.cast(decode_batch(image_bytes, self.image_size, self.crop_fraction, self.max_megapixels), tf.float32)

@@ -42,7 +42,7 @@ def host_decoder(version: Path, metadata: dict | None = None):
     metadata = layout.read_metadata(version) if metadata is None else metadata
     size, max_mp = int(metadata["input_size"]), float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     decode = tf.function(lambda b: decode_batch(b, size, DEFAULT_CROP_FRACTION, max_mp),
-                         input_signature=[tf.TensorSpec([None], tf.string)])
+                         input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     return lambda image_bytes: decode(tf.constant(image_bytes)).numpy()
 
 

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from app import storage
 from app.data.pipeline import dataset_fingerprint, make_eval_dataset, make_train_dataset, map_image
-from app.data.preprocess import color_jitter
+from app.data.preprocess import as_written, color_jitter
 from app.training.context import Context
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def _build(ctx: Context) -> FeatureCache:
     cfg, k = ctx.cfg, views(ctx)
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
-    extract = tf.function(lambda inputs: _pooled_and_side(ctx, inputs), reduce_retracing=True)
+    extract = tf.function(lambda inputs: _pooled_and_side(ctx, inputs), reduce_retracing=True, autograph=False)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         if cfg.augment:
             train = [model_outputs(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar) for view in range(k)]
@@ -128,15 +128,15 @@ def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
                             augment=ctx.augmentation, seed=seed, deterministic=True)
     strength = ctx.augmentation.color_jitter
     if strength <= 0:
-        return ds.map(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels))
+        return ds.map(as_written(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels)))
     seeds = tf.data.Dataset.random(seed=seed).batch(2)
     return tf.data.Dataset.zip(ds, seeds).map(
-        lambda batch, s: (map_image(batch[0], lambda x: color_jitter(x, s, strength)), batch[1]))
+        as_written(lambda batch, s: (map_image(batch[0], lambda x: color_jitter(x, s, strength)), batch[1])))
 
 
 def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
     ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
-    return ds.map(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels))
+    return ds.map(as_written(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels)))
 
 
 def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None) -> tuple[np.ndarray, np.ndarray]:

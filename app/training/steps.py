@@ -167,7 +167,8 @@ class Steps:
         worker is done, so the per-step all-reduce never waits for a worker that has stopped
         (uneven shards under multi-worker training)."""
         if self._eval_step is None:
-            self._eval_step = tf.function(self._eval_batch, input_signature=list(dataset.element_spec))
+            self._eval_step = tf.function(self._eval_batch, input_signature=list(dataset.element_spec),
+                                          autograph=False)  # tf.cond as written; AutoGraph's rewrite buys nothing
         totals, logits, labels = tf.zeros([self._eval_size]), [], []
         for inputs, y in dataset:
             sums, batch_logits, batch_labels = self._eval_step(inputs, y)
