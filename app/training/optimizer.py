@@ -59,14 +59,20 @@ def inner(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
     return getattr(optimizer, "inner_optimizer", optimizer)
 
 
+def keeps_average(optimizer: keras.optimizers.Optimizer | None) -> bool:
+    """Whether the optimizer keeps a weight average (ema_decay): then the average, not the
+    training weights, is what is validated and kept."""
+    return optimizer is not None and bool(inner(optimizer).use_ema)
+
+
 @contextlib.contextmanager
 def averaged_weights(optimizer: keras.optimizers.Optimizer | None) -> Iterator[None]:
     """Inside: the model holds the weight average (what is validated and saved); after: the
     training weights again. A no-op without an average."""
-    opt = inner(optimizer) if optimizer is not None else None
-    if opt is None or not opt.use_ema or not opt.built:
+    if not keeps_average(optimizer) or not inner(optimizer).built:
         yield
         return
+    opt = inner(optimizer)
     _swap(opt)
     try:
         yield

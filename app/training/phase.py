@@ -21,7 +21,7 @@ import tensorflow as tf
 from app import storage
 from app.run_dir import RunDir
 from app.training.history import History
-from app.training.optimizer import averaged_weights
+from app.training.optimizer import averaged_weights, keeps_average
 from app.training.steps import Evaluation, Steps
 
 log = logging.getLogger(__name__)
@@ -278,9 +278,11 @@ def _train_epoch(steps: Steps, iterator: Iterator, spec: PhaseSpec) -> tuple[flo
 
 
 def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
-    number, baseline = phase.spec.phase, phase.baseline
-    if int(state.best_epoch):
-        phase.model.load_weights(phase.files.best_to_load(number, int(state.best_epoch)))
+    number, baseline, best = phase.spec.phase, phase.baseline, int(state.best_epoch)
+    if best and best == state.epochs_done and not keeps_average(phase.steps.optimizer):
+        return  # the last epoch is the kept one, and its weights are still (or, resumed, again) in the model
+    if best:
+        phase.model.load_weights(phase.files.best_to_load(number, best))
     elif baseline is not None:  # back to the weights the phase started from (saved as its epoch 0)
         guarded = phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy"
         guard = " without lowering val_accuracy" if guarded else ""

@@ -116,6 +116,35 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
 
 
 
+@pytest.mark.parametrize("kept", [1, 2])
+def test_a_phase_ends_holding_its_kept_epochs_weights_read_back_only_when_a_later_epoch_moved_them(
+        tiny_config: TrainConfig, monkeypatch, kept: int):
+    from app.training import phase as phase_module
+
+    ctx = setup(tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, epochs_finetune=2,
+                                    early_stopping_patience=5))
+    phase1 = run_phase1(ctx)
+    trained, train_epoch, loads = [], phase_module._train_epoch, []
+    load_weights = keras.Model.load_weights
+
+    def recording_train_epoch(steps, iterator, spec):
+        out = train_epoch(steps, iterator, spec)
+        trained.append({v.path: v.numpy().copy() for v in ctx.clf.model.weights})
+        return out
+
+    monkeypatch.setattr(phase_module, "_train_epoch", recording_train_epoch)
+    monkeypatch.setattr(phase_module.PhaseState, "improves", lambda self, val: self.epochs_done < kept)
+    monkeypatch.setattr(keras.Model, "load_weights", lambda self, path, *a, **k: (loads.append(path), load_weights(self, path, *a, **k)))
+    result = run_phase2(ctx, phase1)
+    assert (result.epochs, result.best_epoch) == (2, kept)
+    assert len(loads) == (1 if kept == 1 else 0)
+    moved = [p for p in trained[1] if not np.array_equal(trained[1][p], trained[0][p])]
+    assert moved, "epoch 2 moved no weight: the check below would prove nothing"
+    final = {v.path: v.numpy() for v in ctx.clf.model.weights}
+    for path, value in trained[kept - 1].items():
+        np.testing.assert_array_equal(final[path], value, err_msg=path)
+
+
 def _sorted_outputs(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """By label, then logits: the saved pass and a fresh one may read the split in another order."""
     order = np.lexsort((*logits.T[::-1], labels))
