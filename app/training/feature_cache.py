@@ -84,21 +84,25 @@ def load_or_compute(path: Path, key: dict, compute: Callable[[], dict[str, np.nd
     return arrays
 
 
-def load_or_build(ctx: Context) -> FeatureCache:
-    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx).arrays(), "phase 1 feature cache")
+def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
+    """`on_first_batch` sees the first training batch's images (float32 0..255) as the backbone
+    gets them, when the cache is built rather than loaded: a sample at no extra cost."""
+    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx, on_first_batch).arrays(),
+                             "phase 1 feature cache")
     return FeatureCache(**arrays)
 
 
-def _build(ctx: Context) -> FeatureCache:
+def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
     cfg, k = ctx.cfg, views(ctx)
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
     extract = tf.function(lambda inputs: _pooled_and_side(ctx, inputs), reduce_retracing=True, autograph=False)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         if cfg.augment:
-            train = [model_outputs(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar) for view in range(k)]
+            train = [model_outputs(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar,
+                                   on_first_batch if view == 0 else None) for view in range(k)]
         else:
-            train = [model_outputs(extract, eval_images(ctx, "train"), bar)]
+            train = [model_outputs(extract, eval_images(ctx, "train"), bar, on_first_batch)]
         val = model_outputs(extract, eval_images(ctx, "val"), bar)
     log.info("phase 1: cached %d train and %d val features in %.1fs", sum(len(y) for _, y in train), len(val[1]),
              time.perf_counter() - start)
@@ -139,10 +143,14 @@ def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
     return ds.map(as_written(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels)))
 
 
-def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(outputs float32, labels int32) of `call` over every (inputs, labels) batch of `dataset`."""
+def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None,
+                  on_first_batch: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(outputs float32, labels int32) of `call` over every (inputs, labels) batch of `dataset`;
+    `on_first_batch` gets the first batch's images."""
     outputs, labels = [], []
     for inputs, y in dataset:
+        if on_first_batch is not None and not outputs:
+            on_first_batch((inputs["image"] if isinstance(inputs, dict) else inputs).numpy())
         outputs.append(call(inputs).numpy().astype(np.float32))
         labels.append(y.numpy().astype(np.int32))
         if bar is not None:

@@ -7,6 +7,7 @@ serves one device, several GPUs and several workers.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -44,7 +45,10 @@ def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
     return PhaseInputs(train_iterator=train_iterator, val_dataset=lambda: eval_dataset(ctx, "val"))
 
 
-def augmented_sample(ctx: Context, count: int = 8) -> np.ndarray:
+SAMPLE_IMAGES = 8  # training images shown in TensorBoard
+
+
+def augmented_sample(ctx: Context, count: int = SAMPLE_IMAGES) -> np.ndarray:
     """A few training images as the model gets them: the pipeline's crop and flip, then the
     train step's colour jitter (float32 0..255, for TensorBoard)."""
     ds = make_train_dataset(ctx.cfg.data, image_size=ctx.image_size, batch_size=count, augment=ctx.augmentation,
@@ -54,14 +58,14 @@ def augmented_sample(ctx: Context, count: int = 8) -> np.ndarray:
     return color_jitter(images, tf.constant([ctx.cfg.seed, 1]), ctx.augmentation.color_jitter).numpy()
 
 
-def feature_inputs(ctx: Context) -> PhaseInputs:
+def feature_inputs(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> PhaseInputs:
     """Cached-features mode: the head trains on backbone features computed once (feature_cache.py).
     An epoch is as many examples as the training split has images, drawn from the K views of each."""
     cfg, loaded = ctx.cfg, []
 
     def cache() -> FeatureCache:
         if not loaded:  # lazily: a finished phase (seen again on resume) needs no features
-            loaded.append(load_or_build(ctx))
+            loaded.append(load_or_build(ctx, on_first_batch))
         return loaded[0]
 
     def dataset(x: np.ndarray, y: np.ndarray, side: np.ndarray | None) -> tf.data.Dataset:

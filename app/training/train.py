@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from typing import Callable
 
 import keras
 import numpy as np
@@ -18,7 +19,7 @@ from app.data.pipeline import DatasetInfo
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import completed_run
 from app.training.context import Context, describe_distribution, setup
-from app.training.inputs import augmented_sample, eval_dataset, feature_inputs, image_inputs
+from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.optimizer import FineTuneAdamW, layer_rate_scales
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
@@ -89,11 +90,13 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
         patience=cfg.early_stopping_patience, epoch_offset=baseline.epochs if baseline else 0, select_by=cfg.select_by,
         keep_baseline_accuracy=cfg.phase2_keeps_accuracy,
     )
+    sample = None
     if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike
-        ctx.history.board.images("train/augmented_inputs", augmented_sample(ctx), step=spec.epoch_offset,
-                                 description="training images as the input pipeline makes them (before the backbone)")
+        sample = _sample_writer(ctx, spec.epoch_offset)
+        if not cached:  # a cached phase 1 hands over its first batch as it builds the cache
+            sample(augmented_sample(ctx))
     return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model, number), number),
-                 inputs=feature_inputs(ctx) if cached else image_inputs(ctx, number),
+                 inputs=feature_inputs(ctx, sample) if cached else image_inputs(ctx, number),
                  model=clf.head_model if cached else clf.model, files=ctx.phase_files, history=ctx.history,
                  baseline=baseline)
 
@@ -188,6 +191,14 @@ def _calibrate(ctx: Context, phases: KeptPhases) -> dict:
              found["temperature"], found["fitted_on"], found["val_log_loss_before"], found["val_log_loss_after"],
              found["val_ece_before"], found["val_ece_after"])
     return found
+
+
+def _sample_writer(ctx: Context, step: int) -> Callable[[np.ndarray], None]:
+    """Writes a few training images, as the backbone gets them, to TensorBoard."""
+    def write(images: np.ndarray) -> None:
+        ctx.history.board.images("train/augmented_inputs", images[:SAMPLE_IMAGES], step=step,
+                                 description="training images as the input pipeline makes them (before the backbone)")
+    return write
 
 
 def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int) -> None:

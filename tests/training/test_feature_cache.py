@@ -31,8 +31,15 @@ def cached_config(tiny_config: TrainConfig, demo_records: Path, tmp_path: Path) 
 
 def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline(cached_config: TrainConfig):
     ctx = setup(cached_config)
-    cache = load_or_build(ctx)
+    first_batches = []
+    cache = load_or_build(ctx, on_first_batch=first_batches.append)
     n = ctx.info.num_examples("train")
+    # The sample TensorBoard shows is the first batch as the backbone got it (float 0..255).
+    (sample,) = first_batches
+    assert sample.shape == (ctx.cfg.batch_size, 64, 64, 3) and sample.dtype == np.float32
+    assert 0 <= sample.min() and sample.max() <= 255 and sample.max() > 1
+    np.testing.assert_allclose(ctx.clf.features_model(sample, training=False).numpy(),
+                               cache.train_features[:len(sample)], rtol=1e-3, atol=1e-5 * np.abs(cache.train_features).max())
     assert cache.train_features.shape == (3 * n, 1280) and cache.train_features.dtype == np.float32
     assert cache.val_features.shape == (ctx.info.num_examples("val"), 1280)
     for view in range(3):  # each block of n rows is one pass over the training split
@@ -63,7 +70,7 @@ def test_cache_is_reused_on_resume_and_rebuilt_when_the_data_changes(cached_conf
     ctx = setup(cached_config)
     first = load_or_build(ctx)
     stamp = ctx.run.feature_cache.stat().st_mtime_ns
-    again = load_or_build(setup(cached_config))  # the same command run again: a resume
+    again = load_or_build(setup(cached_config), on_first_batch=pytest.fail)  # the same command again: a resume
     assert ctx.run.feature_cache.stat().st_mtime_ns == stamp and "reusing" in caplog.text
     np.testing.assert_array_equal(first.train_features, again.train_features)
     meta_path = Path(cached_config.data) / "dataset.json"
