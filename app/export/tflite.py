@@ -10,6 +10,7 @@ the export's metadata under "litert", and a runtime refuses a file whose check f
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -22,6 +23,7 @@ from app import storage
 from app.data.pipeline import make_eval_dataset
 from app.errors import UserError
 from app.export import layout
+from app.export.saved_model import tensorflow_log_level
 from app.models.tta import with_tta
 
 CALIBRATION_IMAGES = 100
@@ -85,7 +87,7 @@ def convert(model: keras.Model, image_size: int, mode: str, data_dir: str | None
     converter = tf.lite.TFLiteConverter.from_concrete_functions([forward.get_concrete_function()], model)
     converter.experimental_lower_to_saved_model = False  # the graph route; `model` only silences a warning
     _set_mode(converter, mode, data_dir, image_size)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), tensorflow_log_level(logging.WARNING):  # "Using new converter: ..."
         # The graph route warns for int8 that the inputs' quantization statistics are missing;
         # the inputs stay float32 (quantized inside the file), so there are none to give.
         warnings.filterwarnings("ignore", "Statistics for quantized inputs were expected")
