@@ -69,10 +69,10 @@ def keeps_average(optimizer: keras.optimizers.Optimizer | None) -> bool:
 def averaged_weights(optimizer: keras.optimizers.Optimizer | None) -> Iterator[None]:
     """Inside: the model holds the weight average (what is validated and saved); after: the
     training weights again. A no-op without an average."""
-    if not keeps_average(optimizer) or not inner(optimizer).built:
+    opt = inner(optimizer) if keeps_average(optimizer) else None
+    if opt is None or not opt.built:
         yield
         return
-    opt = inner(optimizer)
     _swap(opt)
     try:
         yield
