@@ -15,6 +15,7 @@ halve that but flushes the tiny activations of a randomly initialised backbone t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -97,16 +98,23 @@ def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = N
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
     extract = tf.function(lambda inputs: _pooled_and_side(ctx, inputs), reduce_retracing=True, autograph=False)
+    train = [_augmented_view(ctx, cfg.seed * 1000 + view) for view in range(k)] if cfg.augment else [eval_images(ctx, "train")]
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
-        if cfg.augment:
-            train = [model_outputs(extract, _augmented_view(ctx, cfg.seed * 1000 + view), bar,
-                                   on_first_batch if view == 0 else None) for view in range(k)]
-        else:
-            train = [model_outputs(extract, eval_images(ctx, "train"), bar, on_first_batch)]
-        val = model_outputs(extract, eval_images(ctx, "val"), bar)
-    log.info("phase 1: cached %d train and %d val features in %.1fs", sum(len(y) for _, y in train), len(val[1]),
+        features, (labels, part) = model_outputs(extract, one_stream([*train, eval_images(ctx, "val")]), bar, on_first_batch)
+    is_val = part == len(train)
+    log.info("phase 1: cached %d train and %d val features in %.1fs", int((~is_val).sum()), int(is_val.sum()),
              time.perf_counter() - start)
-    return _split_side(ctx, np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), *val)
+    return _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
+
+
+def one_stream(parts: list[tf.data.Dataset]) -> tf.data.Dataset:
+    """The parts' batches one after another, each as (inputs, (labels, index of its part)): one
+    stream keeps the input busy across the parts' boundaries, where a pass per part left the
+    backbone waiting for each new pipeline to start."""
+    def tagged(index: int, part: tf.data.Dataset) -> tf.data.Dataset:
+        return part.map(as_written(lambda inputs, labels: (inputs, (labels, tf.fill(tf.shape(labels)[:1], index)))))
+
+    return functools.reduce(tf.data.Dataset.concatenate, [tagged(i, part) for i, part in enumerate(parts)]).prefetch(2)
 
 
 def _pooled_and_side(ctx: Context, inputs) -> tf.Tensor:
@@ -144,15 +152,16 @@ def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
 
 
 def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None,
-                  on_first_batch: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  on_first_batch: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, object]:
     """(outputs float32, labels int32) of `call` over every (inputs, labels) batch of `dataset`;
-    `on_first_batch` gets the first batch's images."""
+    labels keep their structure (a `one_stream`'s: (labels, part)). `on_first_batch` gets the
+    first batch's images."""
     outputs, labels = [], []
     for inputs, y in dataset:
         if on_first_batch is not None and not outputs:
             on_first_batch((inputs["image"] if isinstance(inputs, dict) else inputs).numpy())
         outputs.append(call(inputs).numpy().astype(np.float32))
-        labels.append(y.numpy().astype(np.int32))
+        labels.append(tf.nest.map_structure(lambda t: t.numpy().astype(np.int32), y))
         if bar is not None:
-            bar.update(len(y))
-    return np.concatenate(outputs), np.concatenate(labels)
+            bar.update(len(tf.nest.flatten(y)[0]))
+    return np.concatenate(outputs), tf.nest.map_structure(lambda *batches: np.concatenate(batches), *labels)
