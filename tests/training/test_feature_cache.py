@@ -14,7 +14,7 @@ import tensorflow as tf
 from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
 from app.training.context import FEATURE_CACHE_LIMIT, feature_cache_bytes, phase1_mode, setup
-from app.training.feature_cache import load_or_build
+from app.training.feature_cache import load_or_build, model_outputs, one_stream
 from app.training.train import run_phase1
 
 
@@ -27,6 +27,17 @@ def cached_config(tiny_config: TrainConfig, demo_records: Path, tmp_path: Path) 
     data = tmp_path / "data"
     shutil.copytree(demo_records, data)  # a private copy: one test changes its dataset.json
     return tiny_config.replace(data=str(data), cache_features="true", feature_views=3)
+
+
+def test_one_stream_runs_the_parts_in_order_and_tags_every_row_with_its_part():
+    def part(first_label: int, rows: int) -> tf.data.Dataset:
+        images = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) + first_label
+        return tf.data.Dataset.from_tensor_slices((images, np.arange(rows, dtype=np.int32) + first_label)).batch(2)
+
+    outputs, (labels, parts) = model_outputs(lambda x: 2 * x, one_stream([part(0, 5), part(10, 3), part(20, 1)]))
+    assert labels.tolist() == [0, 1, 2, 3, 4, 10, 11, 12, 20]
+    assert parts.tolist() == [0] * 5 + [1] * 3 + [2]
+    assert outputs[5].tolist() == [20.0, 22.0]  # the outputs stay on their rows: part 1's first image, doubled
 
 
 def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline(cached_config: TrainConfig):
