@@ -145,7 +145,7 @@ def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
                             augment=ctx.augmentation, seed=seed, deterministic=True)
     strength = ctx.augmentation.color_jitter
     if strength <= 0:
-        return ds.map(as_written(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels)))
+        return _float_images(ds)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)
     return tf.data.Dataset.zip(ds, seeds).map(
         as_written(lambda batch, s: (map_image(batch[0], lambda x: color_jitter(x, s, strength)), batch[1])))
@@ -153,6 +153,11 @@ def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
 
 def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
     ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
+    return _float_images(ds)
+
+
+def _float_images(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """uint8 batches as float32 0..255: what the backbone takes (side features pass through)."""
     return ds.map(as_written(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels)))
 
 
