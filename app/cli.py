@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Callable
@@ -21,6 +22,11 @@ def run_cli(main: Callable[[], int | None]) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        # Python's last garbage collections at exit walk every object TensorFlow and Keras made
+        # (half a million after a default fine_tune.py): 1.0 s of its wall time, 0.15 s once
+        # they are frozen. The process is ending; atexit handlers still run.
+        gc.freeze()
 
 
 def add_weights_and_seeds(parser) -> None:
