@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import run_cli
+from app.cli import lasting_imports, run_cli
 
 
 def main() -> None:
@@ -30,7 +30,8 @@ def main() -> None:
     p.add_argument("--tta", choices=["none", "flip"], default="none",
                    help="flip: average each image's probabilities with its mirror's (2x the compute; default none)")
     args = p.parse_args()
-    from app.evaluation.evaluate import evaluate
+    with lasting_imports():
+        from app.evaluation.evaluate import evaluate
 
     result = evaluate(args.model_dir, args.data, split=args.split, report_dir=args.report,
                       label_map=args.label_map, top_k=args.top_k, runtime=args.runtime, tta=args.tta)

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from app.cli import run_cli
+from app.cli import lasting_imports, run_cli
 
 
 def main() -> None:
@@ -32,7 +32,8 @@ def main() -> None:
     p.add_argument("--max-megapixels", type=float, default=40.0,
                    help="the serving signature refuses images larger than this, from the header (default 40)")
     args = p.parse_args()
-    from app.export.run_export import export_run
+    with lasting_imports():
+        from app.export.run_export import export_run
 
     paths = export_run(args.run_dir, export_dir=args.export_dir, name=args.name, version=args.version,
                        tflite=args.tflite, top_k=args.top_k, max_megapixels=args.max_megapixels, tta=args.tta)

@@ -17,7 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from app.cli import run_cli
+from app.cli import lasting_imports, run_cli
 
 
 def main() -> None:
@@ -32,10 +32,11 @@ def main() -> None:
     p.add_argument("--phase", choices=["1", "2", "both"], default="both", help="which phase to sweep (default both)")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from app.config import load_config, parse_set
-    from app.data.demo import ensure_demo_records
-    from app.errors import UserError
-    from app.training.lr_finder import find_lr, report_dir
+    with lasting_imports():
+        from app.config import load_config, parse_set
+        from app.data.demo import ensure_demo_records
+        from app.errors import UserError
+        from app.training.lr_finder import find_lr, report_dir
 
     if args.steps < 10 or not 0 < args.lr_min < args.lr_max:
         raise UserError("--steps must be >= 10 and 0 < --lr-min < --lr-max")

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from app.cli import run_cli
+from app.cli import lasting_imports, run_cli
 from app.config import FIELDS, TrainConfig
 
 FLAG_KEYS = [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["flag"]]
@@ -44,9 +44,10 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from app.config import load_config, parse_set
-    from app.training.report import format_result
-    from app.training.train import train_main
+    with lasting_imports():
+        from app.config import load_config, parse_set
+        from app.training.report import format_result
+        from app.training.train import train_main
 
     overrides = parse_set(args.set)
     overrides.update({key: getattr(args, key) for key in FLAG_KEYS if getattr(args, key) is not None})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import run_cli
+from app.cli import lasting_imports, run_cli
 
 
 def parse_args() -> argparse.Namespace:
@@ -35,8 +35,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from app.data.summary import format_summary
-    from app.data.writer import write_tfrecords
+    with lasting_imports():
+        from app.data.summary import format_summary
+        from app.data.writer import write_tfrecords
 
     meta = write_tfrecords(
         args.src, args.out, val_fraction=args.val_fraction, test_fraction=args.test_fraction, seed=args.seed,

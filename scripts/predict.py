@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import run_cli
+from app.cli import lasting_imports, run_cli
 
 SHOW_FAILED = 10
 
@@ -33,7 +33,8 @@ def main() -> None:
     p.add_argument("--runtime", choices=["auto", "tf", "litert"], default="auto",
                    help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)")
     args = p.parse_args()
-    from app.serving.predict_files import predict_files
+    with lasting_imports():
+        from app.serving.predict_files import predict_files
 
     summary = predict_files(args.model_dir, args.input, args.output, runtime=args.runtime, top_k=args.top_k,
                             batch_size=args.batch_size, fmt=args.format)

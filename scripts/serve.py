@@ -18,7 +18,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from app.cli import run_cli
+from app.cli import lasting_imports, run_cli
 
 
 def main() -> None:
@@ -43,10 +43,11 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from aiohttp import web
 
-    from app.errors import UserError
-    from app.serving.batcher import Batcher
-    from app.serving.rest import Limits, make_app
-    from app.serving.store import ModelStore
+    with lasting_imports():
+        from app.errors import UserError
+        from app.serving.batcher import Batcher
+        from app.serving.rest import Limits, make_app
+        from app.serving.store import ModelStore
 
     for flag, value in (("--max-megapixels", args.max_megapixels), ("--max-queue", args.max_queue),
                         ("--request-timeout-ms", args.request_timeout_ms), ("--max-batch", args.max_batch)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +39,21 @@ def test_bad_input_exits_2_with_one_line_and_is_frozen_too():
     assert done.returncode == 2
     assert done.stderr.strip() == "error: --data 'x' does not exist"
     assert int(done.stdout.split("frozen objects:")[1]) > 1000
+
+
+IMPORTS = """
+import gc, json
+from app.cli import lasting_imports
+with lasting_imports():
+    collecting_while_importing = gc.isenabled()
+    import email.mime.text, http.client
+print(json.dumps({"collecting_while_importing": collecting_while_importing, "collecting_after": gc.isenabled(),
+                  "frozen": gc.get_freeze_count(), "left_to_collect": len(gc.get_objects())}))
+"""
+
+
+def test_lasting_imports_load_without_collections_and_are_never_walked_again():
+    done = subprocess.run([sys.executable, "-c", IMPORTS], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    found = json.loads(done.stdout)
+    assert not found["collecting_while_importing"] and found["collecting_after"]
+    assert found["frozen"] > 1000 and found["left_to_collect"] < 100  # later collections walk almost nothing
