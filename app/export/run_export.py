@@ -65,8 +65,8 @@ def export_run(
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
-    def litert(staged: Path) -> dict:
-        return write_litert(model, staged, finished.image_size, finished.config.data, modes, tta,
+    def litert(staged: Path, forward) -> dict:
+        return write_litert(forward, staged, finished.image_size, finished.config.data, modes, tta,
                             len(finished.side_features))
 
     path = export_saved_model(model, finished.classes, finished.image_size, export_dir, name, version=version,
