@@ -37,13 +37,29 @@ def lasting_imports() -> Iterator[None]:
     load, and what they made frozen after. Importing TensorFlow makes ~400k objects that live
     until exit and almost no garbage, yet Python's full collections walked them 6 times during
     the import and again at every later one: 1.5-1.7 s of a short fine_tune.py run, 0.4 s
-    with this."""
+    with this. Keras comes first, without scikit-learn (`_import_keras`)."""
     gc.disable()
     try:
+        _import_keras()
         yield
     finally:
         gc.freeze()
         gc.enable()
+
+
+def _import_keras() -> None:
+    """Keras imports scikit-learn for its scikit-learn wrappers whenever it is installed (0.3-0.6
+    s of every start); no script uses those wrappers. While Keras loads, `import sklearn` fails
+    (a None in sys.modules), so the wrappers go without it; the app's own uses of scikit-learn
+    (the audit, multi-label metrics) import it afterwards as usual."""
+    blocked = "sklearn" not in sys.modules
+    if blocked:
+        sys.modules["sklearn"] = None  # type: ignore[assignment]
+    try:
+        import keras  # noqa: F401
+    finally:
+        if blocked:
+            del sys.modules["sklearn"]
 
 
 def add_weights_and_seeds(parser) -> None:

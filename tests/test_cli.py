@@ -57,3 +57,21 @@ def test_lasting_imports_load_without_collections_and_are_never_walked_again():
     found = json.loads(done.stdout)
     assert not found["collecting_while_importing"] and found["collecting_after"]
     assert found["frozen"] > 1000 and found["left_to_collect"] < 100  # later collections walk almost nothing
+
+
+KERAS = """
+import json, sys
+from app.cli import lasting_imports
+with lasting_imports():
+    pass
+loaded = {name: name in sys.modules for name in ("keras", "sklearn")}
+from sklearn.linear_model import LogisticRegression  # the audit's import still works
+print(json.dumps({**loaded, "fitted": float(LogisticRegression().fit([[0.0], [1.0]], [0, 1]).coef_[0][0])}))
+"""
+
+
+def test_lasting_imports_load_keras_without_scikit_learn_which_still_imports_later():
+    done = subprocess.run([sys.executable, "-c", KERAS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["keras"] and not found["sklearn"]
+    assert found["fitted"] > 0
