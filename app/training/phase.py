@@ -113,6 +113,28 @@ def save_weights_atomic(model: keras.Model, path) -> None:
         model.save_weights(tmp)
 
 
+class KeptWeights:
+    """The weights a phase keeps (its best epoch's, or phase 2's fallback "epoch 0"): written to
+    the run dir, for resuming, and the last written held in memory too, so that the phase's end
+    puts them back without reading the file (MobileNetV2: Keras' load_weights 0.30 s,
+    set_weights 0.04 s; the cost is one host copy of the weights)."""
+
+    def __init__(self, phase: "Phase") -> None:
+        self.phase = phase
+        self._epoch: int | None = None
+        self._values: list[np.ndarray] = []
+
+    def save(self, epoch: int) -> None:
+        save_weights_atomic(self.phase.model, self.phase.files.write.best_weights(self.phase.spec.phase, epoch))
+        self._epoch, self._values = epoch, self.phase.model.get_weights()
+
+    def restore(self, epoch: int) -> None:
+        if epoch == self._epoch:
+            self.phase.model.set_weights(self._values)
+        else:  # written by an earlier process (this run was resumed)
+            self.phase.model.load_weights(self.phase.files.best_to_load(self.phase.spec.phase, epoch))
+
+
 def save_val_outputs(val: Evaluation, path) -> None:
     """The kept epoch's validation logits and labels, so that the temperature (and multi-label
     thresholds) are fitted on them after training without another pass over the split."""
@@ -140,6 +162,7 @@ class PhaseState:
         self.wait = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
         self.best_confusion = tf.Variable(tf.zeros(phase.steps.confusion_shape, tf.int64), trainable=False)
+        self.kept = KeptWeights(phase)
         if phase.baseline is not None:
             self.best_val_loss.assign(phase.baseline.val_loss)
             self.best_val_accuracy.assign(phase.baseline.val_accuracy)
@@ -216,7 +239,7 @@ def run_phase(phase: Phase) -> PhaseResult:
     state.restore()
     phase.history.truncate(phase.spec.phase, state.epochs_done)
     if phase.baseline is not None and state.epochs_done == 0:  # the weights to fall back to, backbone included
-        save_weights_atomic(phase.model, phase.files.write.best_weights(phase.spec.phase, 0))
+        state.kept.save(0)
     iterator = None
     while not state.finished:
         start = time.perf_counter()  # an epoch's seconds include making its input (the feature cache, once)
@@ -244,7 +267,7 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
         val = phase.steps.evaluate(phase.inputs.val_dataset())
         improved = state.improves(val)
         if improved:
-            save_weights_atomic(phase.model, phase.files.write.best_weights(spec.phase, epoch))
+            state.kept.save(epoch)
             save_val_outputs(val, phase.files.write.best_val_outputs(spec.phase, epoch))
     seconds = time.perf_counter() - start
     state.record(epoch, val, seconds, improved)
@@ -282,10 +305,10 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
     if best and best == state.epochs_done and not keeps_average(phase.steps.optimizer):
         return  # the last epoch is the kept one, and its weights are still (or, resumed, again) in the model
     if best:
-        phase.model.load_weights(phase.files.best_to_load(number, best))
+        state.kept.restore(best)
     elif baseline is not None:  # back to the weights the phase started from (saved as its epoch 0)
         guarded = phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy"
         guard = " without lowering val_accuracy" if guarded else ""
         log.info("phase %d did not beat phase %d on %s%s; keeping phase %d's weights", number, number - 1,
                  phase.spec.select_by, guard, number - 1)
-        phase.model.load_weights(phase.files.best_to_load(number, 0))
+        state.kept.restore(0)

@@ -117,7 +117,7 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
 
 
 @pytest.mark.parametrize("kept", [1, 2])
-def test_a_phase_ends_holding_its_kept_epochs_weights_read_back_only_when_a_later_epoch_moved_them(
+def test_a_phase_ends_holding_its_kept_epochs_weights_without_reading_them_back(
         tiny_config: TrainConfig, monkeypatch, kept: int):
     from app.training import phase as phase_module
 
@@ -137,12 +137,44 @@ def test_a_phase_ends_holding_its_kept_epochs_weights_read_back_only_when_a_late
     monkeypatch.setattr(keras.Model, "load_weights", lambda self, path, *a, **k: (loads.append(path), load_weights(self, path, *a, **k)))
     result = run_phase2(ctx, phase1)
     assert (result.epochs, result.best_epoch) == (2, kept)
-    assert len(loads) == (1 if kept == 1 else 0)
+    assert loads == []  # the kept epoch's weights come back from memory (KeptWeights), not from its file
     moved = [p for p in trained[1] if not np.array_equal(trained[1][p], trained[0][p])]
     assert moved, "epoch 2 moved no weight: the check below would prove nothing"
     final = {v.path: v.numpy() for v in ctx.clf.model.weights}
     for path, value in trained[kept - 1].items():
         np.testing.assert_array_equal(final[path], value, err_msg=path)
+
+
+def test_kept_weights_are_put_back_from_memory_and_after_a_resume_from_their_file(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from app.run_dir import RunDir
+    from app.training.phase import KeptWeights, PhaseFiles
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    RunDir(tmp_path).checkpoints.mkdir()  # as the phase's checkpoint manager leaves it
+    phase = SimpleNamespace(model=model, spec=SimpleNamespace(phase=2),
+                            files=PhaseFiles(read=RunDir(tmp_path), write=RunDir(tmp_path)))
+    loads, load_weights = [], keras.Model.load_weights
+    monkeypatch.setattr(keras.Model, "load_weights", lambda self, path, *a, **k: (loads.append(path), load_weights(self, path, *a, **k)))
+
+    def scramble() -> None:
+        model.set_weights([w + 1.0 for w in model.get_weights()])
+
+    kept = KeptWeights(phase)
+    kept.save(3)
+    saved = model.get_weights()
+    assert RunDir(tmp_path).best_weights(2, 3).is_file()
+    scramble()
+    kept.restore(3)
+    assert loads == []
+    for got, want in zip(model.get_weights(), saved):
+        np.testing.assert_array_equal(got, want)
+    scramble()
+    KeptWeights(phase).restore(3)  # a resumed process holds nothing in memory
+    assert loads == [str(RunDir(tmp_path).best_weights(2, 3))]
+    for got, want in zip(model.get_weights(), saved):
+        np.testing.assert_array_equal(got, want)
 
 
 def _sorted_outputs(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
