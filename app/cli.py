@@ -28,7 +28,7 @@ def run_cli(main: Callable[[], int | None]) -> None:
         sys.exit(130)
     finally:
         # Python's last garbage collections at exit walk every object TensorFlow and Keras made
-        # (half a million after a default fine_tune.py): 1.0 s of its wall time, 0.15 s once
+        # (half a million after a default fine_tune.py): about 1 s of its wall time, 0.15 s once
         # they are frozen. The process is ending; atexit handlers still run.
         gc.freeze()
 

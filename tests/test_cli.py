@@ -1,4 +1,4 @@
-"""run_cli: what every script does on the way out."""
+"""app/cli.py: how every script starts (its imports) and ends (errors, exit status, the last collections)."""
 
 from __future__ import annotations
 
@@ -23,19 +23,20 @@ run_cli(main)
 """
 
 
-def run(argument: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SCRIPT, argument], cwd=ROOT, capture_output=True, text=True, timeout=60)
+def run(code: str, *arguments: str) -> subprocess.CompletedProcess:
+    """A fresh interpreter: garbage collection and imports are per process."""
+    return subprocess.run([sys.executable, "-c", code, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def test_a_finished_script_freezes_its_objects_so_the_exit_skips_collecting_them():
-    done = run("ok")
+    done = run(SCRIPT, "ok")
     assert done.returncode == 0, done.stderr
     frozen = int(done.stdout.split("frozen objects:")[1])
     assert frozen > 1000  # every module and object alive at exit, not a handful
 
 
 def test_bad_input_exits_2_with_one_line_and_is_frozen_too():
-    done = run("bad")
+    done = run(SCRIPT, "bad")
     assert done.returncode == 2
     assert done.stderr.strip() == "error: --data 'x' does not exist"
     assert int(done.stdout.split("frozen objects:")[1]) > 1000
@@ -53,7 +54,7 @@ print(json.dumps({"collecting_while_importing": collecting_while_importing, "col
 
 
 def test_lasting_imports_load_without_collections_and_are_never_walked_again():
-    done = subprocess.run([sys.executable, "-c", IMPORTS], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = run(IMPORTS)
     found = json.loads(done.stdout)
     assert not found["collecting_while_importing"] and found["collecting_after"]
     assert found["frozen"] > 1000 and found["left_to_collect"] < 100  # later collections walk almost nothing
@@ -71,7 +72,7 @@ print(json.dumps({**loaded, "fitted": float(LogisticRegression().fit([[0.0], [1.
 
 
 def test_lasting_imports_load_keras_without_scikit_learn_which_still_imports_later():
-    done = subprocess.run([sys.executable, "-c", KERAS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run(KERAS)
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["keras"] and not found["sklearn"]
     assert found["fitted"] > 0
