@@ -8,6 +8,7 @@ import datetime
 from pathlib import Path
 
 import keras
+import tensorflow as tf
 
 import app
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
@@ -65,7 +66,7 @@ def export_run(
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
-    def litert(staged: Path, forward) -> dict:
+    def litert(staged: Path, forward: tf.types.experimental.ConcreteFunction) -> dict:
         return write_litert(forward, staged, finished.image_size, finished.config.data, modes, tta,
                             len(finished.side_features))
 
