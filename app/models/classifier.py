@@ -115,6 +115,54 @@ def unfreeze_start(clf: Classifier, rule: str) -> int:
     return len(layers) if count == 0 else found[-count][1]
 
 
+@dataclass(frozen=True)
+class FrozenSplit:
+    """The classifier cut where phase 2's trained layers begin. Nothing below the cut trains and
+    BatchNorm runs on its pretrained statistics, so `lower` maps an image to the same activation
+    in every epoch of phase 2; `tail` is the rest of the classifier, from that activation on."""
+
+    lower: keras.Model  # images 0..255 → the activation entering the first trained layer
+    tail: keras.Model  # that activation (with side features: {"activations", "side"}) → logits
+    cut: str  # the backbone layer whose output is the activation, for the log
+
+
+def split_at_trained(clf: Classifier, start: int) -> FrozenSplit | None:
+    """`lower` and `tail` sharing every layer and weight with `clf`, or None where no single
+    tensor separates the frozen layers from the trained ones (a frozen layer also feeds one
+    above the first trained layer), or where the cut would be the backbone's input."""
+    found = _cut(clf.backbone, start)
+    if found is None:
+        return None
+    name, cut = found
+    normalize, pool = clf.logits_model.get_layer("normalize"), clf.logits_model.get_layer("pool")
+    images = keras.Input(normalize.input.shape[1:], name="image")
+    below = keras.Model(clf.backbone.input, cut, name="backbone_below")
+    lower = keras.Model(images, below(normalize(images), training=False), name="lower")
+    above = keras.Model(cut, clf.backbone.output, name="backbone_above")  # Keras rebuilds the graph from the cut
+    activations = keras.Input(cut.shape[1:], name="activations")
+    pooled = pool(above(activations, training=False))
+    if clf.side_features:
+        side = keras.Input((len(clf.side_features),), name="side")
+        inputs, logits = {"activations": activations, "side": side}, clf.head_model({"features": pooled, "side": side})
+    else:
+        inputs, logits = activations, clf.head_model(pooled)
+    return FrozenSplit(lower=lower, tail=keras.Model(inputs, logits, name="tail"), cut=name)
+
+
+def _cut(backbone: keras.Model, start: int) -> tuple[str, object] | None:
+    """(layer name, output) of the one tensor that the layers from `start` up take from the
+    layers below, if there is one. A layer's `input` and `output` are those of its first call:
+    the backbone's own graph (splitting calls the layers above the cut again)."""
+    below, above = backbone.layers[:start], backbone.layers[start:]
+    if not 1 < start < len(backbone.layers):
+        return None  # nothing frozen, or nothing trained
+    produced = {id(t) for layer in above for t in keras.tree.flatten(layer.output)}
+    crossing = {id(t) for layer in above for t in keras.tree.flatten(layer.input)} - produced
+    if len(crossing) != 1:
+        return None
+    return next((layer.name, t) for layer in below for t in keras.tree.flatten(layer.output) if id(t) in crossing)
+
+
 def freeze_backbone(clf: Classifier) -> None:
     """Phase 1: only the head trains."""
     clf.backbone.trainable = False

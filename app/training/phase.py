@@ -93,6 +93,11 @@ class Phase:
     files: PhaseFiles
     history: History
     baseline: PhaseResult | None = None  # phase 1's result: phase 2 must beat it to count
+    val_steps: Steps | None = None  # validation on another model than `steps` trains (phase 2: the tail)
+
+    @property
+    def validation(self) -> Steps:
+        return self.val_steps or self.steps
 
 
 def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, select_by: str,
@@ -264,7 +269,7 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
     loss, accuracy = _train_epoch(phase.steps, iterator, spec)
     train_seconds = time.perf_counter() - train_start
     with averaged_weights(phase.steps.optimizer):  # with ema_decay: the average is validated and kept
-        val = phase.steps.evaluate(phase.inputs.val_dataset())
+        val = phase.validation.evaluate(phase.inputs.val_dataset())
         improved = state.improves(val)
         if improved:
             state.kept.save(epoch)

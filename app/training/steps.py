@@ -61,6 +61,13 @@ class Steps:
         self._train = tf.function(self._train_steps, autograph=False)
         self._eval_step = None  # traced on the first evaluation, for its dataset's element spec
 
+    def evaluating(self, model: keras.Model) -> "Steps":
+        """Evaluation of `model` with these steps' loss (label smoothing included), so that its
+        val_loss compares with theirs: phase 2 validates its tail on cached activations."""
+        weights = None if self.class_weights is None else self.class_weights.numpy().tolist()
+        return Steps(self.strategy, model, None, num_classes=self.num_classes, global_batch_size=self.global_batch_size,
+                     label_smoothing=self.label_smoothing, class_weights=weights, multi_label=self.multi_label)
+
     def _per_example_loss(self, labels: tf.Tensor, logits: tf.Tensor, weighted: bool = False) -> tf.Tensor:
         logits = tf.cast(logits, tf.float32)
         if self.multi_label:  # per label: smoothed towards 0.5; positives weighed by class_weights (training)

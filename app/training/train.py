@@ -19,6 +19,7 @@ from app.data.pipeline import DatasetInfo
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import completed_run
 from app.training.context import Context, describe_distribution, setup
+from app.training.frozen_activations import frozen_split, validating_on_activations
 from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.optimizer import FineTuneAdamW, layer_rate_scales
@@ -95,10 +96,14 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
         sample = _sample_writer(ctx, spec.epoch_offset)
         if not cached:  # a cached phase 1 hands over its first batch as it builds the cache
             sample(augmented_sample(ctx))
-    return Phase(spec=spec, steps=make_steps(ctx, model, make_optimizer(ctx, rate, model, number), number),
-                 inputs=feature_inputs(ctx, sample) if cached else image_inputs(ctx, number),
-                 model=clf.head_model if cached else clf.model, files=ctx.phase_files, history=ctx.history,
-                 baseline=baseline)
+    steps = make_steps(ctx, model, make_optimizer(ctx, rate, model, number), number)
+    inputs = feature_inputs(ctx, sample) if cached else image_inputs(ctx, number)
+    split = frozen_split(ctx) if number == 2 else None
+    if split is not None:
+        inputs = validating_on_activations(ctx, inputs, split)
+    return Phase(spec=spec, steps=steps, inputs=inputs, model=clf.head_model if cached else clf.model,
+                 files=ctx.phase_files, history=ctx.history, baseline=baseline,
+                 val_steps=steps.evaluating(split.tail) if split else None)
 
 
 def run_phase1(ctx: Context) -> PhaseResult:

@@ -8,7 +8,7 @@ import pytest
 
 from app.errors import UserError
 from app.models.backbones import BACKBONES, get_backbone, register_backbone
-from app.models.classifier import build_classifier, unfreeze_start, unfreeze_top
+from app.models.classifier import build_classifier, split_at_trained, unfreeze_start, unfreeze_top
 from app.models.pretrained import load_backbone
 
 
@@ -36,3 +36,31 @@ def test_registering_a_name_twice_is_an_error():
 def test_unknown_backbone_lists_the_known_ones():
     with pytest.raises(UserError, match="efficientnet_b0.*mobilenet_v2"):
         get_backbone("vgg16")
+
+
+@pytest.mark.parametrize(("name", "rule"), [("mobilenet_v2", "blocks:1"), ("mobilenet_v2", "blocks:2"),
+                                            ("mobilenet_v2", "fraction:0.5"), ("efficientnetv2_b0", "blocks:2"),
+                                            ("resnet50", "blocks:1")])
+def test_the_tail_on_the_lower_part_gives_the_classifier_logits(name: str, rule: str):
+    spec = get_backbone(name)
+    backbone, _ = load_backbone(spec, 64, "none")
+    clf = build_classifier(spec, backbone, 3, 64, 0.5)
+    start = unfreeze_start(clf, rule)
+    split = split_at_trained(clf, start)
+    assert split is not None and clf.backbone.layers.index(clf.backbone.get_layer(split.cut)) < start
+    images = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
+    np.testing.assert_allclose(split.tail(split.lower(images)).numpy(), clf.logits_model(images).numpy(), atol=1e-5)
+    assert {id(v) for v in split.tail.weights} <= {id(v) for v in clf.logits_model.weights}  # shared, not copied
+
+
+def test_no_split_where_a_frozen_layer_also_feeds_a_layer_above_the_cut():
+    images = keras.Input((8, 8, 3))
+    a = keras.layers.Conv2D(4, 1, name="a")(images)
+    b = keras.layers.Conv2D(4, 1, name="b")(a)
+    c = keras.layers.Conv2D(4, 1, name="c")(b)
+    backbone = keras.Model(images, keras.layers.Add(name="skip")([a, c]))
+    clf = build_classifier(get_backbone("mobilenet_v2"), backbone, 2, 8, 0.0)
+    names = [layer.name for layer in clf.backbone.layers]
+    assert split_at_trained(clf, names.index("c")) is None  # b and a both cross
+    assert split_at_trained(clf, names.index("b")).cut == "a"  # only a crosses (to b and to skip)
+    assert split_at_trained(clf, names.index("a")) is None  # the cut would be the input itself
