@@ -80,7 +80,8 @@ def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int) -> keras.optimizer
 
 def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) -> Phase:
     """Phase 1 (the head; on cached features when ctx.cached_phase1) or phase 2 (the unfrozen top,
-    from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`)."""
+    from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`; validated
+    from its frozen layers' output where `frozen_split` allows)."""
     cfg, clf = ctx.cfg, ctx.clf
     cached = number == 1 and ctx.cached_phase1
     model = clf.head_model if cached else clf.logits_model
