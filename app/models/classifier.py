@@ -122,6 +122,7 @@ class FrozenSplit:
     in every epoch of phase 2; `tail` is the rest of the classifier, from that activation on."""
 
     lower: keras.Model  # images 0..255 → the activation entering the first trained layer
+    upper: keras.Model  # that activation → pooled features (what `features_model` gives)
     tail: keras.Model  # that activation (with side features: {"activations", "side"}) → logits
     cut: str  # the backbone layer whose output is the activation, for the log
 
@@ -140,13 +141,14 @@ def split_at_trained(clf: Classifier, start: int) -> FrozenSplit | None:
     lower = keras.Model(images, below(normalize(images), training=False), name="lower")
     above = keras.Model(cut, clf.backbone.output, name="backbone_above")  # Keras rebuilds the graph from the cut
     activations = keras.Input(cut.shape[1:], name="activations")
-    pooled = pool(above(activations, training=False))
+    upper = keras.Model(activations, pool(above(activations, training=False)), name="upper")
+    pooled = upper(activations)
     if clf.side_features:
         side = keras.Input((len(clf.side_features),), name="side")
         inputs, logits = {"activations": activations, "side": side}, clf.head_model({"features": pooled, "side": side})
     else:
         inputs, logits = activations, clf.head_model(pooled)
-    return FrozenSplit(lower=lower, tail=keras.Model(inputs, logits, name="tail"), cut=name)
+    return FrozenSplit(lower=lower, upper=upper, tail=keras.Model(inputs, logits, name="tail"), cut=name)
 
 
 def _cut(backbone: keras.Model, start: int) -> tuple[str, object] | None:

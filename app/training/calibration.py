@@ -54,7 +54,7 @@ def validation_logits(ctx: Context, phases: KeptPhases | None = None) -> tuple[n
     if saved is not None:
         return saved
     model = ctx.clf.logits_model
-    call = tf.function(lambda images: model(images, training=False), reduce_retracing=True, autograph=False)
+    call = tf.function(lambda images, _: model(images, training=False), reduce_retracing=True, autograph=False)
     logits, labels = model_outputs(call, eval_images(ctx, "val"))
     return logits.astype(np.float64), labels
 

@@ -22,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -32,6 +32,10 @@ from app import storage
 from app.data.pipeline import dataset_fingerprint, make_eval_dataset, make_train_dataset, map_image
 from app.data.preprocess import as_written, color_jitter
 from app.training.context import Context
+
+if TYPE_CHECKING:
+    from app.models.classifier import FrozenSplit
+    from app.training.frozen_activations import FrozenValidation
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 2  # bump when what is stored changes
@@ -85,30 +89,66 @@ def load_or_compute(path: Path, key: dict, compute: Callable[[], dict[str, np.nd
     return arrays
 
 
-def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
+def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
+                  frozen: FrozenValidation | None = None) -> FeatureCache:
     """`on_first_batch` sees the first training batch's images (float32 0..255) as the backbone
-    gets them, when the cache is built rather than loaded: a sample at no extra cost."""
-    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx, on_first_batch).arrays(),
+    gets them, when the cache is built rather than loaded: a sample at no extra cost. So does
+    `frozen` (phase 2's validation) the val photos' activations at its cut."""
+    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx, on_first_batch, frozen).arrays(),
                              "phase 1 feature cache")
     return FeatureCache(**arrays)
 
 
-def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
+def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
+           frozen: FrozenValidation | None = None) -> FeatureCache:
     cfg, k = ctx.cfg, views(ctx)
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
-    extract = tf.function(lambda inputs: _pooled_and_side(ctx, inputs), reduce_retracing=True, autograph=False)
     if cfg.augment:
         train = [_augmented_view(ctx, cfg.seed * 1000 + view) for view in range(k)]
     else:
         train = [eval_images(ctx, "train")]
+    split = frozen.split if frozen is not None else None
+    extract = tf.function(_extractor(ctx, split, val_part=len(train)), reduce_retracing=True, autograph=False)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         stream = one_stream([*train, eval_images(ctx, "val")])
-        features, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
+        outputs, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
+    features = outputs["features"] if split else outputs
     is_val = part == len(train)
-    log.info("phase 1: cached %d train and %d val features in %.1fs", int((~is_val).sum()), int(is_val.sum()),
-             time.perf_counter() - start)
-    return _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
+    seconds = time.perf_counter() - start
+    log.info("phase 1: cached %d train and %d val features in %.1fs", int((~is_val).sum()), int(is_val.sum()), seconds)
+    cache = _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
+    if split:
+        frozen.keep(outputs["activations"], cache.val_side, cache.val_labels, seconds)
+    return cache
+
+
+def _extractor(ctx: Context, split: FrozenSplit | None, val_part: int) -> Callable:
+    """One batch's pooled features (with side columns); with phase 2's `split`, computed through
+    its cut, and a dict that also holds the activations at the cut for the val part's batches
+    (none for the others): one pass gives both, and one model is traced, not two."""
+    if split is None:
+        return lambda inputs, _: _with_side(inputs, ctx.clf.features_model(_images(inputs), training=False))
+    none = tf.zeros([0, *split.lower.output.shape[1:]], split.lower.output.dtype)
+
+    def extract(inputs, labels_and_part) -> dict[str, tf.Tensor]:
+        activations = split.lower(_images(inputs), training=False)
+        features = _with_side(inputs, split.upper(activations, training=False))
+        kept = tf.cond(labels_and_part[1][0] == val_part, lambda: activations, lambda: none)
+        return {"features": features, "activations": kept}
+
+    return extract
+
+
+def _images(inputs) -> tf.Tensor:
+    return inputs["image"] if isinstance(inputs, dict) else inputs
+
+
+def _with_side(inputs, pooled: tf.Tensor) -> tf.Tensor:
+    """Pooled features with the side features (if any) appended as further columns, so one pass
+    over the data yields both."""
+    pooled = tf.cast(pooled, tf.float32)
+    return tf.concat([pooled, inputs["side"]], axis=-1) if isinstance(inputs, dict) else pooled
 
 
 def one_stream(parts: list[tf.data.Dataset]) -> tf.data.Dataset:
@@ -120,15 +160,6 @@ def one_stream(parts: list[tf.data.Dataset]) -> tf.data.Dataset:
         return part.map(as_written(lambda inputs, labels: (inputs, (labels, tf.fill(tf.shape(labels)[:1], index)))))
 
     return functools.reduce(tf.data.Dataset.concatenate, [tagged(i, part) for i, part in enumerate(parts)]).prefetch(2)
-
-
-def _pooled_and_side(ctx: Context, inputs) -> tf.Tensor:
-    """The frozen backbone's pooled features, with the side features (if any) appended as
-    further columns, so one pass over the data yields both."""
-    if not isinstance(inputs, dict):
-        return ctx.clf.features_model(inputs, training=False)
-    pooled = tf.cast(ctx.clf.features_model(inputs["image"], training=False), tf.float32)
-    return tf.concat([pooled, inputs["side"]], axis=-1)
 
 
 def _split_side(ctx: Context, train: np.ndarray, train_labels: np.ndarray, val: np.ndarray, val_labels: np.ndarray) -> FeatureCache:
@@ -162,16 +193,16 @@ def _float_images(ds: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None,
-                  on_first_batch: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, object]:
-    """(outputs float32, labels int32) of `call` over every (inputs, labels) batch of `dataset`;
-    labels keep their structure (a `one_stream`'s: (labels, part)). `on_first_batch` gets the
-    first batch's images."""
+                  on_first_batch: Callable[[np.ndarray], None] | None = None) -> tuple[object, object]:
+    """(outputs float32, labels int32) of `call(inputs, labels)` over every batch of `dataset`;
+    outputs and labels keep their structure (a `one_stream`'s labels: (labels, part)).
+    `on_first_batch` gets the first batch's images."""
     outputs, labels = [], []
     for inputs, y in dataset:
         if on_first_batch is not None and not outputs:
             on_first_batch((inputs["image"] if isinstance(inputs, dict) else inputs).numpy())
-        outputs.append(call(inputs).numpy().astype(np.float32))
+        outputs.append(tf.nest.map_structure(lambda t: t.numpy().astype(np.float32), call(inputs, y)))
         labels.append(tf.nest.map_structure(lambda t: t.numpy().astype(np.int32), y))
         if bar is not None:
             bar.update(len(tf.nest.flatten(y)[0]))
-    return np.concatenate(outputs), tf.nest.map_structure(lambda *batches: np.concatenate(batches), *labels)
+    return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))

@@ -7,7 +7,7 @@ serves one device, several GPUs and several workers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -18,6 +18,9 @@ from app.data.service import job_name as service_job_name
 from app.training.context import Context
 from app.training.feature_cache import FeatureCache, load_or_build
 from app.training.phase import PhaseInputs
+
+if TYPE_CHECKING:
+    from app.training.frozen_activations import FrozenValidation
 
 
 def distribute(ctx: Context, make) -> object:
@@ -58,14 +61,16 @@ def augmented_sample(ctx: Context, count: int = SAMPLE_IMAGES) -> np.ndarray:
     return color_jitter(images, tf.constant([ctx.cfg.seed, 1]), ctx.augmentation.color_jitter).numpy()
 
 
-def feature_inputs(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> PhaseInputs:
+def feature_inputs(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
+                   frozen: FrozenValidation | None = None) -> PhaseInputs:
     """Cached-features mode: the head trains on backbone features computed once (feature_cache.py).
-    An epoch is as many examples as the training split has images, drawn from the K views of each."""
+    An epoch is as many examples as the training split has images, drawn from the K views of each.
+    A cache built here hands `frozen` (phase 2's validation) the val activations it needs."""
     cfg, loaded = ctx.cfg, []
 
     def cache() -> FeatureCache:
         if not loaded:  # lazily: a finished phase (seen again on resume) needs no features
-            loaded.append(load_or_build(ctx, on_first_batch))
+            loaded.append(load_or_build(ctx, on_first_batch, frozen))
         return loaded[0]
 
     def dataset(x: np.ndarray, y: np.ndarray, side: np.ndarray | None) -> tf.data.Dataset:

@@ -19,7 +19,7 @@ from app.data.pipeline import DatasetInfo
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import completed_run
 from app.training.context import Context, describe_distribution, setup
-from app.training.frozen_activations import frozen_split, validating_on_activations
+from app.training.frozen_activations import FrozenValidation, frozen_validation
 from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.optimizer import FineTuneAdamW, layer_rate_scales
@@ -78,10 +78,12 @@ def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int) -> keras.optimizer
     )
 
 
-def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) -> Phase:
+def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
+                frozen: FrozenValidation | None = None) -> Phase:
     """Phase 1 (the head; on cached features when ctx.cached_phase1) or phase 2 (the unfrozen top,
     from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`; validated
-    from its frozen layers' output where `frozen_split` allows)."""
+    from its frozen layers' output where `frozen_validation` allows). Pass both phases the same
+    `frozen`: phase 1's feature cache then computes what phase 2 validates on."""
     cfg, clf = ctx.cfg, ctx.clf
     cached = number == 1 and ctx.cached_phase1
     model = clf.head_model if cached else clf.logits_model
@@ -98,27 +100,28 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None) 
         if not cached:  # a cached phase 1 hands over its first batch as it builds the cache
             sample(augmented_sample(ctx))
     steps = make_steps(ctx, model, make_optimizer(ctx, rate, model, number), number)
-    inputs = feature_inputs(ctx, sample) if cached else image_inputs(ctx, number)
-    split = frozen_split(ctx) if number == 2 else None
-    if split is not None:
-        inputs = validating_on_activations(ctx, inputs, split)
+    inputs = feature_inputs(ctx, sample, frozen) if cached else image_inputs(ctx, number)
+    split = None
+    if number == 2:
+        frozen = frozen or frozen_validation(ctx)
+        inputs, split = frozen.inputs(inputs), frozen.split
     return Phase(spec=spec, steps=steps, inputs=inputs, model=clf.head_model if cached else clf.model,
                  files=ctx.phase_files, history=ctx.history, baseline=baseline,
                  val_steps=steps.evaluating(split.tail) if split else None)
 
 
-def run_phase1(ctx: Context) -> PhaseResult:
+def run_phase1(ctx: Context, frozen: FrozenValidation | None = None) -> PhaseResult:
     freeze_backbone(ctx.clf)
     resolve_rate(ctx, 1)
-    return run_phase(build_phase(ctx, 1))
+    return run_phase(build_phase(ctx, 1, frozen=frozen))
 
 
-def run_phase2(ctx: Context, phase1: PhaseResult | None) -> PhaseResult:
+def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenValidation | None = None) -> PhaseResult:
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)
     log.info("phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen", len(trained),
              trained[0] if trained else "-", trained[-1] if trained else "-")
     resolve_rate(ctx, 2)
-    return run_phase(build_phase(ctx, 2, phase1))
+    return run_phase(build_phase(ctx, 2, phase1, frozen))
 
 
 def evaluate_split(ctx: Context, split: str, steps: Steps | None = None) -> Evaluation:
@@ -157,9 +160,10 @@ def _train(ctx: Context) -> dict:
     metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
                      "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes,
                      "phase1_mode": "features" if ctx.cached_phase1 else "images"}
-    phase1 = run_phase1(ctx) if cfg.epochs_head else None
+    frozen = frozen_validation(ctx)  # phase 2's, which phase 1's feature cache helps to build
+    phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
-    phase2 = run_phase2(ctx, phase1) if cfg.epochs_finetune else None
+    phase2 = run_phase2(ctx, phase1, frozen) if cfg.epochs_finetune else None
     metrics["phase2"] = phase2.to_dict() if phase2 else None
     if "auto" in (cfg.lr_head, cfg.lr_finetune):  # cfg: as configured; ctx.cfg holds the rates used
         metrics["lr_find"] = {**read_suggestions(ctx.run.root), "rule": RULE,

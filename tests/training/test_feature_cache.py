@@ -34,7 +34,7 @@ def test_one_stream_runs_the_parts_in_order_and_tags_every_row_with_its_part():
         images = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) + first_label
         return tf.data.Dataset.from_tensor_slices((images, np.arange(rows, dtype=np.int32) + first_label)).batch(2)
 
-    outputs, (labels, parts) = model_outputs(lambda x: 2 * x, one_stream([part(0, 5), part(10, 3), part(20, 1)]))
+    outputs, (labels, parts) = model_outputs(lambda x, _: 2 * x, one_stream([part(0, 5), part(10, 3), part(20, 1)]))
     assert labels.tolist() == [0, 1, 2, 3, 4, 10, 11, 12, 20]
     assert parts.tolist() == [0] * 5 + [1] * 3 + [2]
     assert outputs[5].tolist() == [20.0, 22.0]  # the outputs stay on their rows: part 1's first image, doubled

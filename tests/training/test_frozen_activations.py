@@ -29,6 +29,12 @@ def side_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "records"
 
 
+def _config(data: str, tiny_config: TrainConfig, side_records: Path) -> TrainConfig:
+    if data == "images_and_side_features":
+        return tiny_config.replace(data=str(side_records), image_size=32, batch_size=4)
+    return tiny_config
+
+
 def _phase2_after_phase1(cfg: TrainConfig):
     ctx = setup(cfg)
     phase1 = run_phase1(ctx)
@@ -38,16 +44,35 @@ def _phase2_after_phase1(cfg: TrainConfig):
 
 @pytest.mark.parametrize("data", ["images", "images_and_side_features"])
 def test_validation_on_activations_equals_validation_on_images(data: str, tiny_config: TrainConfig, side_records: Path):
-    cfg = tiny_config.replace(label_smoothing=0.1)  # the tail's loss must be the training steps' own, smoothing included
-    if data == "images_and_side_features":
-        cfg = cfg.replace(data=str(side_records), image_size=32, batch_size=4)
+    cfg = _config(data, tiny_config, side_records).replace(label_smoothing=0.1)  # the tail's loss: the steps' own
     ctx, phase = _phase2_after_phase1(cfg)
     assert phase.val_steps is not None and phase.val_steps.model.name == "tail"
 
     phase.inputs.train_iterator()  # computes the activations, as the phase's first epoch does
+    _assert_same_validation(ctx, phase)
+
+
+@pytest.mark.parametrize("data", ["images", "images_and_side_features"])
+def test_phase1s_feature_cache_hands_phase2_its_activations(data: str, tiny_config: TrainConfig, side_records: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture):
+    """Phase 1's cache runs every val photo through the backbone; phase 2 then computes nothing."""
+    cfg = _config(data, tiny_config, side_records).replace(cache_features="true")
+    ctx = setup(cfg)
+    frozen = frozen_activations.frozen_validation(ctx)
+    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+        phase1 = run_phase1(ctx, frozen)
+    assert "computed once, as phase 1's feature cache was built" in caplog.text
+    unfreeze_top(ctx.clf, cfg.unfreeze)
+    monkeypatch.setattr(frozen_activations, "_activations", lambda *_: pytest.fail("phase 2 computed them again"))
+    phase = build_phase(ctx, 2, phase1, frozen)
+    phase.inputs.train_iterator()
+    _assert_same_validation(ctx, phase)
+
+
+def _assert_same_validation(ctx, phase) -> None:
     cached = phase.validation.evaluate(phase.inputs.val_dataset())
     on_images = phase.steps.evaluate(eval_dataset(ctx, "val"))
-
     assert cached.count == on_images.count == ctx.info.num_examples("val") > 0
     assert cached.loss == pytest.approx(on_images.loss, abs=1e-5)
     assert cached.accuracy == on_images.accuracy
@@ -66,9 +91,7 @@ def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, c
     assert "phase 2 validates from block_14_add" in caplog.text
     phase = build_phase(ctx, 2, phase1)
     phase.inputs.train_iterator()
-    after = phase.validation.evaluate(phase.inputs.val_dataset())
-    on_images = phase.steps.evaluate(eval_dataset(ctx, "val"))
-    np.testing.assert_allclose(after.logits, on_images.logits, atol=1e-5)
+    _assert_same_validation(ctx, phase)
 
 
 def test_validation_stays_on_images_when_the_activations_would_not_fit(
