@@ -115,11 +115,11 @@ def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = N
         outputs, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
     features = outputs["features"] if split else outputs
     is_val = part == len(train)
-    seconds = time.perf_counter() - start
-    log.info("phase 1: cached %d train and %d val features in %.1fs", int((~is_val).sum()), int(is_val.sum()), seconds)
+    log.info("phase 1: cached %d train and %d val features in %.1fs", int((~is_val).sum()), int(is_val.sum()),
+             time.perf_counter() - start)
     cache = _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
     if split:
-        frozen.keep(outputs["activations"], cache.val_side, cache.val_labels, seconds)
+        frozen.keep(outputs["activations"], cache.val_side, cache.val_labels)
     return cache
 
 

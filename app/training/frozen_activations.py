@@ -44,9 +44,9 @@ class FrozenValidation:
         self.ctx, self.split = ctx, split
         self._data: tf.data.Dataset | None = None
 
-    def keep(self, activations: np.ndarray, side: np.ndarray | None, labels: np.ndarray, seconds: float) -> None:
+    def keep(self, activations: np.ndarray, side: np.ndarray | None, labels: np.ndarray) -> None:
         self._data = _dataset(activations, side, labels)
-        _log_done(self.split, activations, seconds, "as phase 1's feature cache was built")
+        _log_done(self.split, activations, "as phase 1's feature cache was built")
 
     def inputs(self, inputs: PhaseInputs) -> PhaseInputs:
         """`inputs` with validation on the activations (for `split.tail`), computed when the
@@ -72,9 +72,12 @@ def frozen_validation(ctx: Context) -> FrozenValidation:
     activations within the memory `cache_features = auto` allows phase 1's cache."""
     if num_workers(ctx.strategy) > 1 or not ctx.info.num_examples("val") or not ctx.cfg.epochs_finetune:
         return FrozenValidation(ctx, None)
-    split = split_at_trained(ctx.clf, unfreeze_start(ctx.clf, ctx.cfg.unfreeze))
+    start = unfreeze_start(ctx.clf, ctx.cfg.unfreeze)
+    split = split_at_trained(ctx.clf, start)
     if split is None:
-        log.info("phase 2 validates on images: no single activation separates its frozen layers from the trained ones")
+        why = ("it trains the whole backbone" if start <= 1 else
+               "no single activation separates its frozen layers from the trained ones")
+        log.info("phase 2 validates on images: %s", why)
         return FrozenValidation(ctx, None)
     size = activation_bytes(ctx, split)
     if size > FEATURE_CACHE_LIMIT:
@@ -99,7 +102,7 @@ def _activations(ctx: Context, split: FrozenSplit) -> tf.data.Dataset:
             sides.append(inputs["side"].numpy())
         labels.append(y.numpy())
     x = np.concatenate(activations)
-    _log_done(split, x, time.perf_counter() - start, "as phase 2 started")
+    _log_done(split, x, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
     return _dataset(x, np.concatenate(sides) if sides else None, np.concatenate(labels))
 
 
@@ -108,7 +111,7 @@ def _dataset(activations: np.ndarray, side: np.ndarray | None, labels: np.ndarra
     return tf.data.Dataset.from_tensor_slices((features, labels))
 
 
-def _log_done(split: FrozenSplit, activations: np.ndarray, seconds: float, when: str) -> None:
+def _log_done(split: FrozenSplit, activations: np.ndarray, when: str) -> None:
     log.info("phase 2 validates from %s: the layers below it are frozen, so the %d val images' activations there"
-             " (%.1f MB) were computed once, %s (%.1fs); each epoch runs only the layers above", split.cut,
-             len(activations), activations.nbytes / 1e6, when, seconds)
+             " (%.1f MB) were computed once, %s; each epoch runs only the layers above", split.cut,
+             len(activations), activations.nbytes / 1e6, when)
