@@ -81,6 +81,7 @@ def _assert_same_validation(ctx, phase) -> None:
     np.testing.assert_allclose(cached.logits, on_images.logits, atol=1e-5)
 
 
+@pytest.mark.slow  # a real phase 2 (10 s); the equalities themselves are checked above in the fast tier
 def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, caplog: pytest.LogCaptureFixture):
     """The tail shares the classifier's weights: what phase 2 trains is what it validates."""
     cfg = tiny_config.replace(lr_finetune=1e-2, warmup_fraction=0.0)
