@@ -15,6 +15,7 @@ import os
 import warnings
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -24,6 +25,8 @@ from app.errors import UserError
 from app.export import layout
 from app.export.saved_model import tensorflow_log_level
 from app.models.tta import with_tta
+
+log = logging.getLogger(__name__)
 
 CALIBRATION_IMAGES = 100
 MODES = ("float32", "float16", "int8")
@@ -171,6 +174,12 @@ def _val_batches(data_dir: str, image_size: int, limit: int | None):
     return batches if limit is None else list(batches.unbatch().take(limit).batch(32))
 
 
+# Under mixed precision the forward pass computes in float16 (or bfloat16), which LiteRT's
+# built-in ops cannot run; the run still exports its SavedModel, and says why no file was written.
+FLOAT16_GRAPH = ("not written: the model computes in reduced precision (mixed_precision on), which LiteRT's"
+                 " built-in ops cannot convert; train with --set mixed_precision=off for a LiteRT file")
+
+
 def write_litert(forward: tf.types.experimental.ConcreteFunction, version: Path, image_size: int,
                  data_dir: str | None, modes: list[str], tta: str = "none", side_width: int = 0) -> dict:
     """Write each mode's file into the (staged) version folder → metadata["litert"]. Without
@@ -181,7 +190,14 @@ def write_litert(forward: tf.types.experimental.ConcreteFunction, version: Path,
             result[mode] = {"passed": False, "missing": "not written: int8 LiteRT files of models with side features"
                                                         " are not supported yet (float32 and float16 are)"}
             continue
-        tflite_model = convert(forward, image_size, mode, data_dir)
+        try:
+            tflite_model = convert(forward, image_size, mode, data_dir)
+        except Exception:  # the converter's ConverterError is not public API
+            if keras.config.dtype_policy().compute_dtype == "float32":
+                raise
+            result[mode] = {"passed": False, "missing": FLOAT16_GRAPH}
+            log.warning("litert: %s file %s", mode, FLOAT16_GRAPH)
+            continue
         layout.tflite_model_path(version, mode).parent.mkdir(parents=True, exist_ok=True)
         storage.write_bytes_atomic(layout.tflite_model_path(version, mode), tflite_model)
         try:

@@ -186,3 +186,19 @@ def test_cli_bad_input(tmp_path: Path, script: str, args: list[str], message: st
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_mixed_precision_run_exports_its_savedmodel_and_says_why_no_litert_file(tiny_config, tmp_path: Path):
+    """LiteRT's built-in ops cannot run a float16 graph: the run still ends with its SavedModel."""
+    from app.export.tflite import FLOAT16_GRAPH
+    from app.training.train import train
+
+    try:
+        metrics = train(tiny_config.replace(mixed_precision="on", epochs_finetune=0))
+    finally:
+        keras.config.set_dtype_policy("float32")  # process-wide: later tests build float32 models
+    lite = metrics["litert"]["float32"]
+    assert lite == {"passed": False, "missing": FLOAT16_GRAPH}
+    assert (Path(metrics["export"]) / "saved_model.pb").is_file()
+    assert not (Path(metrics["export"]) / "litert").exists()
+    assert "mixed_precision=off" in format_result(metrics)
