@@ -23,9 +23,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from app.data.pipeline import map_image
 from app.models.classifier import FrozenSplit, split_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
-from app.training.feature_cache import eval_images
+from app.training.feature_cache import eval_images, model_outputs
 from app.training.inputs import distribute
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
@@ -93,17 +94,12 @@ def activation_bytes(ctx: Context, split: FrozenSplit) -> int:
 def _activations(ctx: Context, split: FrozenSplit) -> tf.data.Dataset:
     """(activations, or {"activations", "side"}; labels) of every val image, in file order."""
     start = time.perf_counter()
-    lower = tf.function(lambda images: split.lower(images, training=False), reduce_retracing=True, autograph=False)
-    activations, sides, labels = [], [], []
-    for inputs, y in eval_images(ctx, "val"):
-        images = inputs["image"] if isinstance(inputs, dict) else inputs
-        activations.append(tf.cast(lower(images), tf.float32).numpy())
-        if isinstance(inputs, dict):
-            sides.append(inputs["side"].numpy())
-        labels.append(y.numpy())
-    x = np.concatenate(activations)
+    lower = tf.function(lambda inputs, _: map_image(inputs, lambda images: split.lower(images, training=False)),
+                        reduce_retracing=True, autograph=False)
+    outputs, labels = model_outputs(lower, eval_images(ctx, "val"))
+    x, side = (outputs["image"], outputs["side"]) if isinstance(outputs, dict) else (outputs, None)
     _log_done(split, x, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
-    return _dataset(x, np.concatenate(sides) if sides else None, np.concatenate(labels))
+    return _dataset(x, side, labels)
 
 
 def _dataset(activations: np.ndarray, side: np.ndarray | None, labels: np.ndarray) -> tf.data.Dataset:

@@ -99,6 +99,6 @@ def test_validation_stays_on_images_when_the_activations_would_not_fit(
         tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
     monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", 1000)
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
-        ctx, phase = _phase2_after_phase1(tiny_config)
+        _, phase = _phase2_after_phase1(tiny_config)
     assert phase.val_steps is None and phase.validation is phase.steps
     assert "phase 2 validates on images: the val activations at block_14_add would take" in caplog.text
