@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import app  # noqa: F401  before any test module imports TensorFlow: its allocator setting (app/__init__.py)
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FAST_TIER_WORKERS = 2
