@@ -27,6 +27,9 @@ from app.errors import UserError
 from app.run_dir import RunDir
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+# The usual recipe runs with TensorFlow's own CPU allocator, as a user's copy of the tutorial
+# does; `python -m app.training.recipe` imports `app`, which would otherwise switch it to BFC.
+USUAL_ENVIRONMENT = {"TF_CPU_ALLOCATOR_USE_BFC": "false"}
 VAL_ACCURACY = re.compile(r"\bval_accuracy ([0-9.]+)")  # the per-epoch line both runs print
 
 
@@ -40,10 +43,10 @@ class Trace:
         return next((t for t, accuracy in self.epochs if accuracy >= target - 1e-9), None)
 
 
-def _trace(cmd: list[str]) -> Trace:
+def _trace(cmd: list[str], environment: dict[str, str] | None = None) -> Trace:
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(environment or {})})
     epochs, final = [], float("nan")
     for line in proc.stdout:
         if line.startswith("final_val_accuracy"):
@@ -95,7 +98,7 @@ def _rounds(folder: Path, records: Path, tmp: Path, *, weights: str, image_size:
     pairs = []
     for r in range(rounds):
         usual = _trace([sys.executable, "-m", "app.training.recipe", str(folder), weights, str(image_size), str(seed),
-                        *map(str, recipe_epochs)])
+                        *map(str, recipe_epochs)], USUAL_ENVIRONMENT)
         ours = _ours(records, tmp / f"run{r}", weights, image_size)
         pairs.append((usual, ours))
         log(f"round {r + 1}/{rounds}: usual recipe {usual.seconds:.0f}s val {usual.final_val_accuracy:.4f};"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import UserError
+from app.training import recipe_benchmark
 from app.training.recipe_benchmark import Trace, subset_folder, _summary, format_result, run_recipe_benchmark
 
 
@@ -25,6 +26,21 @@ def test_summary_adds_the_conversion_to_our_times_and_takes_medians():
     assert result["ours_seconds_to_reach_usual_accuracy"] == 21.0  # median of 20 and 12, + 5 s
     assert (result["usual_val_accuracy"], result["ours_val_accuracy"]) == (0.8, 0.9)
     assert "0.41x" in format_result(result) and "+0.1000" in format_result(result)
+
+
+def test_the_usual_recipe_runs_with_tensorflows_own_allocator_and_ours_with_the_apps(tmp_path: Path, monkeypatch):
+    environments: dict[str, dict | None] = {}
+
+    def fake_trace(cmd: list[str], environment: dict | None = None) -> Trace:
+        environments["usual" if "app.training.recipe" in cmd else "ours"] = environment
+        return Trace(1.0, [(1.0, 0.9)], 0.9)
+
+    monkeypatch.setattr(recipe_benchmark, "_trace", fake_trace)
+    monkeypatch.setattr(recipe_benchmark.RunDir, "read_metrics", lambda self: {"phase2": {"val_accuracy": 0.9}})
+    recipe_benchmark._rounds(tmp_path, tmp_path, tmp_path, weights="w.h5", image_size=32, rounds=1, seed=0,
+                             recipe_epochs=(1, 1), log=lambda line: None)
+    assert environments["usual"] == {"TF_CPU_ALLOCATOR_USE_BFC": "false"}  # what a copy of the tutorial gets
+    assert environments["ours"] is None  # fine_tune.py as a user runs it: app/__init__.py's BFC default
 
 
 def test_subset_keeps_n_training_photos_per_class_and_all_of_val(tmp_path: Path):
