@@ -14,6 +14,7 @@ from typing import Callable
 import keras
 import numpy as np
 
+from app import storage
 from app.config import TrainConfig
 from app.data.pipeline import DatasetInfo
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
@@ -179,7 +180,7 @@ def _train(ctx: Context) -> dict:
             metrics["calibration"] = _calibrate(ctx, phases)
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
-        _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p))
+        _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p), kept=_kept_file(ctx, phases))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
 
@@ -211,13 +212,29 @@ def _sample_writer(ctx: Context, step: int) -> Callable[[np.ndarray], None]:
     return write
 
 
-def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int) -> None:
-    """The chief's last steps: final weights, export, plots, then metrics.json (which marks the run complete)."""
+def _kept_file(ctx: Context, phases: KeptPhases) -> str | None:
+    """The file the kept epoch's weights were written to, when it holds the whole model (phase 2's
+    always do; a cached phase 1 keeps only the head), else None."""
+    number = 2 if phases[2] else 1
+    kept = phases[number]
+    if kept is None or (number == 1 and ctx.cached_phase1):
+        return None
+    path = ctx.phase_files.best_to_load(number, kept.best_epoch)
+    return path if storage.exists(path) else None
+
+
+def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int, kept: str | None) -> None:
+    """The chief's last steps: final weights (a copy of the `kept` epoch's file when there is one:
+    the model holds exactly those weights, and Keras takes 0.5 s to write them again), export,
+    plots, then metrics.json (which marks the run complete)."""
     from app.evaluation.figures import confusion_matrix_figure, figure_png
     from app.export.run_export import export_run
     from app.training.history import plot_learning_curves
 
-    save_weights_atomic(ctx.clf.model, ctx.run.final_weights)
+    if kept:
+        storage.write_bytes_atomic(ctx.run.final_weights, storage.read_bytes(kept))
+    else:
+        save_weights_atomic(ctx.clf.model, ctx.run.final_weights)
     served = served_model(ctx.clf, metrics.get("calibration"))
     exported = export_run(ctx.run.root, model=served, metrics=metrics)
     metrics["export"], metrics["litert"] = exported["saved_model"], exported["litert"]
