@@ -7,8 +7,10 @@ metrics.json. Any other choice that cannot be met is a UserError, never a silent
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,14 +76,20 @@ def load_pretrained_backbone(spec: BackboneSpec, image_size: int, weights: str) 
         model, used = load_backbone(spec, image_size, weights)
         return PretrainedBackbone(model, used, "training from random initialisation (--weights none)" if weights == "none" else None)
     reasons = []
+    local = os.environ.get(WEIGHTS_ENV)
     if not spec.imagenet_sizes or image_size in spec.imagenet_sizes:
+        fallback = local if local and Path(local).is_file() else None
+        failures: list[str] = []
         try:
-            return PretrainedBackbone(*load_backbone(spec, image_size, "imagenet"), None)
-        except UserError as err:
+            with _download_failing_over_to(fallback, failures):
+                model, used = load_backbone(spec, image_size, "imagenet")
+            if not failures:
+                return PretrainedBackbone(model, used, None)
+            return PretrainedBackbone(model, f"{fallback} (from ${WEIGHTS_ENV})", None)
+        except UserError as err:  # no download and no file, or a file that does not fit: said below
             reasons.append(str(err))
     else:
         reasons.append(f"{spec.name} has ImageNet weights only for sizes {spec.imagenet_sizes}, not {image_size}")
-    local = os.environ.get(WEIGHTS_ENV)
     if local:
         model, used = load_backbone(spec, image_size, local)  # a configured file that doesn't fit is an error
         return PretrainedBackbone(model, f"{used} (from ${WEIGHTS_ENV})", None)
@@ -93,3 +101,30 @@ def load_pretrained_backbone(spec: BackboneSpec, image_size: int, weights: str) 
     )
     model, _ = load_backbone(spec, image_size, "none")
     return PretrainedBackbone(model, "none (random initialisation; auto found no pretrained weights)", warning)
+
+
+@contextlib.contextmanager
+def _download_failing_over_to(local: str | None, failures: list[str]) -> Iterator[None]:
+    """While Keras builds a backbone with weights="imagenet": when its download fails and `local`
+    is set, Keras loads `local` into the model it has just built instead of raising, and the
+    download's error goes into `failures`. Offline, `auto` with $PHOTOCLF_WEIGHTS otherwise built
+    MobileNetV2 twice, once for the failed download (1.1 s on 2 cores). Keras' applications call
+    `file_utils.get_file` through the module, so replacing it there reaches them all."""
+    from keras.src.utils import file_utils
+
+    download = file_utils.get_file
+
+    def get_file(*args, **kwargs) -> str:
+        try:
+            return download(*args, **kwargs)
+        except Exception as err:  # Keras raises plain Exception for a failed fetch
+            if not local:
+                raise
+            failures.append(str(err))
+            return local
+
+    file_utils.get_file = get_file
+    try:
+        yield
+    finally:
+        file_utils.get_file = download

@@ -1,0 +1,76 @@
+"""`--weights auto`: ImageNet when it can be had, else $PHOTOCLF_WEIGHTS, else random init, warned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from keras.src.utils import file_utils
+
+from app.errors import UserError
+from app.models.backbones import get_backbone
+from app.models.pretrained import WEIGHTS_ENV, load_pretrained_backbone
+
+SIZE = 96  # the smallest size with ImageNet weights for MobileNetV2
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every download fails, as Keras' own does without a network."""
+    def no_network(fname, origin=None, **kwargs):
+        raise Exception(f"URL fetch failure on {origin}: no network (test)")
+    monkeypatch.setattr(file_utils, "get_file", no_network)
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The `weights` argument of every MobileNetV2 that gets built."""
+    calls: list[str | None] = []
+    build = keras.applications.MobileNetV2
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("weights"))
+        return build(*args, **kwargs)
+    monkeypatch.setattr(keras.applications, "MobileNetV2", counted)
+    return calls
+
+
+def _weights_file(tmp_path: Path) -> tuple[Path, list[np.ndarray]]:
+    model = keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 3), include_top=False, weights=None)
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
+    path = tmp_path / "mobilenet_v2.weights.h5"
+    model.save_weights(str(path))
+    return path, model.get_weights()
+
+
+def test_offline_auto_loads_the_configured_file_into_the_one_model_it_builds(
+        offline, builds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path, expected = _weights_file(tmp_path)
+    builds.clear()
+    monkeypatch.setenv(WEIGHTS_ENV, str(path))
+    loaded = load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
+    assert builds == ["imagenet"]  # the download failed, and the file went into that same model
+    assert loaded.weights_used == f"{path} (from ${WEIGHTS_ENV})" and loaded.warning is None
+    for got, want in zip(loaded.model.get_weights(), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert file_utils.get_file.__name__ == "no_network"  # Keras' download is put back as it was
+
+
+def test_offline_auto_refuses_a_configured_file_that_does_not_fit(offline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    path = tmp_path / "other.weights.h5"
+    other.save_weights(str(path))
+    monkeypatch.setenv(WEIGHTS_ENV, str(path))
+    with pytest.raises(UserError, match=f"--weights: {path} does not fit mobilenet_v2"):
+        load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
+
+
+def test_offline_auto_without_a_file_starts_from_random_weights_and_says_why(offline, builds, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv(WEIGHTS_ENV, raising=False)
+    loaded = load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
+    assert builds == ["imagenet", None]
+    assert loaded.weights_used.startswith("none") and loaded.warning.startswith("NO PRETRAINED WEIGHTS")
+    assert "no network (test)" in loaded.warning and f"${WEIGHTS_ENV} is not set" in loaded.warning
