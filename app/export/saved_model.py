@@ -56,11 +56,9 @@ def frozen_forward(model: keras.Model, image_size: int, side_width: int = 0) -> 
     image = tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="image")
     if side_width:
         side = tf.TensorSpec([None, side_width], tf.float32, name="side")
-        traced = tf.function(lambda image, side: model({"image": image, "side": side}, training=False),
-                             input_signature=[image, side], autograph=False).get_concrete_function()
+        traced = _trace(lambda image, side: model({"image": image, "side": side}, training=False), [image, side])
     else:
-        traced = tf.function(lambda image: model(image, training=False), input_signature=[image],
-                             autograph=False).get_concrete_function()
+        traced = _trace(lambda image: model(image, training=False), [image])
     # as the LiteRT converter freezes (its graph route): control flow kept as it is
     return convert_variables_to_constants_v2(traced, lower_control_flow=False)
 

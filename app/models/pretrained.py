@@ -79,11 +79,10 @@ def load_pretrained_backbone(spec: BackboneSpec, image_size: int, weights: str) 
     local = os.environ.get(WEIGHTS_ENV)
     if not spec.imagenet_sizes or image_size in spec.imagenet_sizes:
         fallback = local if local and Path(local).is_file() else None
-        failures: list[str] = []
         try:
-            with _download_failing_over_to(fallback, failures):
+            with _download_failing_over_to(fallback) as fell_back:
                 model, used = load_backbone(spec, image_size, "imagenet")
-            if not failures:
+            if not fell_back:
                 return PretrainedBackbone(model, used, None)
             return PretrainedBackbone(model, f"{fallback} (from ${WEIGHTS_ENV})", None)
         except UserError as err:  # no download and no file, or a file that does not fit: said below
@@ -104,27 +103,28 @@ def load_pretrained_backbone(spec: BackboneSpec, image_size: int, weights: str) 
 
 
 @contextlib.contextmanager
-def _download_failing_over_to(local: str | None, failures: list[str]) -> Iterator[None]:
+def _download_failing_over_to(local: str | None) -> Iterator[list[bool]]:
     """While Keras builds a backbone with weights="imagenet": when its download fails and `local`
     is set, Keras loads `local` into the model it has just built instead of raising, and the
-    download's error goes into `failures`. Offline, `auto` with $PHOTOCLF_WEIGHTS otherwise built
+    yielded list becomes non-empty (it fell back). Offline, `auto` with $PHOTOCLF_WEIGHTS otherwise built
     MobileNetV2 twice, once for the failed download (1.1 s on 2 cores). Keras' applications call
     `file_utils.get_file` through the module, so replacing it there reaches them all."""
     from keras.src.utils import file_utils
 
     download = file_utils.get_file
+    fell_back: list[bool] = []
 
     def get_file(*args, **kwargs) -> str:
         try:
             return download(*args, **kwargs)
-        except Exception as err:  # Keras raises plain Exception for a failed fetch
+        except Exception:  # Keras raises plain Exception for a failed fetch
             if not local:
                 raise
-            failures.append(str(err))
+            fell_back.append(True)
             return local
 
     file_utils.get_file = get_file
     try:
-        yield
+        yield fell_back
     finally:
         file_utils.get_file = download
