@@ -12,6 +12,35 @@ import app  # noqa: F401  before any test module imports TensorFlow: its allocat
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FAST_TIER_WORKERS = 2
+TINY_BACKBONE = "tiny_cnn"  # registered below, in every test process
+
+
+def _register_tiny_backbone() -> None:
+    """A 4-block CNN shaped like the real backbones where the code cares (named blocks, BatchNorm,
+    a residual add inside a block, stride-2 stages): the tests of phases, caches, export and
+    serving check mechanics, and tracing MobileNetV2's 155 layers cost them most of their time
+    (a tiny run's two phases: 25 s → 9 s). Real transfer learning is tested on MobileNetV2."""
+    import keras
+
+    from app.models.backbones import SCALE_MINUS1_1, register_backbone
+
+    def build(input_shape: tuple[int, int, int], weights: str | None) -> keras.Model:
+        if weights not in (None, "none"):
+            raise ValueError(f"{TINY_BACKBONE} has no pretrained weights")  # how Keras refuses a download
+        layers = keras.layers
+        images = keras.Input(input_shape)
+        x = layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False, name="stem_conv")(images)
+        x = layers.ReLU(name="stem_relu")(layers.BatchNormalization(name="stem_bn")(x))
+        for block, (channels, stride) in enumerate([(8, 1), (16, 2), (16, 1), (24, 2)], start=1):
+            y = layers.Conv2D(channels, 3, strides=stride, padding="same", use_bias=False, name=f"block_{block}_conv")(x)
+            y = layers.ReLU(name=f"block_{block}_relu")(layers.BatchNormalization(name=f"block_{block}_bn")(y))
+            x = layers.Add(name=f"block_{block}_add")([x, y]) if x.shape[-1] == channels and stride == 1 else y
+        return keras.Model(images, x, name=TINY_BACKBONE)
+
+    register_backbone(TINY_BACKBONE, default_size=64, normalization=SCALE_MINUS1_1, block_pattern=r"^(block_\d+)_")(build)
+
+
+_register_tiny_backbone()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -54,24 +83,24 @@ def pretrained_weights() -> Path:
 
 @pytest.fixture
 def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A fast config: random-init MobileNetV2 at 64px, 2 steps per epoch."""
+    """A fast config: the random-init tiny backbone at 64px, 2 steps per epoch."""
     from app.config import TrainConfig
 
     monkeypatch.delenv("PHOTOCLF_WEIGHTS", raising=False)
     return TrainConfig(
-        data=str(demo_records), out=str(tmp_path / "run"), weights="none", image_size=64, batch_size=8,
-        epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, early_stopping_patience=5,
+        data=str(demo_records), out=str(tmp_path / "run"), backbone=TINY_BACKBONE, weights="none", image_size=64,
+        batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, early_stopping_patience=5,
     )
 
 
 @pytest.fixture(scope="session")
 def trained_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny finished run named "shapes" (random-init MobileNetV2 at 64 px), exported as version 1."""
+    """A tiny finished run named "shapes" (the random-init tiny backbone at 64 px), exported as version 1."""
     from app.config import TrainConfig
     from app.training.train import train
 
     run = tmp_path_factory.mktemp("export") / "shapes"
-    cfg = TrainConfig(data=str(demo_records), out=str(run), weights="none", image_size=64, batch_size=8,
-                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2)
+    cfg = TrainConfig(data=str(demo_records), out=str(run), backbone=TINY_BACKBONE, weights="none", image_size=64,
+                      batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2)
     train(cfg)
     return run

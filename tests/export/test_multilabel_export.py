@@ -15,18 +15,19 @@ from app.data.multilabel_demo import generate_multilabel_dataset
 from app.data.writer import write_tfrecords
 from app.errors import UserError
 from app.export.layout import read_metadata
+from conftest import TINY_BACKBONE
 
 
 @pytest.fixture(scope="module")
 def multilabel_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A tiny run on generated scenes (several shapes each): random-init MobileNetV2 at 32 px."""
+    """A tiny run on generated scenes (several shapes each): the random-init tiny backbone at 32 px."""
     from app.config import TrainConfig
     from app.training.train import train
 
     tmp = tmp_path_factory.mktemp("multilabel")
     manifest = generate_multilabel_dataset(tmp / "photos", photos=40, image_size=48)
     write_tfrecords(manifest, tmp / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=1)
-    cfg = TrainConfig(data=str(tmp / "records"), out=str(tmp / "run"), weights="none", image_size=32, batch_size=4,
+    cfg = TrainConfig(data=str(tmp / "records"), out=str(tmp / "run"), backbone=TINY_BACKBONE, weights="none", image_size=32, batch_size=4,
                       epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, class_weights=True)
     return tmp, train(cfg)
 

@@ -19,11 +19,12 @@ from app.errors import UserError
 from app.export.layout import read_metadata
 from app.export.run_export import export_run
 from app.serving.runtime import host_decoder
+from conftest import TINY_BACKBONE
 
 
 @pytest.fixture(scope="module")
 def side_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A tiny run on the generated side-features data: random-init MobileNetV2 at 32 px, phase 1
+    """A tiny run on the generated side-features data: the random-init tiny backbone at 32 px, phase 1
     on cached features, phase 2 on images, one short epoch each."""
     from app.config import TrainConfig
     from app.training.train import train
@@ -32,7 +33,7 @@ def side_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     manifest = generate_side_feature_dataset(tmp / "photos", per_class=6, image_size=48)
     write_tfrecords(manifest, tmp / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
                     test_fraction=0.25, num_shards=1)
-    cfg = TrainConfig(data=str(tmp / "records"), out=str(tmp / "run"), weights="none", image_size=32, batch_size=4,
+    cfg = TrainConfig(data=str(tmp / "records"), out=str(tmp / "run"), backbone=TINY_BACKBONE, weights="none", image_size=32, batch_size=4,
                       epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, cache_features="true")
     return tmp, train(cfg)
 
@@ -193,7 +194,7 @@ def test_a_resume_refuses_data_whose_side_features_changed(tmp_path: Path):
     manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=4, image_size=40)
     records = tmp_path / "records"
     write_tfrecords(manifest, records, feature_columns=FEATURE_COLUMNS, val_fraction=0.25, test_fraction=0.25, num_shards=1)
-    cfg = TrainConfig(data=str(records), out=str(tmp_path / "run"), weights="none", image_size=32, batch_size=4,
+    cfg = TrainConfig(data=str(records), out=str(tmp_path / "run"), backbone=TINY_BACKBONE, weights="none", image_size=32, batch_size=4,
                       epochs_head=1, epochs_finetune=0, max_steps_per_epoch=1, calibrate=False)
     train(cfg)
     (tmp_path / "run" / "metrics.json").unlink()  # as if it had been interrupted before the end

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 from test_server import Server  # this folder is on sys.path under pytest (rootdir-relative imports)
+from conftest import TINY_BACKBONE
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def _serve_a_tiny_model(records: Path, tmp_path: Path) -> Server:
     from app.config import TrainConfig
     from app.training.train import train
 
-    train(TrainConfig(data=str(records), out=str(tmp_path / "shapes"), weights="none", image_size=32,
+    train(TrainConfig(data=str(records), out=str(tmp_path / "shapes"), backbone=TINY_BACKBONE, weights="none", image_size=32,
                       batch_size=4, epochs_head=1, epochs_finetune=0, max_steps_per_epoch=2))
     return Server(tmp_path / "shapes" / "export" / "shapes")
 

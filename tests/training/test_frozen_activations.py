@@ -89,7 +89,7 @@ def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, c
     phase1 = run_phase1(ctx)
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
         run_phase2(ctx, phase1)
-    assert "phase 2 validates from block_14_add" in caplog.text
+    assert "phase 2 validates from block_2_relu" in caplog.text
     phase = build_phase(ctx, 2, phase1)
     phase.inputs.train_iterator()
     _assert_same_validation(ctx, phase)
@@ -101,4 +101,4 @@ def test_validation_stays_on_images_when_the_activations_would_not_fit(
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
         _, phase = _phase2_after_phase1(tiny_config)
     assert phase.val_steps is None and phase.validation is phase.steps
-    assert "phase 2 validates on images: the val activations at block_14_add would take" in caplog.text
+    assert "phase 2 validates on images: the val activations at block_2_relu would take" in caplog.text

@@ -131,6 +131,6 @@ def test_jit_compile_option_is_off_on_cpus_unless_asked(tiny_config: TrainConfig
 
 @pytest.mark.slow
 def test_mobilenet_train_step_compiles_and_trains_under_xla(tiny_config: TrainConfig):
-    forced = setup(tiny_config.replace(jit_compile="true", cache_features="false", epochs_finetune=0))
+    forced = setup(tiny_config.replace(backbone="mobilenet_v2", jit_compile="true", cache_features="false", epochs_finetune=0))
     result = run_phase1(forced)  # MobileNetV2's train step through XLA on the CPU
     assert result.epochs == 1 and np.isfinite(result.val_loss)

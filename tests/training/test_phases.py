@@ -27,7 +27,7 @@ def test_phase1_changes_only_the_head(tiny_config: TrainConfig):
     backbone_before, head_before = _backbone_state(ctx), _head_state(ctx)
     run_phase1(ctx)
     backbone_after, head_after = _backbone_state(ctx), _head_state(ctx)
-    assert backbone_before.keys() == backbone_after.keys() and len(backbone_before) > 100
+    assert backbone_before.keys() == backbone_after.keys() and len(backbone_before) >= 20
     for path, value in backbone_before.items():
         assert value.tobytes() == backbone_after[path].tobytes(), f"{path} changed in phase 1"
     assert any(not np.array_equal(head_before[p], head_after[p]) for p in head_before)

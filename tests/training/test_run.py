@@ -73,7 +73,7 @@ def test_weights_file_that_does_not_fit(tiny_config: TrainConfig, tmp_path: Path
     bogus = tmp_path / "other.weights.h5"
     other.save_weights(str(bogus))
     cfg = tiny_config.replace(weights=str(bogus))
-    with pytest.raises(UserError, match="does not fit mobilenet_v2"):
+    with pytest.raises(UserError, match=f"does not fit {cfg.backbone}"):
         setup(cfg)
     _assert_nothing_written(cfg)
     with pytest.raises(UserError, match="no such file"):
