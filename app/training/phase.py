@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 import keras
 import numpy as np
 import tensorflow as tf
+from tqdm import tqdm
 
 from app import storage
 from app.run_dir import RunDir
@@ -291,16 +292,16 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
 
 
 def _train_epoch(steps: Steps, iterator: Iterator, spec: PhaseSpec) -> tuple[float, float]:
-    """(mean loss, accuracy) over one epoch of `spec.steps_per_epoch` steps, with a progress bar."""
-    bar = keras.utils.Progbar(spec.steps_per_epoch, stateful_metrics=["loss", "accuracy"])
+    """(mean loss, accuracy) over one epoch of `spec.steps_per_epoch` steps, with a progress bar:
+    tqdm's, like every long job here (Keras' Progbar writes colour codes into redirected logs)."""
     totals = tf.zeros([3])
-    done = 0
-    while done < spec.steps_per_epoch:
-        n = min(spec.steps_per_execution, spec.steps_per_epoch - done)
-        totals += steps.train(iterator, n)
-        done += n
-        loss_sum, correct, count = totals.numpy()
-        bar.update(done, [("loss", loss_sum / count), ("accuracy", correct / count)])
+    with tqdm(total=spec.steps_per_epoch, unit="step", desc="Training", dynamic_ncols=True) as bar:
+        while bar.n < spec.steps_per_epoch:
+            n = min(spec.steps_per_execution, spec.steps_per_epoch - bar.n)
+            totals += steps.train(iterator, n)
+            loss_sum, correct, count = totals.numpy()
+            bar.set_postfix(loss=f"{loss_sum / count:.4f}", accuracy=f"{correct / count:.4f}", refresh=False)
+            bar.update(n)
     loss_sum, correct, count = (float(v) for v in totals.numpy())
     return loss_sum / count, correct / count
 

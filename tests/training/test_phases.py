@@ -33,6 +33,14 @@ def test_phase1_changes_only_the_head(tiny_config: TrainConfig):
     assert any(not np.array_equal(head_before[p], head_after[p]) for p in head_before)
 
 
+def test_each_epoch_reports_its_progress_and_result_in_plain_text(tiny_config: TrainConfig, capsys):
+    run_phase1(setup(tiny_config.replace(epochs_head=2, cache_features="false", epochs_finetune=0)))
+    out, err = capsys.readouterr()
+    assert "\x1b[" not in out + err  # no terminal colour codes where the output is not a terminal
+    assert out.count("Phase 1 epoch") == 2 and out.count("val_accuracy") == 2
+    assert err.count("Training: 100%") == 2 and "2/2" in err  # the bar reached every step
+
+
 def test_phase2_changes_only_unfrozen_layers_and_never_batchnorm(tiny_config: TrainConfig):
     cfg = tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, early_stopping_patience=5)
     ctx = setup(cfg)
