@@ -14,8 +14,10 @@ from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the CLI
 # ... and its Python INFO lines out of the scripts' INFO logs (they reach them through the root
-# logger): one per checkpoint written ("Sharding callback duration: ..."). Warnings still show.
-logging.getLogger("tensorflow").setLevel(logging.WARNING)
+# logger), through its own logger or absl's: one per checkpoint written ("Sharding callback
+# duration: ..."). Warnings still show.
+for _name in ("tensorflow", "absl"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 
 def run_cli(main: Callable[[], int | None]) -> None:
