@@ -16,6 +16,7 @@ import tensorflow as tf
 from app.data import schema
 from app.data.pipeline import load_dataset_info
 from app.net import free_port
+from conftest import TINY_BACKBONE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,6 +95,8 @@ from app.config import TrainConfig
 import app.training.context as context_module
 import app.training.train as train_module
 context_module.make_strategy = lambda cfg: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+sys.path.insert(0, "tests")
+import conftest  # registers the tests' tiny backbone in this process too
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 print("METRICS", json.dumps(train_module.train(cfg)))
@@ -128,7 +131,7 @@ def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Pa
     are split between the replicas alike."""
     data = {"images": lambda: demo_records, "side features": lambda: _side_feature_records(tmp_path),
             "multi-label": lambda: _multilabel_records(tmp_path)}[kind]()
-    cfg = {"data": str(data), "out": str(tmp_path / "run"), "weights": "none", "image_size": 64,
+    cfg = {"data": str(data), "out": str(tmp_path / "run"), "backbone": TINY_BACKBONE, "weights": "none", "image_size": 64,
            "batch_size": 4, "epochs_head": 1, "epochs_finetune": 1, "max_steps_per_epoch": 2}
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("PHOTOCLF_WEIGHTS", None)
