@@ -25,7 +25,7 @@ def _register_tiny_backbone() -> None:
     from app.models.backbones import SCALE_MINUS1_1, register_backbone
 
     def build(input_shape: tuple[int, int, int], weights: str | None) -> keras.Model:
-        if weights not in (None, "none"):
+        if weights is not None:
             raise ValueError(f"{TINY_BACKBONE} has no pretrained weights")  # how Keras refuses a download
         layers = keras.layers
         images = keras.Input(input_shape)
@@ -41,6 +41,16 @@ def _register_tiny_backbone() -> None:
 
 
 _register_tiny_backbone()
+
+
+def stored_weight_shapes(weights_file: Path) -> list[tuple[int, ...]]:
+    """The shape of every array a Keras .weights.h5 file holds (what it stores, not what it names)."""
+    import h5py
+
+    shapes: list[tuple[int, ...]] = []
+    with h5py.File(weights_file) as f:
+        f.visititems(lambda name, item: shapes.append(item.shape) if isinstance(item, h5py.Dataset) else None)
+    return shapes
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

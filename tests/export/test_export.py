@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
-import h5py
 import keras
 import numpy as np
 import pytest
@@ -20,6 +20,7 @@ from app.export.run_export import export_run
 from app.export.saved_model import export_saved_model
 from app.run_dir import RunDir
 from app.training.report import format_result
+from conftest import stored_weight_shapes
 
 
 def _val_bytes(data: Path) -> tuple[list[bytes], list[int]]:
@@ -35,10 +36,7 @@ def _val_bytes(data: Path) -> tuple[list[bytes], list[int]]:
 def _kernel_values(weights_file: Path) -> int:
     """How many values the model's kernels hold: a float32 LiteRT file carries at least these
     (BatchNorm folds into them, so its own variables need not appear)."""
-    sizes: list[int] = []
-    with h5py.File(weights_file) as f:
-        f.visititems(lambda name, item: sizes.append(item.size) if isinstance(item, h5py.Dataset) and item.ndim >= 2 else None)
-    return sum(sizes)
+    return sum(math.prod(shape) for shape in stored_weight_shapes(weights_file) if len(shape) >= 2)
 
 
 def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: Path):
