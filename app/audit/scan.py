@@ -87,7 +87,9 @@ def scan_images(audit_input: AuditInput, cache: Path, backbone: str = "mobilenet
 
 def _pass(audit_input: AuditInput, cols: dict[str, list], features, size: int, with_embeddings: bool) -> np.ndarray:
     """Read every image once: fill `cols`; return the L2-normalised embeddings (if asked)."""
-    extract = tf.function(lambda images: features(tf.cast(images, tf.float32), training=False), reduce_retracing=True, autograph=False)
+    # traced once for any batch size: the last, smaller batch would trace the backbone again
+    extract = tf.function(lambda images: features(tf.cast(images, tf.float32), training=False), autograph=False,
+                          input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8)])
     batches, pending = [], []
     total = len(audit_input.items)
     with tqdm(total=total, unit="img", desc="Embedding" if with_embeddings else "Reading", dynamic_ncols=True) as bar:

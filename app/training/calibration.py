@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
 from app.training.context import Context
@@ -54,8 +53,7 @@ def validation_logits(ctx: Context, phases: KeptPhases | None = None) -> tuple[n
     if saved is not None:
         return saved
     model = ctx.clf.logits_model
-    call = tf.function(lambda images, _: model(images, training=False), reduce_retracing=True, autograph=False)
-    logits, labels = model_outputs(call, eval_images(ctx, "val"))
+    logits, labels = model_outputs(lambda images, _: model(images, training=False), eval_images(ctx, "val"))
     return logits.astype(np.float64), labels
 
 

@@ -109,7 +109,7 @@ def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = N
     else:
         train = [eval_images(ctx, "train")]
     split = frozen.split if frozen is not None else None
-    extract = tf.function(_extractor(ctx, split, val_part=len(train)), reduce_retracing=True, autograph=False)
+    extract = _extractor(ctx, split, val_part=len(train))
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         stream = one_stream([*train, eval_images(ctx, "val")])
         outputs, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
@@ -192,11 +192,16 @@ def _float_images(ds: tf.data.Dataset) -> tf.data.Dataset:
     return ds.map(as_written(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels)))
 
 
-def model_outputs(call, dataset: tf.data.Dataset, bar: tqdm | None = None,
+def model_outputs(call: Callable, dataset: tf.data.Dataset, bar: tqdm | None = None,
                   on_first_batch: Callable[[np.ndarray], None] | None = None) -> tuple[object, object]:
     """(outputs float32, labels int32) of `call(inputs, labels)` over every batch of `dataset`;
     outputs and labels keep their structure (a `one_stream`'s labels: (labels, part)).
-    `on_first_batch` gets the first batch's images."""
+    `on_first_batch` gets the first batch's images.
+
+    `call` is traced once, for any batch size: traced per shape, a split's last, smaller batch
+    traced the backbone a second time (MobileNetV2 at 224: 2.3-2.6 s of a cache build on 2 cores,
+    and no faster per batch with the static shape)."""
+    call = tf.function(call, input_signature=list(dataset.element_spec), autograph=False)
     outputs, labels = [], []
     for inputs, y in dataset:
         if on_first_batch is not None and not outputs:

@@ -42,6 +42,19 @@ def test_one_stream_runs_the_parts_in_order_and_tags_every_row_with_its_part():
     assert outputs[5].tolist() == [20.0, 22.0]  # the outputs stay on their rows: part 1's first image, doubled
 
 
+def test_model_outputs_traces_the_model_once_whatever_the_batch_sizes():
+    traces = []
+
+    def double(x, _):
+        traces.append(x.shape.as_list())  # runs only while tracing
+        return 2 * x
+
+    rows = np.arange(10, dtype=np.float32).reshape(5, 2)
+    outputs, labels = model_outputs(double, tf.data.Dataset.from_tensor_slices((rows, np.arange(5))).batch(2))
+    assert traces == [[None, 2]]  # batches of 2, 2 and then 1: one trace
+    assert outputs.tolist() == (2 * rows).tolist() and labels.tolist() == [0, 1, 2, 3, 4]
+
+
 def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline(cached_config: TrainConfig):
     ctx = setup(cached_config)
     first_batches = []
