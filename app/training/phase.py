@@ -209,6 +209,17 @@ class PhaseState:
         return beats(val.loss, val.accuracy, float(self.best_val_loss), float(self.best_val_accuracy), spec.select_by,
                      min_accuracy=floor)
 
+    def stop_reason(self) -> str:
+        """Why the phase stopped early, in the terms `improves` decides by (a lower val_loss alone
+        is not enough in phase 2 if val_accuracy fell below phase 1's)."""
+        spec, best = self.phase.spec, int(self.best_epoch)
+        where = f"epoch {best}" if best else "phase 1's weights"
+        floor = self.phase.baseline is not None and spec.keep_baseline_accuracy
+        epochs = f"{spec.patience} epoch{'s' if spec.patience != 1 else ''}"
+        return (f"{epochs} without beating the best on {spec.select_by} ({where}: val_loss"
+                f" {float(self.best_val_loss):.4f}, val_accuracy {float(self.best_val_accuracy):.4f})"
+                + ("; an epoch must also keep phase 1's val_accuracy" if floor else ""))
+
     def record(self, epoch: int, val: Evaluation, seconds: float, improved: bool) -> None:
         if improved:
             self.best_val_loss.assign(val.loss)
@@ -253,7 +264,7 @@ def run_phase(phase: Phase) -> PhaseResult:
             iterator = phase.inputs.train_iterator()
         _run_epoch(phase, state, iterator, start)
         if state.stopped:
-            log.info("early stopping: %s has not improved for %d epochs", phase.spec.select_by, phase.spec.patience)
+            log.info("early stopping: %s", state.stop_reason())
     _load_kept_weights(phase, state)
     result = state.result()
     if result.still_improving:

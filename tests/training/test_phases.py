@@ -124,6 +124,19 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
 
 
 
+def test_early_stopping_says_what_no_epoch_beat(tiny_config: TrainConfig, caplog):
+    """A phase-2 epoch with a lower val_loss does not count if it lowers phase 1's accuracy: the
+    log says so rather than that val_loss stopped improving."""
+    ctx = setup(tiny_config.replace(epochs_finetune=3, early_stopping_patience=1))
+    phase1 = run_phase1(ctx)
+    out_of_reach = dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=1.01)
+    with caplog.at_level("INFO", logger="app.training.phase"):
+        assert run_phase2(ctx, out_of_reach).epochs == 1
+    (stop,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("early stopping")]
+    assert stop == ("early stopping: 1 epoch without beating the best on val_loss (phase 1's weights: val_loss inf,"
+                    " val_accuracy 1.0100); an epoch must also keep phase 1's val_accuracy")
+
+
 @pytest.mark.parametrize("kept", [1, 2])
 def test_a_phase_ends_holding_its_kept_epochs_weights_without_reading_them_back(
         tiny_config: TrainConfig, monkeypatch, kept: int):
