@@ -85,9 +85,9 @@ def check_split_folder(folder: Path) -> None:
             raise UserError(f"{folder}: needs train/ and val/ folders of class folders (missing {split}/)")
 
 
-def _ours(records: Path, run: Path, weights: str, image_size: int) -> Trace:
+def _ours(records: Path, run: Path, weights: str, image_size: int, seed: int) -> Trace:
     trace = _trace([sys.executable, str(SCRIPTS / "fine_tune.py"), "--data", str(records), "--out", str(run),
-                    "--weights", weights, "--image-size", str(image_size), "--overwrite"])
+                    "--weights", weights, "--image-size", str(image_size), "--set", f"seed={seed}", "--overwrite"])
     metrics = RunDir(run).read_metrics()
     trace.final_val_accuracy = (metrics.get("phase2") or metrics["phase1"])["val_accuracy"]
     return trace
@@ -99,7 +99,7 @@ def _rounds(folder: Path, records: Path, tmp: Path, *, weights: str, image_size:
     for r in range(rounds):
         usual = _trace([sys.executable, "-m", "app.training.recipe", str(folder), weights, str(image_size), str(seed),
                         *map(str, recipe_epochs)], USUAL_ENVIRONMENT)
-        ours = _ours(records, tmp / f"run{r}", weights, image_size)
+        ours = _ours(records, tmp / f"run{r}", weights, image_size, seed)
         pairs.append((usual, ours))
         log(f"round {r + 1}/{rounds}: usual recipe {usual.seconds:.0f}s val {usual.final_val_accuracy:.4f};"
             f" fine_tune.py {ours.seconds:.0f}s val {ours.final_val_accuracy:.4f}")

@@ -30,17 +30,21 @@ def test_summary_adds_the_conversion_to_our_times_and_takes_medians():
 
 def test_the_usual_recipe_runs_with_tensorflows_own_allocator_and_ours_with_the_apps(tmp_path: Path, monkeypatch):
     environments: dict[str, dict | None] = {}
+    commands: dict[str, list[str]] = {}
 
     def fake_trace(cmd: list[str], environment: dict | None = None) -> Trace:
-        environments["usual" if "app.training.recipe" in cmd else "ours"] = environment
+        name = "usual" if "app.training.recipe" in cmd else "ours"
+        environments[name], commands[name] = environment, cmd
         return Trace(1.0, [(1.0, 0.9)], 0.9)
 
     monkeypatch.setattr(recipe_benchmark, "_trace", fake_trace)
     monkeypatch.setattr(recipe_benchmark.RunDir, "read_metrics", lambda self: {"phase2": {"val_accuracy": 0.9}})
-    recipe_benchmark._rounds(tmp_path, tmp_path, tmp_path, weights="w.h5", image_size=32, rounds=1, seed=0,
+    recipe_benchmark._rounds(tmp_path, tmp_path, tmp_path, weights="w.h5", image_size=32, rounds=1, seed=7,
                              recipe_epochs=(1, 1), log=lambda line: None)
     assert environments["usual"] == {"TF_CPU_ALLOCATOR_USE_BFC": "false"}  # what a copy of the tutorial gets
     assert environments["ours"] is None  # fine_tune.py as a user runs it: app/__init__.py's BFC default
+    assert commands["usual"][-3] == "7"  # both recipes get --seed: the usual one as its seed argument,
+    assert commands["ours"][commands["ours"].index("--set") + 1] == "seed=7"  # ours as its config key
 
 
 def test_subset_keeps_n_training_photos_per_class_and_all_of_val(tmp_path: Path):
