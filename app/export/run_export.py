@@ -8,12 +8,12 @@ import datetime
 from pathlib import Path
 
 import keras
-import tensorflow as tf
 
 import app
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.pipeline import dataset_fingerprint
 from app.errors import UserError
+from app.export.frozen import FrozenForward
 from app.export.layout import read_metadata
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
 from app.export.tflite import write_litert
@@ -66,7 +66,7 @@ def export_run(
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
-    def litert(staged: Path, forward: tf.types.experimental.ConcreteFunction) -> dict:
+    def litert(staged: Path, forward: FrozenForward) -> dict:
         return write_litert(forward, staged, finished.image_size, finished.config.data, modes, tta,
                             len(finished.side_features))
 

@@ -32,35 +32,18 @@ from pathlib import Path
 
 import keras
 import tensorflow as tf
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
 from app.errors import UserError
 from app.export import layout
+from app.export.frozen import FrozenForward, frozen_forward, trace
 from app.export.side_inputs import SideInputs
 from app.labels import LABELS_FILE, write_labels
 from app.models.tta import with_tta
 
 DEFAULT_TOP_K = 5
-
-
-def frozen_forward(model: keras.Model, image_size: int, side_width: int = 0) -> tf.types.experimental.ConcreteFunction:
-    """The model's forward pass over float32 `image` [N, S, S, 3] in 0..255 (and `side` [N, F]),
-    traced once with its weights frozen into the graph as constants: the SavedModel's signatures
-    call it and its LiteRT files are converted from it. A SavedModel of constants has no
-    checkpoint to trace, write or restore, and the LiteRT converter, which freezes the weights
-    itself, finds nothing left to freeze: a whole export of MobileNetV2 at 224 with its LiteRT
-    check took 16.4 s with variables and 10.4 s frozen (2 cores, medians of 3). Returns [probabilities]."""
-    image = tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="image")
-    if side_width:
-        side = tf.TensorSpec([None, side_width], tf.float32, name="side")
-        traced = _trace(lambda image, side: model({"image": image, "side": side}, training=False), [image, side])
-    else:
-        traced = _trace(lambda image: model(image, training=False), [image])
-    # as the LiteRT converter freezes (its graph route): control flow kept as it is
-    return convert_variables_to_constants_v2(traced, lower_control_flow=False)
 
 
 class ServingModule(tf.Module):
@@ -87,15 +70,15 @@ class ServingModule(tf.Module):
         # tf.saved_model.save, whose tracing context differs. No AutoGraph: the graph code uses
         # TF's own control flow (tf.case, tf.while_loop), and rewriting its Python source took
         # ~0.7 s of a 2.6 s export.
-        self.predict_images = _trace(self._from_images, [images, *side_vector])
-        self.serving_default = _trace(self._from_bytes, [image_bytes, *columns])
-        self.serving_keyed = _trace(self._from_bytes_keyed, [image_bytes, *columns, key])
+        self.predict_images = trace(self._from_images, [images, *side_vector])
+        self.serving_default = trace(self._from_bytes, [image_bytes, *columns])
+        self.serving_keyed = trace(self._from_bytes_keyed, [image_bytes, *columns, key])
 
     def _decode(self, image_bytes: tf.Tensor) -> tf.Tensor:
         return tf.cast(decode_batch(image_bytes, self.image_size, self.crop_fraction, self.max_megapixels), tf.float32)
 
     def _from_images(self, images: tf.Tensor, *side: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = tf.cast(with_tta(lambda x: self.forward(x, *side)[0], images, self.tta), tf.float32)
+        probabilities = tf.cast(with_tta(lambda x: self.forward(x, *side), images, self.tta), tf.float32)
         scores, class_ids = tf.math.top_k(probabilities, k=self.top_k)
         outputs = {"probabilities": probabilities, "class_ids": class_ids,
                    "classes": tf.gather(self.class_names, class_ids), "scores": scores}
@@ -121,10 +104,6 @@ class ServingModule(tf.Module):
         return {**self.serving_default(image_bytes, *columns), "key": tf.identity(key)}
 
 
-def _trace(body: Callable, input_signature: list[tf.TensorSpec]) -> tf.types.experimental.ConcreteFunction:
-    return tf.function(body, input_signature=input_signature, autograph=False).get_concrete_function()
-
-
 @contextlib.contextmanager
 def tensorflow_log_level(level: int) -> Iterator[None]:
     """TensorFlow logs through both its own logger and absl's (which reaches the root logger)."""
@@ -143,7 +122,7 @@ def export_saved_model(
     model: keras.Model, classes: list[str], image_size: int, export_root: Path, name: str, *,
     version: int | None = None, metadata: dict | None = None, top_k: int = DEFAULT_TOP_K,
     crop_fraction: float = DEFAULT_CROP_FRACTION, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-    tta: str = "none", finish: Callable[[Path, tf.types.experimental.ConcreteFunction], dict] | None = None,
+    tta: str = "none", finish: Callable[[Path, FrozenForward], dict] | None = None,
     side_features: list[dict] | None = None,
     thresholds: list[float] | None = None,
 ) -> Path:

@@ -148,24 +148,50 @@ def test_phone_litert_files_with_parity_in_the_metadata(trained_run: Path, tmp_p
     np.testing.assert_allclose(lite, model(x).numpy(), atol=0.05 if mode == "int8" else 0.01)
 
 
-@pytest.mark.parametrize("side_width", [0, 2])
-def test_the_litert_file_has_the_signature_a_phone_calls(side_width: int):
-    """serving_default: `image` (and `side`) in, `probabilities` out, the model's own answers."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    from app.export.saved_model import frozen_forward
-    from app.export.tflite import FLOAT32_MAX_ABS_DIFF, convert
-
+def _small_model(side_width: int) -> keras.Model:
     image = keras.Input((16, 16, 3), name="image")
     side = keras.Input((side_width,), name="side")
     pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(image))
     features = keras.layers.Concatenate()([pooled, side]) if side_width else pooled
-    model = keras.Model({"image": image, "side": side} if side_width else image,
-                        keras.layers.Dense(3, activation="softmax")(features))
+    return keras.Model({"image": image, "side": side} if side_width else image,
+                       keras.layers.Dense(3, activation="softmax")(features))
+
+
+def _small_inputs(side_width: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
-    x, s = rng.uniform(0, 255, (1, 16, 16, 3)).astype(np.float32), rng.normal(size=(1, side_width)).astype(np.float32)
+    return rng.uniform(0, 255, (2, 16, 16, 3)).astype(np.float32), rng.normal(size=(2, side_width)).astype(np.float32)
+
+
+@pytest.mark.parametrize("side_width", [0, 2])
+def test_the_frozen_forward_pass_is_the_model_with_its_weights_as_constants(side_width: int):
+    """What the SavedModel's signatures call and the LiteRT converter converts: one graph."""
+    from app.export.frozen import frozen_forward
+
+    model = _small_model(side_width)
+    x, s = _small_inputs(side_width)
+    expected = model({"image": x, "side": s} if side_width else x).numpy()
     forward = frozen_forward(model, 16, side_width)
-    runner = Interpreter(model_content=convert(forward, 16, "float32", None)).get_signature_runner("serving_default")
+    assert forward.inputs == ["image:0", "side:0"][: 1 + bool(side_width)]
+    assert not {node.op for node in forward.graph_def.node} & {"VarHandleOp", "ReadVariableOp"}
+    np.testing.assert_allclose(forward(x, *([s] if side_width else [])).numpy(), expected, atol=1e-6)
+    model.set_weights([np.zeros_like(w) for w in model.get_weights()])  # the graph holds its own copy
+    np.testing.assert_allclose(forward(x, *([s] if side_width else [])).numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("side_width", [0, 2])
+def test_the_litert_file_has_the_signature_a_phone_calls(side_width: int):
+    """serving_default: `image` (and `side`) in, `probabilities` out, the model's own answers,
+    for any batch size (the file's batch dimension is dynamic)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from app.export.frozen import frozen_forward
+    from app.export.tflite import FLOAT32_MAX_ABS_DIFF, convert
+
+    model = _small_model(side_width)
+    x, s = _small_inputs(side_width)
+    interpreter = Interpreter(model_content=convert(frozen_forward(model, 16, side_width), 16, "float32", None))
+    assert interpreter.get_input_details()[0]["shape_signature"].tolist() == [-1, 16, 16, 3]
+    runner = interpreter.get_signature_runner("serving_default")
     inputs = {"image": x, **({"side": s} if side_width else {})}
     expected = model(inputs if side_width else x).numpy()
     # as close as the export's parity check requires (1e-6 failed on 1.6e-6 for some random weights)
