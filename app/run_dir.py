@@ -6,7 +6,7 @@
     RUN_DIR/tensorboard/             TensorBoard event files
     RUN_DIR/learning_curves.png      loss and accuracy over both phases
     RUN_DIR/checkpoints/phaseN/      the last finished epoch of phase N (model, optimizer, state)
-    RUN_DIR/checkpoints/phaseN_best_epochEEE.weights.h5   phase N's best weights so far (phase 2's epoch 000: where it started)
+    RUN_DIR/checkpoints/phaseN_best_epochEEE.weights.h5   phase N's best weights so far
     RUN_DIR/checkpoints/phaseN_best_epochEEE.val_outputs.npz   their validation logits and labels (calibration reuses them)
     RUN_DIR/feature_cache.npz        phase-1 backbone features (cached mode), keyed by what decides them
     RUN_DIR/model.weights.h5         the kept weights of the whole run (what export rebuilds from)

@@ -120,8 +120,8 @@ def save_weights_atomic(model: keras.Model, path) -> None:
 
 
 class KeptWeights:
-    """The weights a phase keeps (its best epoch's, or phase 2's fallback "epoch 0"): written to
-    the run dir, for resuming, and the last written held in memory too, so that the phase's end
+    """The weights a phase keeps (its best epoch's, or phase 2's fallback "epoch 0", see `hold`):
+    written to the run dir, for resuming, and the last written held in memory too, so that the phase's end
     puts them back without reading the file (MobileNetV2: Keras' load_weights 0.30 s,
     set_weights 0.04 s; the cost is one host copy of the weights)."""
 
@@ -132,6 +132,13 @@ class KeptWeights:
 
     def save(self, epoch: int) -> None:
         save_weights_atomic(self.phase.model, self.phase.files.write.best_weights(self.phase.spec.phase, epoch))
+        self.hold(epoch)
+
+    def hold(self, epoch: int) -> None:
+        """In memory only. Phase 2's "epoch 0", the weights phase 1 left, needs no file: a resumed
+        process holds them again before it restores phase 2's checkpoint (the same weights source,
+        which the run state checks, and phase 1's kept weights), and writing the whole model took
+        0.6-1.3 s of every run before its first phase-2 epoch."""
         self._epoch, self._values = epoch, self.phase.model.get_weights()
 
     def restore(self, epoch: int) -> None:
@@ -249,14 +256,14 @@ def run_phase(phase: Phase) -> PhaseResult:
 
     With a `baseline` (phase 1's result, whose weights are loaded at the start), an epoch must
     beat it to count as best; if none does, the phase ends with the weights it started from,
-    saved as its "epoch 0" before training (the whole model: a cached phase 1 kept only the
-    head). So phase 2 can never leave the model worse on validation than phase 1 did.
+    held in memory as its "epoch 0" before training (the whole model: a cached phase 1 kept only
+    the head). So phase 2 can never leave the model worse on validation than phase 1 did.
     """
     state = PhaseState(phase)
+    if phase.baseline is not None:  # the weights to fall back to, backbone included, before a resume moves them
+        state.kept.hold(0)
     state.restore()
     phase.history.truncate(phase.spec.phase, state.epochs_done)
-    if phase.baseline is not None and state.epochs_done == 0:  # the weights to fall back to, backbone included
-        state.kept.save(0)
     iterator = None
     while not state.finished:
         start = time.perf_counter()  # an epoch's seconds include making its input (the feature cache, once)
@@ -323,7 +330,7 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
         return  # the last epoch is the kept one, and its weights are still (or, resumed, again) in the model
     if best:
         state.kept.restore(best)
-    elif baseline is not None:  # back to the weights the phase started from (saved as its epoch 0)
+    elif baseline is not None:  # back to the weights the phase started from (held as its epoch 0)
         guarded = phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy"
         guard = " without lowering val_accuracy" if guarded else ""
         log.info("phase %d did not beat phase %d on %s%s; keeping phase %d's weights", number, number - 1,

@@ -124,6 +124,43 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
 
 
 
+class _Killed(Exception):
+    """Stands for the process dying mid-epoch."""
+
+
+def test_a_phase2_that_never_wins_falls_back_after_a_resume_too(tiny_config: TrainConfig, monkeypatch):
+    """Its fallback is held in memory, not written: a resumed process holds the same weights
+    again (phase 1's kept ones) before phase 2's checkpoint moves them to its last epoch's."""
+    from app.training import phase as phase_module
+
+    config = tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, epochs_finetune=2)
+    ctx = setup(config)
+    phase1 = run_phase1(ctx)
+    start = {v.path: v.numpy().copy() for v in ctx.clf.model.weights}
+    epochs, train_epoch = [], phase_module._train_epoch
+
+    def dying_in_epoch_2(steps, iterator, spec):
+        epochs.append(spec.phase)
+        if len(epochs) == 2:
+            raise _Killed
+        return train_epoch(steps, iterator, spec)
+
+    monkeypatch.setattr(phase_module, "_train_epoch", dying_in_epoch_2)
+    with pytest.raises(_Killed):
+        run_phase2(ctx, dataclasses.replace(phase1, val_loss=-float("inf")))
+    monkeypatch.setattr(phase_module, "_train_epoch", train_epoch)
+
+    resumed = setup(config)  # the same command again
+    phase1_again = run_phase1(resumed)  # finished: it puts back its kept weights
+    moved = [v.path for v in resumed.clf.model.weights if not np.array_equal(v.numpy(), start[v.path])]
+    assert moved == [], "what phase 2 falls back to: the same weights in a new process"
+    result = run_phase2(resumed, dataclasses.replace(phase1_again, val_loss=-float("inf")))
+    assert result.best_epoch == 0 and result.epochs == 2
+    for v in resumed.clf.model.weights:
+        np.testing.assert_array_equal(v.numpy(), start[v.path], err_msg=v.path)
+    assert not list(resumed.run.checkpoints.glob("phase2_best_epoch*")), "no fallback file is needed"
+
+
 def test_early_stopping_says_what_no_epoch_beat(tiny_config: TrainConfig, caplog):
     """A phase-2 epoch with a lower val_loss does not count if it lowers phase 1's accuracy: the
     log says so rather than that val_loss stopped improving."""
