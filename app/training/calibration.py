@@ -53,7 +53,7 @@ def validation_logits(ctx: Context, phases: KeptPhases | None = None) -> tuple[n
     if saved is not None:
         return saved
     model = ctx.clf.logits_model
-    logits, labels = model_outputs(lambda images, _: model(images, training=False), eval_images(ctx, "val"))
+    logits, labels = model_outputs(lambda images, labels: model(images, training=False), eval_images(ctx, "val"))
     return logits.astype(np.float64), labels
 
 

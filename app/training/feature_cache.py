@@ -128,7 +128,7 @@ def _extractor(ctx: Context, split: FrozenSplit | None, val_part: int) -> Callab
     its cut, and a dict that also holds the activations at the cut for the val part's batches
     (none for the others): one pass gives both, and one model is traced, not two."""
     if split is None:
-        return lambda inputs, _: _with_side(inputs, ctx.clf.features_model(_images(inputs), training=False))
+        return lambda inputs, labels: _with_side(inputs, ctx.clf.features_model(_images(inputs), training=False))
     none = tf.zeros([0, *split.lower.output.shape[1:]], split.lower.output.dtype)
 
     def extract(inputs, labels_and_part) -> dict[str, tf.Tensor]:

@@ -94,7 +94,7 @@ def activation_bytes(ctx: Context, split: FrozenSplit) -> int:
 def _activations(ctx: Context, split: FrozenSplit) -> tf.data.Dataset:
     """(activations, or {"activations", "side"}; labels) of every val image, in file order."""
     start = time.perf_counter()
-    outputs, labels = model_outputs(lambda inputs, _: map_image(inputs, lambda images: split.lower(images, training=False)),
+    outputs, labels = model_outputs(lambda inputs, labels: map_image(inputs, lambda images: split.lower(images, training=False)),
                                     eval_images(ctx, "val"))
     x, side = (outputs["image"], outputs["side"]) if isinstance(outputs, dict) else (outputs, None)
     _log_done(split, x, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
