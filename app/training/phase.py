@@ -121,8 +121,8 @@ def save_weights_atomic(model: keras.Model, path) -> None:
 
 class KeptWeights:
     """The weights a phase keeps (its best epoch's, or phase 2's fallback "epoch 0", see `hold`):
-    written to the run dir, for resuming, and the last written held in memory too, so that the phase's end
-    puts them back without reading the file (MobileNetV2: Keras' load_weights 0.30 s,
+    written to the run dir, for resuming, and the last written held in memory too, so that the
+    phase's end puts them back without reading the file (MobileNetV2: Keras' load_weights 0.30 s,
     set_weights 0.04 s; the cost is one host copy of the weights)."""
 
     def __init__(self, phase: "Phase") -> None:
