@@ -46,6 +46,9 @@ class TrainConfig:
     lr_finetune: float = _key(1e-4, "phase-2 peak learning rate: linear warmup, then cosine decay; auto = the"
                                     " finder's suggestion, swept under the trained head before phase 2")
     warmup_fraction: float = _key(0.1, "share of phase-2 steps spent warming up")
+    phase2_on_views: bool = _key(True, "when phase 1 runs on cached features: phase 2 trains on its feature_views views'"
+                                       " activations where the trained layers begin (one pass made them both), not on"
+                                       " photos decoded and run through the frozen layers every epoch")
     unfreeze: str = _key("blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)")
     layer_decay: float = _key(1.0, "phase 2's layer-wise rate decay: the head and top block train at lr_finetune, each"
                                    " block below at the rate of the block above x this; 1 = one rate for all")

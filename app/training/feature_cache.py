@@ -35,7 +35,7 @@ from app.training.context import Context
 
 if TYPE_CHECKING:
     from app.models.classifier import FrozenSplit
-    from app.training.frozen_activations import FrozenValidation
+    from app.training.frozen_activations import FrozenActivations
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 2  # bump when what is stored changes
@@ -90,26 +90,24 @@ def load_or_compute(path: Path, key: dict, compute: Callable[[], dict[str, np.nd
 
 
 def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
-                  frozen: FrozenValidation | None = None) -> FeatureCache:
+                  frozen: FrozenActivations | None = None) -> FeatureCache:
     """`on_first_batch` sees the first training batch's images (float32 0..255) as the backbone
     gets them, when the cache is built rather than loaded: a sample at no extra cost. So does
-    `frozen` (phase 2's validation) the val photos' activations at its cut."""
+    `frozen` (phase 2's input) the activations at its cut: the val photos', and the training
+    views' too when phase 2 trains on them."""
     arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx, on_first_batch, frozen).arrays(),
                              "phase 1 feature cache")
     return FeatureCache(**arrays)
 
 
 def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
-           frozen: FrozenValidation | None = None) -> FeatureCache:
-    cfg, k = ctx.cfg, views(ctx)
+           frozen: FrozenActivations | None = None) -> FeatureCache:
+    k = views(ctx)
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
-    if cfg.augment:
-        train = [_augmented_view(ctx, cfg.seed * 1000 + view) for view in range(k)]
-    else:
-        train = [eval_images(ctx, "train")]
+    train = training_views(ctx)
     split = frozen.split if frozen is not None else None
-    extract = _extractor(ctx, split, val_part=len(train))
+    extract = _extractor(ctx, split, val_part=len(train) if split and not frozen.trains else None)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         stream = one_stream([*train, eval_images(ctx, "val")])
         outputs, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
@@ -119,14 +117,27 @@ def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = N
              time.perf_counter() - start)
     cache = _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
     if split:
-        frozen.keep(outputs["activations"], cache.val_side, cache.val_labels)
+        _hand_over(frozen, outputs["activations"], cache, is_val)
     return cache
 
 
-def _extractor(ctx: Context, split: FrozenSplit | None, val_part: int) -> Callable:
+def _hand_over(frozen: FrozenActivations, activations: np.ndarray, cache: FeatureCache, is_val: np.ndarray) -> None:
+    """Phase 2's activations at its cut, from the pass that made the cache: the val part's (all
+    that `_extractor` kept, unless phase 2 trains on the views too)."""
+    from app.training.frozen_activations import Rows
+
+    if not frozen.trains:
+        frozen.keep(Rows(activations, cache.val_side, cache.val_labels), None)
+        return
+    frozen.keep(Rows(activations[is_val], cache.val_side, cache.val_labels),
+                Rows(activations[~is_val], cache.train_side, cache.train_labels))
+
+
+def _extractor(ctx: Context, split: FrozenSplit | None, val_part: int | None) -> Callable:
     """One batch's pooled features (with side columns); with phase 2's `split`, computed through
-    its cut, and a dict that also holds the activations at the cut for the val part's batches
-    (none for the others): one pass gives both, and one model is traced, not two."""
+    its cut, and a dict that also holds the activations at the cut: of every batch, or with
+    `val_part` of that part's batches only (none for the others). One pass gives both, and one
+    model is traced, not two."""
     if split is None:
         return lambda inputs, labels: _with_side(inputs, ctx.clf.features_model(_images(inputs), training=False))
     none = tf.zeros([0, *split.lower.output.shape[1:]], split.lower.output.dtype)
@@ -134,8 +145,9 @@ def _extractor(ctx: Context, split: FrozenSplit | None, val_part: int) -> Callab
     def extract(inputs, labels_and_part) -> dict[str, tf.Tensor]:
         activations = split.lower(_images(inputs), training=False)
         features = _with_side(inputs, split.upper(activations, training=False))
-        kept = tf.cond(labels_and_part[1][0] == val_part, lambda: activations, lambda: none)
-        return {"features": features, "activations": kept}
+        if val_part is not None:
+            activations = tf.cond(labels_and_part[1][0] == val_part, lambda: activations, lambda: none)
+        return {"features": features, "activations": activations}
 
     return extract
 
@@ -167,6 +179,14 @@ def _split_side(ctx: Context, train: np.ndarray, train_labels: np.ndarray, val: 
         return FeatureCache(train, train_labels, val, val_labels)
     d = train.shape[1] - ctx.info.side_width
     return FeatureCache(train[:, :d], train_labels, val[:, :d], val_labels, train[:, d:], val[:, d:])
+
+
+def training_views(ctx: Context) -> list[tf.data.Dataset]:
+    """The cache's training part: K augmented passes over the training split, each seeded by the
+    run's seed and its index (so they can be made again, the same), or one plain pass."""
+    if not ctx.cfg.augment:
+        return [eval_images(ctx, "train")]
+    return [_augmented_view(ctx, ctx.cfg.seed * 1000 + view) for view in range(views(ctx))]
 
 
 def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:

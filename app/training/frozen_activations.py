@@ -1,24 +1,31 @@
-"""Phase 2's validation input: each val image's activation where the trained layers begin,
-computed once instead of every epoch (by phase 1's feature cache, where it runs).
+"""Phase 2's input from where its trained layers begin: activations computed once below the cut.
 
-Phase 2 trains only the top of the backbone. Below its first trained layer nothing trains,
-BatchNorm runs on its pretrained statistics and evaluation has no dropout or augmentation, so
-every epoch's validation pass recomputed the same activations there. They are computed once,
-and each epoch runs only the layers above the cut (`classifier.split_at_trained`): the same
-logits, up to float rounding. Phase 1's feature cache, when this process builds it, computes
-them as it runs the val photos through the backbone (the pass it makes anyway, so they cost
-nothing); otherwise phase 2 makes one pass as it starts. MobileNetV2 at 224 with
-the default blocks:2 cuts at block_14_add (7x7x160): the layers above take 0.5 ms per image
-against 8.1 ms for the whole backbone on 2 CPU cores, and no image is decoded again.
+Phase 2 trains only the top of the backbone. Below its first trained layer nothing trains and
+BatchNorm runs on its pretrained statistics, so a given input image has the same activation
+there in every epoch: the layers below the cut are a fixed function, as the whole backbone is
+in phase 1. So:
 
-The activations are held in memory only, float32 (200 val images: 6 MB); a resumed run
-computes them again. Training still runs on images: its crops change every epoch.
+- Validation: each val image's activation at the cut is computed once, and each epoch runs only
+  the layers above it (`classifier.split_at_trained`): the same logits, up to float rounding.
+- Training (`phase2_on_views`, when phase 1 trains on cached features): phase 2 trains on the
+  activations of the same K augmented views of each training image that phase 1's cache holds,
+  instead of decoding, augmenting and running every photo through the frozen layers again in
+  every epoch. Phase 1's cache build runs each view through the backbone anyway; it keeps the
+  activation at the cut as it passes, so the views cost phase 2 nothing. The trade is phase 1's:
+  K fixed views instead of a fresh crop per epoch (see README, "Phase 2 trains on phase 1's views").
+
+MobileNetV2 at 224 with the default blocks:2 cuts at block_14_add (7x7x160, 31 KB per image):
+the layers above are about a fifth of the backbone's multiply-adds. The activations are held in
+memory only, float32; a resumed run that did not build the cache computes them again, from the
+same seeded views (`feature_cache.training_views`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
@@ -26,7 +33,7 @@ import tensorflow as tf
 from app.data.pipeline import map_image
 from app.models.classifier import FrozenSplit, split_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
-from app.training.feature_cache import eval_images, model_outputs
+from app.training.feature_cache import eval_images, model_outputs, training_views, views
 from app.training.inputs import distribute
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
@@ -34,79 +41,119 @@ from app.training.strategy import num_workers
 log = logging.getLogger(__name__)
 
 
-class FrozenValidation:
-    """Phase 2's validation from its cut, when `split` is not None: the split, and the val
-    split's activations at the cut, computed once. Phase 1's feature cache runs every val photo
-    through the backbone anyway; as it is built, it hands the activations over (`keep`), and
-    phase 2 then computes nothing. Otherwise (phase 1 on images, its cache read back from the
-    run dir) phase 2 computes them as it starts."""
+@dataclass(frozen=True)
+class Rows:
+    """Activations at the cut, with their side features (if any) and labels, row for row."""
 
-    def __init__(self, ctx: Context, split: FrozenSplit | None) -> None:
-        self.ctx, self.split = ctx, split
-        self._data: tf.data.Dataset | None = None
+    activations: np.ndarray
+    side: np.ndarray | None
+    labels: np.ndarray
 
-    def keep(self, activations: np.ndarray, side: np.ndarray | None, labels: np.ndarray) -> None:
-        self._data = _dataset(activations, side, labels)
-        _log_done(self.split, activations, "as phase 1's feature cache was built")
+    def dataset(self) -> tf.data.Dataset:
+        features = {"activations": self.activations, "side": self.side} if self.side is not None else self.activations
+        return tf.data.Dataset.from_tensor_slices((features, self.labels))
+
+
+class FrozenActivations:
+    """Phase 2's input from its cut, when `split` is not None: validation always, training too
+    when `trains`. Phase 1's feature cache runs every image through the backbone anyway; as it
+    is built, it hands the activations over (`keep`), and phase 2 then computes nothing.
+    Otherwise (phase 1 on images, or its cache read back from the run dir) phase 2 computes them
+    as it starts."""
+
+    def __init__(self, ctx: Context, split: FrozenSplit | None, trains: bool = False) -> None:
+        self.ctx, self.split, self.trains = ctx, split, trains and split is not None
+        self._val: Rows | None = None
+        self._train: Rows | None = None
+
+    def keep(self, val: Rows, train: Rows | None) -> None:
+        self._val, self._train = val, train if self.trains else None
+        _log_done(self.split, val, train if self.trains else None, "as phase 1's feature cache was built")
 
     def inputs(self, inputs: PhaseInputs) -> PhaseInputs:
-        """`inputs` with validation on the activations (for `split.tail`), computed when the
-        phase first needs its input: a finished phase, seen again on resume, never computes them."""
+        """`inputs` with validation (and, when `trains`, training) on the activations at the cut,
+        computed when the phase first needs its input: a finished phase, seen again on resume,
+        never computes them."""
         if self.split is None:
             return inputs
+        batch = self.ctx.cfg.batch_size
 
         def val_dataset():
-            if self._data is None:
-                self._data = _activations(self.ctx, self.split)
-            return distribute(self.ctx, lambda ic: self._data.batch(self.ctx.cfg.batch_size))
+            self._compute_missing()
+            return distribute(self.ctx, lambda ic: self._val.dataset().batch(batch))
 
         def train_iterator():
-            val_dataset()  # before the first epoch starts, so its log line comes before the epoch's
-            return inputs.train_iterator()
+            self._compute_missing()  # before the first epoch starts, so its log line comes before the epoch's
+            if not self.trains:
+                return inputs.train_iterator()
+            rows = self._train
+            return iter(distribute(self.ctx, lambda ic: rows.dataset().shuffle(len(rows.labels), seed=self.ctx.cfg.seed)
+                                   .repeat().batch(batch, drop_remainder=True)))
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
 
+    def _compute_missing(self) -> None:
+        if self._val is not None and (self._train is not None or not self.trains):
+            return
+        start = time.perf_counter()
+        self._val = self._val or _activations(self.split, eval_images(self.ctx, "val"))
+        if self.trains:
+            self._train = _activations(self.split, functools.reduce(tf.data.Dataset.concatenate, training_views(self.ctx)))
+        _log_done(self.split, self._val, self._train, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
 
-def frozen_validation(ctx: Context) -> FrozenValidation:
-    """Phase 2's cut where validating from it is possible and worth it (else `split` is None):
-    one worker (several would each hold every activation), a single tensor at the cut, and the
-    activations within the memory `cache_features = auto` allows phase 1's cache."""
+
+def frozen_activations(ctx: Context) -> FrozenActivations:
+    """Phase 2's cut where working from it is possible and worth it (else `split` is None): one
+    worker (several would each hold every activation), a single tensor at the cut, and the
+    activations within the memory `cache_features = auto` allows phase 1's cache. Training from
+    it too (`trains`) when phase 1 trains on cached views and `phase2_on_views` is set."""
     if num_workers(ctx.strategy) > 1 or not ctx.info.num_examples("val") or not ctx.cfg.epochs_finetune:
-        return FrozenValidation(ctx, None)
+        return FrozenActivations(ctx, None)
     start = unfreeze_start(ctx.clf, ctx.cfg.unfreeze)
     split = split_at_trained(ctx.clf, start)
     if split is None:
         why = ("it trains the whole backbone" if start <= 1 else
                "no single activation separates its frozen layers from the trained ones")
-        log.info("phase 2 validates on images: %s", why)
-        return FrozenValidation(ctx, None)
-    size = activation_bytes(ctx, split)
-    if size > FEATURE_CACHE_LIMIT:
-        log.info("phase 2 validates on images: the val activations at %s would take %.1f GiB", split.cut, size / 2**30)
-        return FrozenValidation(ctx, None)
-    return FrozenValidation(ctx, split)
+        log.info("phase 2 validates and trains on images: %s", why)
+        return FrozenActivations(ctx, None)
+    val_bytes, train_bytes = _bytes(ctx, split, "val"), _bytes(ctx, split, "train") * views(ctx)
+    if val_bytes > FEATURE_CACHE_LIMIT:
+        log.info("phase 2 validates and trains on images: the val activations at %s would take %.1f GiB", split.cut,
+                 val_bytes / 2**30)
+        return FrozenActivations(ctx, None)
+    trains, why = _trains(ctx, val_bytes + train_bytes)
+    if not trains:
+        log.info("phase 2 trains on images: %s", why)
+    return FrozenActivations(ctx, split, trains)
 
 
-def activation_bytes(ctx: Context, split: FrozenSplit) -> int:
-    return ctx.info.num_examples("val") * int(np.prod(split.lower.output.shape[1:])) * 4
+def _trains(ctx: Context, total_bytes: int) -> tuple[bool, str]:
+    if not ctx.cached_phase1:
+        return False, "phase 1 trained on images, so there are no cached views (cache_features)"
+    if not ctx.cfg.phase2_on_views:
+        return False, "phase2_on_views = false"
+    if total_bytes > FEATURE_CACHE_LIMIT:
+        return False, (f"the views' activations would take {total_bytes / 2**30:.1f} GiB"
+                       f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB)")
+    return True, ""
 
 
-def _activations(ctx: Context, split: FrozenSplit) -> tf.data.Dataset:
-    """(activations, or {"activations", "side"}; labels) of every val image, in file order."""
-    start = time.perf_counter()
-    outputs, labels = model_outputs(lambda inputs, labels: map_image(inputs, lambda images: split.lower(images, training=False)),
-                                    eval_images(ctx, "val"))
+def _bytes(ctx: Context, split: FrozenSplit, part: str) -> int:
+    return ctx.info.num_examples(part) * int(np.prod(split.lower.output.shape[1:])) * 4
+
+
+def _activations(split: FrozenSplit, images: tf.data.Dataset) -> Rows:
+    """Every image's activation at the cut (with its side features and label), in dataset order."""
+    outputs, labels = model_outputs(lambda inputs, labels: map_image(inputs, lambda x: split.lower(x, training=False)),
+                                    images)
     x, side = (outputs["image"], outputs["side"]) if isinstance(outputs, dict) else (outputs, None)
-    _log_done(split, x, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
-    return _dataset(x, side, labels)
+    return Rows(x, side, labels)
 
 
-def _dataset(activations: np.ndarray, side: np.ndarray | None, labels: np.ndarray) -> tf.data.Dataset:
-    features = {"activations": activations, "side": side} if side is not None else activations
-    return tf.data.Dataset.from_tensor_slices((features, labels))
-
-
-def _log_done(split: FrozenSplit, activations: np.ndarray, when: str) -> None:
+def _log_done(split: FrozenSplit, val: Rows, train: Rows | None, when: str) -> None:
     log.info("phase 2 validates from %s: the layers below it are frozen, so the %d val images' activations there"
              " (%.1f MB) were computed once, %s; each epoch runs only the layers above", split.cut,
-             len(activations), activations.nbytes / 1e6, when)
+             len(val.labels), val.activations.nbytes / 1e6, when)
+    if train is not None:
+        log.info("phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
+                 " each training image (phase2_on_views)", split.cut, len(train.labels), train.activations.nbytes / 1e6)

@@ -20,7 +20,7 @@ from app.training.feature_cache import FeatureCache, load_or_build
 from app.training.phase import PhaseInputs
 
 if TYPE_CHECKING:
-    from app.training.frozen_activations import FrozenValidation
+    from app.training.frozen_activations import FrozenActivations
 
 
 def distribute(ctx: Context, make) -> object:
@@ -62,10 +62,10 @@ def augmented_sample(ctx: Context, count: int = SAMPLE_IMAGES) -> np.ndarray:
 
 
 def feature_inputs(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
-                   frozen: FrozenValidation | None = None) -> PhaseInputs:
+                   frozen: FrozenActivations | None = None) -> PhaseInputs:
     """Cached-features mode: the head trains on backbone features computed once (feature_cache.py).
     An epoch is as many examples as the training split has images, drawn from the K views of each.
-    A cache built here hands `frozen` (phase 2's validation) the val activations it needs."""
+    A cache built here hands `frozen` (phase 2's input) the activations it needs."""
     cfg, loaded = ctx.cfg, []
 
     def cache() -> FeatureCache:

@@ -20,7 +20,7 @@ from app.data.pipeline import DatasetInfo
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import completed_run
 from app.training.context import Context, describe_distribution, setup
-from app.training.frozen_activations import FrozenValidation, frozen_validation
+from app.training.frozen_activations import FrozenActivations, frozen_activations
 from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.optimizer import FineTuneAdamW, layer_rate_scales
@@ -80,14 +80,19 @@ def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int) -> keras.optimizer
 
 
 def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
-                frozen: FrozenValidation | None = None) -> Phase:
+                frozen: FrozenActivations | None = None) -> Phase:
     """Phase 1 (the head; on cached features when ctx.cached_phase1) or phase 2 (the unfrozen top,
-    from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`; validated
-    from its frozen layers' output where `frozen_validation` allows). Pass both phases the same
-    `frozen`: phase 1's feature cache then computes what phase 2 validates on."""
+    from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`; validated,
+    and trained on phase 1's cached views, from its frozen layers' output where
+    `frozen_activations` allows). Pass both phases the same `frozen`: phase 1's feature cache
+    then computes what phase 2 works on."""
     cfg, clf = ctx.cfg, ctx.clf
     cached = number == 1 and ctx.cached_phase1
-    model = clf.head_model if cached else clf.logits_model
+    if number == 2:
+        frozen = frozen or frozen_activations(ctx)
+    split = frozen.split if number == 2 else None
+    on_views = number == 2 and frozen.trains  # the tail trains on the views' activations at the cut
+    model = clf.head_model if cached else split.tail if on_views else clf.logits_model
     rate = cfg.lr_head if number == 1 else finetune_schedule(cfg, ctx.steps_per_epoch)
     spec = PhaseSpec(
         phase=number, epochs=cfg.epochs_head if number == 1 else cfg.epochs_finetune,
@@ -102,22 +107,20 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
             sample(augmented_sample(ctx))
     steps = make_steps(ctx, model, make_optimizer(ctx, rate, model, number), number)
     inputs = feature_inputs(ctx, sample, frozen) if cached else image_inputs(ctx, number)
-    split = None
     if number == 2:
-        frozen = frozen or frozen_validation(ctx)
-        inputs, split = frozen.inputs(inputs), frozen.split
+        inputs = frozen.inputs(inputs)
     return Phase(spec=spec, steps=steps, inputs=inputs, model=clf.head_model if cached else clf.model,
                  files=ctx.phase_files, history=ctx.history, baseline=baseline,
-                 val_steps=steps.evaluating(split.tail) if split else None)
+                 val_steps=steps.evaluating(split.tail) if split and not on_views else None)
 
 
-def run_phase1(ctx: Context, frozen: FrozenValidation | None = None) -> PhaseResult:
+def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseResult:
     freeze_backbone(ctx.clf)
     resolve_rate(ctx, 1)
     return run_phase(build_phase(ctx, 1, frozen=frozen))
 
 
-def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenValidation | None = None) -> PhaseResult:
+def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations | None = None) -> PhaseResult:
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)
     log.info("phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen", len(trained),
              trained[0] if trained else "-", trained[-1] if trained else "-")
@@ -161,7 +164,7 @@ def _train(ctx: Context) -> dict:
     metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
                      "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes,
                      "phase1_mode": "features" if ctx.cached_phase1 else "images"}
-    frozen = frozen_validation(ctx)  # phase 2's, which phase 1's feature cache helps to build
+    frozen = frozen_activations(ctx)  # phase 2's input, which phase 1's feature cache helps to build
     phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
     phase2 = run_phase2(ctx, phase1, frozen) if cfg.epochs_finetune else None

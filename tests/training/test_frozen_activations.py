@@ -1,18 +1,21 @@
-"""Phase 2 validates on activations computed once below its trained layers, with the same
-results as validating on images."""
+"""Phase 2 validates, and trains on phase 1's cached views, from activations computed once below
+its trained layers, with the same results as working on images."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from app.config import TrainConfig
 from app.models.classifier import unfreeze_top
 from app.training import frozen_activations
 from app.training.context import setup
+from app.training.feature_cache import model_outputs, training_views
 from app.training.inputs import eval_dataset
 from app.training.train import build_phase, run_phase1, run_phase2
 
@@ -44,7 +47,8 @@ def _phase2_after_phase1(cfg: TrainConfig):
 
 @pytest.mark.parametrize("data", ["images", "images_and_side_features"])
 def test_validation_on_activations_equals_validation_on_images(data: str, tiny_config: TrainConfig, side_records: Path):
-    cfg = _config(data, tiny_config, side_records).replace(label_smoothing=0.1)  # the tail's loss: the steps' own
+    cfg = _config(data, tiny_config, side_records).replace(label_smoothing=0.1,  # the tail's loss: the steps' own
+                                                           cache_features="false")  # phase 2 trains on images
     ctx, phase = _phase2_after_phase1(cfg)
     assert phase.val_steps is not None and phase.val_steps.model.name == "tail"
 
@@ -59,7 +63,7 @@ def test_phase1s_feature_cache_hands_phase2_its_activations(data: str, tiny_conf
     """Phase 1's cache runs every val photo through the backbone; phase 2 then computes nothing."""
     cfg = _config(data, tiny_config, side_records).replace(cache_features="true")
     ctx = setup(cfg)
-    frozen = frozen_activations.frozen_validation(ctx)
+    frozen = frozen_activations.frozen_activations(ctx)
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
         phase1 = run_phase1(ctx, frozen)
     assert "computed once, as phase 1's feature cache was built" in caplog.text
@@ -72,7 +76,7 @@ def test_phase1s_feature_cache_hands_phase2_its_activations(data: str, tiny_conf
 
 def _assert_same_validation(ctx, phase) -> None:
     cached = phase.validation.evaluate(phase.inputs.val_dataset())
-    on_images = phase.steps.evaluate(eval_dataset(ctx, "val"))
+    on_images = phase.steps.evaluating(ctx.clf.logits_model).evaluate(eval_dataset(ctx, "val"))
     assert cached.count == on_images.count == ctx.info.num_examples("val") > 0
     assert cached.loss == pytest.approx(on_images.loss, abs=1e-5)
     assert cached.accuracy == on_images.accuracy
@@ -95,10 +99,87 @@ def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, c
     _assert_same_validation(ctx, phase)
 
 
+def _views_activations(ctx, split) -> tuple[np.ndarray, np.ndarray]:
+    """The training views made again and run through the frozen layers, as a resumed run does."""
+    outputs, labels = model_outputs(lambda x, y: split.lower(x, training=False),
+                                    functools.reduce(tf.data.Dataset.concatenate, training_views(ctx)))
+    return outputs, labels
+
+
+def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(tiny_config: TrainConfig,
+                                                                         caplog: pytest.LogCaptureFixture):
+    """The cache build hands phase 2 the activations of every training view, the same ones the
+    views give when made again; phase 2's train step then runs only the layers above the cut."""
+    cfg = tiny_config.replace(cache_features="true", feature_views=2)
+    ctx = setup(cfg)
+    frozen = frozen_activations.frozen_activations(ctx)
+    assert frozen.trains
+    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+        phase1 = run_phase1(ctx, frozen)
+    assert "phase 2 trains from block_2_relu too, on phase 1's cached views: 50 activations" in caplog.text
+    again, labels = _views_activations(ctx, frozen.split)
+    np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
+    np.testing.assert_array_equal(frozen._train.labels, labels)
+    assert len(labels) == 2 * ctx.info.num_examples("train")
+
+    unfreeze_top(ctx.clf, cfg.unfreeze)
+    phase = build_phase(ctx, 2, phase1, frozen)
+    assert phase.steps.model.name == "tail" and phase.val_steps is None and phase.model is ctx.clf.model
+    batch, batch_labels = next(phase.inputs.train_iterator())
+    assert batch.shape == (cfg.batch_size, *frozen.split.lower.output.shape[1:]) and batch.dtype == tf.float32
+    rows = {row.tobytes(): label for row, label in zip(frozen._train.activations, frozen._train.labels)}
+    assert [rows[row.tobytes()] for row in batch.numpy()] == batch_labels.numpy().tolist()  # rows of the views
+    _assert_same_validation(ctx, phase)
+
+
+def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainConfig, caplog: pytest.LogCaptureFixture):
+    """Without the cache build in this process (the cache read back from the run dir), phase 2
+    runs the same seeded views through the frozen layers as it starts."""
+    cfg = tiny_config.replace(cache_features="true")
+    ctx = setup(cfg)
+    phase1 = run_phase1(ctx)  # its own FrozenActivations: phase 2's below holds nothing
+    unfreeze_top(ctx.clf, cfg.unfreeze)
+    frozen = frozen_activations.frozen_activations(ctx)
+    phase = build_phase(ctx, 2, phase1, frozen)
+    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+        phase.inputs.train_iterator()
+    assert "computed once, as phase 2 started" in caplog.text and "on phase 1's cached views: 50 activations" in caplog.text
+    again, labels = _views_activations(ctx, frozen.split)
+    np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
+    np.testing.assert_array_equal(frozen._train.labels, labels)
+
+
+@pytest.mark.parametrize("setting, why", [
+    ({"phase2_on_views": False}, "phase2_on_views = false"),
+    ({"cache_features": "false"}, "phase 1 trained on images, so there are no cached views"),
+])
+def test_phase2_trains_on_images_when_asked_or_without_cached_views(setting: dict, why: str, tiny_config: TrainConfig,
+                                                                     caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+        ctx, phase = _phase2_after_phase1(tiny_config.replace(**setting))
+    assert f"phase 2 trains on images: {why}" in caplog.text
+    assert phase.steps.model is ctx.clf.logits_model and phase.val_steps.model.name == "tail"
+    images, _ = next(phase.inputs.train_iterator())
+    assert images.dtype == tf.uint8 and images.shape[1:] == (64, 64, 3)
+
+
+def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
+        tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """The val activations fit, the training views' do not: validation from the cut, training on images."""
+    ctx = setup(tiny_config)
+    split = frozen_activations.frozen_activations(ctx).split
+    val_bytes = frozen_activations._bytes(ctx, split, "val")
+    monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", val_bytes)
+    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+        frozen = frozen_activations.frozen_activations(ctx)
+    assert frozen.split is not None and not frozen.trains
+    assert "phase 2 trains on images: the views' activations would take" in caplog.text
+
+
 def test_validation_stays_on_images_when_the_activations_would_not_fit(
         tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
     monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", 1000)
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
         _, phase = _phase2_after_phase1(tiny_config)
     assert phase.val_steps is None and phase.validation is phase.steps
-    assert "phase 2 validates on images: the val activations at block_2_relu would take" in caplog.text
+    assert "phase 2 validates and trains on images: the val activations at block_2_relu would take" in caplog.text
