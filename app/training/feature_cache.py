@@ -123,14 +123,12 @@ def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = N
 
 def _hand_over(frozen: FrozenActivations, activations: np.ndarray, cache: FeatureCache, is_val: np.ndarray) -> None:
     """Phase 2's activations at its cut, from the pass that made the cache: the val part's (all
-    that `_extractor` kept, unless phase 2 trains on the views too)."""
+    that `_extractor` kept, unless phase 2 trains on the views too: then every row's)."""
     from app.training.frozen_activations import Rows
 
-    if not frozen.trains:
-        frozen.keep(Rows(activations, cache.val_side, cache.val_labels), None)
-        return
-    frozen.keep(Rows(activations[is_val], cache.val_side, cache.val_labels),
-                Rows(activations[~is_val], cache.train_side, cache.train_labels))
+    val = activations[is_val] if frozen.trains else activations
+    train = Rows(activations[~is_val], cache.train_side, cache.train_labels) if frozen.trains else None
+    frozen.keep(Rows(val, cache.val_side, cache.val_labels), train)
 
 
 def _extractor(ctx: Context, split: FrozenSplit | None, val_part: int | None) -> Callable:

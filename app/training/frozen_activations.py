@@ -34,7 +34,7 @@ from app.data.pipeline import map_image
 from app.models.classifier import FrozenSplit, split_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
 from app.training.feature_cache import eval_images, model_outputs, training_views, views
-from app.training.inputs import distribute
+from app.training.inputs import distribute, shuffled_batches
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
 
@@ -67,8 +67,9 @@ class FrozenActivations:
         self._train: Rows | None = None
 
     def keep(self, val: Rows, train: Rows | None) -> None:
-        self._val, self._train = val, train if self.trains else None
-        _log_done(self.split, val, train if self.trains else None, "as phase 1's feature cache was built")
+        """The activations from phase 1's cache build: `train` is None unless `trains`."""
+        self._val, self._train = val, train
+        _log_done(self.split, val, train, "as phase 1's feature cache was built")
 
     def inputs(self, inputs: PhaseInputs) -> PhaseInputs:
         """`inputs` with validation (and, when `trains`, training) on the activations at the cut,
@@ -86,9 +87,7 @@ class FrozenActivations:
             self._compute_missing()  # before the first epoch starts, so its log line comes before the epoch's
             if not self.trains:
                 return inputs.train_iterator()
-            rows = self._train
-            return iter(distribute(self.ctx, lambda ic: rows.dataset().shuffle(len(rows.labels), seed=self.ctx.cfg.seed)
-                                   .repeat().batch(batch, drop_remainder=True)))
+            return shuffled_batches(self.ctx, self._train.dataset, len(self._train.labels))
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
 

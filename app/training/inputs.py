@@ -6,6 +6,7 @@ serves one device, several GPUs and several workers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -48,6 +49,13 @@ def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
     return PhaseInputs(train_iterator=train_iterator, val_dataset=lambda: eval_dataset(ctx, "val"))
 
 
+def shuffled_batches(ctx: Context, rows: Callable[[], tf.data.Dataset], count: int) -> Iterator:
+    """Endless training batches of `count` rows held in memory (cached features or activations):
+    reshuffled every pass, full batches only."""
+    return iter(distribute(ctx, lambda ic: rows().shuffle(count, seed=ctx.cfg.seed).repeat()
+                           .batch(ctx.cfg.batch_size, drop_remainder=True)))
+
+
 SAMPLE_IMAGES = 8  # training images shown in TensorBoard
 
 
@@ -78,8 +86,7 @@ def feature_inputs(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | 
 
     def train_iterator():
         c = cache()
-        return iter(distribute(ctx, lambda ic: dataset(c.train_features, c.train_labels, c.train_side)
-                               .shuffle(len(c.train_labels), seed=cfg.seed).repeat().batch(cfg.batch_size, drop_remainder=True)))
+        return shuffled_batches(ctx, lambda: dataset(c.train_features, c.train_labels, c.train_side), len(c.train_labels))
 
     def val_dataset():
         c = cache()
