@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 
 from app.cli import run_cli
+from app.storage import must_exist
 
 
 def main() -> None:
@@ -28,6 +29,7 @@ def main() -> None:
     p.add_argument("--near-threshold", type=float, default=0.85,
                    help="cosine similarity of embeddings at or above which two images are near duplicates (default 0.85)")
     args = p.parse_args()
+    must_exist(args.data)  # said before TensorFlow's seconds of import
     from app.audit.audit import run_audit
     from app.audit.report import summary
 

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from app.cli import lasting_imports, run_cli
+from app.export.layout import resolve_model_dir
 
 
 def main() -> None:
@@ -30,6 +31,7 @@ def main() -> None:
     p.add_argument("--tta", choices=["none", "flip"], default="none",
                    help="flip: average each image's probabilities with its mirror's (2x the compute; default none)")
     args = p.parse_args()
+    resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
     with lasting_imports():
         from app.evaluation.evaluate import evaluate
 

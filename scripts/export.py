@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from app.cli import lasting_imports, run_cli
+from app.run_dir import RunDir
 
 
 def main() -> None:
@@ -32,6 +33,7 @@ def main() -> None:
     p.add_argument("--max-megapixels", type=float, default=40.0,
                    help="the serving signature refuses images larger than this, from the header (default 40)")
     args = p.parse_args()
+    RunDir(args.run_dir).load()  # not a finished run: said before TensorFlow's seconds of import
     with lasting_imports():
         from app.export.run_export import export_run
 

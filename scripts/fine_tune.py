@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 from app.cli import lasting_imports, run_cli
-from app.config import FIELDS, TrainConfig
+from app.config import FIELDS, TrainConfig, load_config, parse_set
 
 FLAG_KEYS = [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["flag"]]
 
@@ -44,14 +44,13 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    overrides = parse_set(args.set)  # a bad --set or --config is said before TensorFlow's seconds of import
+    overrides.update({key: getattr(args, key) for key in FLAG_KEYS if getattr(args, key) is not None})
+    cfg = load_config(args.config, overrides)
     with lasting_imports():
-        from app.config import load_config, parse_set
         from app.training.report import format_result
         from app.training.train import train_main
 
-    overrides = parse_set(args.set)
-    overrides.update({key: getattr(args, key) for key in FLAG_KEYS if getattr(args, key) is not None})
-    cfg = load_config(args.config, overrides)
     metrics = train_main(cfg, overwrite=args.overwrite)
     print(format_result(metrics))
 

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from app.cli import lasting_imports, run_cli
+from app.storage import must_exist
 
 
 def parse_args() -> argparse.Namespace:
@@ -35,6 +36,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    must_exist(args.src)  # said before TensorFlow's seconds of import
     with lasting_imports():
         from app.data.summary import format_summary
         from app.data.writer import write_tfrecords

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from app.cli import lasting_imports, run_cli
+from app.export.layout import resolve_model_dir
 
 SHOW_FAILED = 10
 
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--runtime", choices=["auto", "tf", "litert"], default="auto",
                    help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)")
     args = p.parse_args()
+    resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
     with lasting_imports():
         from app.serving.predict_files import predict_files
 

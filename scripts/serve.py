@@ -19,6 +19,8 @@ import logging
 from pathlib import Path
 
 from app.cli import lasting_imports, run_cli
+from app.errors import UserError
+from app.export import layout
 
 
 def main() -> None:
@@ -40,19 +42,19 @@ def main() -> None:
     p.add_argument("--max-queue", type=int, default=128, help="most instances waiting; beyond, 503 + Retry-After (default 128)")
     p.add_argument("--request-timeout-ms", type=float, default=10_000, help="answer 504 after this long (default 10000)")
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from aiohttp import web
-
-    with lasting_imports():
-        from app.errors import UserError
-        from app.serving.batcher import Batcher
-        from app.serving.rest import Limits, make_app
-        from app.serving.store import ModelStore
-
     for flag, value in (("--max-megapixels", args.max_megapixels), ("--max-queue", args.max_queue),
                         ("--request-timeout-ms", args.request_timeout_ms), ("--max-batch", args.max_batch)):
         if not value > 0:
             raise UserError(f"{flag} must be > 0, got {value}")
+    layout.served_versions(args.model_dir)  # a wrong folder is said before TensorFlow's seconds of import
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from aiohttp import web
+
+    with lasting_imports():
+        from app.serving.batcher import Batcher
+        from app.serving.rest import Limits, make_app
+        from app.serving.store import ModelStore
+
     store = ModelStore(args.model_dir, poll_seconds=args.poll_seconds, runtime=args.runtime, litert_mode=args.litert_model)
     limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20), max_instances=args.max_instances,
                     max_megapixels=args.max_megapixels, request_timeout_ms=args.request_timeout_ms)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # An atexit handler runs after run_cli has returned control to the interpreter, so it sees the
@@ -76,3 +78,34 @@ def test_lasting_imports_load_keras_without_scikit_learn_which_still_imports_lat
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["keras"] and not found["sklearn"]
     assert found["fitted"] > 0
+
+
+# Runs a script with TensorFlow unimportable: an error it gives there is given before the
+# seconds TensorFlow takes to import (6-8 s on 2 cores), as every script should for a wrong path.
+WITHOUT_TENSORFLOW = """
+import runpy, sys
+sys.modules["tensorflow"] = None
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("fine_tune.py", ["--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
+    ("fine_tune.py", ["--config", "{tmp}/missing.toml"], "--config: no such file {tmp}/missing.toml"),
+    ("make_tfrecords.py", ["{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
+    ("audit.py", ["{tmp}/photos"], "{tmp}/photos: no such file or folder"),
+    ("export.py", ["{tmp}"], "{tmp}: not a finished run"),
+    ("evaluate.py", ["{tmp}", "--data", "{tmp}"], "{tmp}: no SavedModel found"),
+    ("predict.py", ["{tmp}", "{tmp}"], "{tmp}: no SavedModel found"),
+    ("serve.py", ["{tmp}/models"], "{tmp}/models: no such model folder"),
+    ("serve.py", ["{tmp}"], "{tmp}: no version folders holding a saved_model.pb"),
+    ("serve.py", ["{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
+])
+def test_a_wrong_path_or_flag_is_refused_before_tensorflow_is_imported(tmp_path: Path, script: str, args: list[str],
+                                                                         message: str):
+    filled = [a.format(tmp=tmp_path) for a in args]
+    done = run(WITHOUT_TENSORFLOW, str(ROOT / "scripts" / script), *filled)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {message.format(tmp=tmp_path)}") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from app import storage
 from app.data.side_features import Column, parse_numeric
 from app.errors import UserError
 
@@ -279,8 +280,7 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
     _check_fractions(val_fraction, test_fraction)
     skipped: list[dict[str, str]] = []
     cells: dict[Path, tuple[str, ...]] = {}
-    if not src.exists():
-        raise UserError(f"{src}: no such file or folder")
+    storage.must_exist(src)
     if feature_columns and not src.is_file():
         raise UserError(f"--feature-columns: {src} is a folder; side features come from a CSV manifest's columns")
     if multi_label and not src.is_file():

@@ -37,6 +37,18 @@ def versions(model_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in model_dir.iterdir() if p.name.isdigit() and is_version_dir(p))
 
 
+def served_versions(model_dir: Path) -> list[int]:
+    """`versions`, or a UserError saying why a server could not start on `model_dir`. Needs no
+    TensorFlow, so serve.py says it before spending seconds importing it."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise UserError(f"{model_dir}: no such model folder (expected EXPORT_DIR/<name> with version subfolders)")
+    found = versions(model_dir)
+    if not found:
+        raise UserError(f"{model_dir}: no version folders holding a {SAVED_MODEL_FILE}")
+    return found
+
+
 def latest_version(model_dir: Path) -> Path | None:
     found = versions(model_dir)
     return Path(model_dir) / str(found[-1]) if found else None

@@ -15,7 +15,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import UserError
 from app.export import layout
 from app.serving.runtime import LiteRTRuntime, TFRuntime, load_runtime
 
@@ -42,11 +41,7 @@ class ModelStore:
         self.base = Path(base)
         self.runtime, self.litert_mode = runtime, litert_mode
         self.name = self.base.name
-        if not self.base.is_dir():
-            raise UserError(f"{self.base}: no such model folder (expected EXPORT_DIR/<name> with version subfolders)")
-        versions = layout.versions(self.base)
-        if not versions:
-            raise UserError(f"{self.base}: no version folders holding a saved_model.pb")
+        versions = layout.served_versions(self.base)
         self._lock = threading.Lock()
         self._current = self._load(versions[-1])
         self._stop = threading.Event()
