@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.storage import write_text_atomic
+from app.storage import is_url, write_text_atomic
 from app.errors import UserError
 
 
@@ -132,6 +132,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any]
     for key, value in (overrides or {}).items():
         values[key] = _coerce(key, value, f"--{key.replace('_', '-')}" if key in FIELDS else "--set")
     return validate(TrainConfig(**values))
+
+
+def check_data_exists(cfg: TrainConfig) -> None:
+    """A local `data` folder that is not there, said before a script imports TensorFlow; what
+    the folder must hold is checked where it is read (app.data.pipeline)."""
+    if cfg.data and not is_url(cfg.data) and not Path(cfg.data).exists():
+        raise UserError(f"--data {cfg.data}: no such folder")
 
 
 def parse_set(items: list[str]) -> dict[str, str]:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # 20 steps that each make and free a 64 MB tensor (larger than anything glibc's malloc keeps for
@@ -39,6 +41,7 @@ def faults_over_20_steps(allocator_setting: str | None) -> int:
     return int(done.stdout.split()[-1])
 
 
+@pytest.mark.slow  # two fresh interpreters, each importing TensorFlow
 def test_importing_app_first_makes_tensorflow_reuse_its_memory_across_steps():
     reused = faults_over_20_steps(None)
     refaulted = faults_over_20_steps("false")  # the user's word wins

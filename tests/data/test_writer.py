@@ -99,6 +99,7 @@ def test_stored_images_decode_to_source_pixels(demo_images: Path, demo_records: 
     assert checked["png"] and checked["jpeg"] and checked["gray"]
 
 
+@pytest.mark.slow  # several processes
 def test_two_workers_write_the_same_records(demo_images: Path, demo_records: Path, tmp_path: Path):
     write_tfrecords(demo_images, tmp_path, val_fraction=0.25, test_fraction=0.25, num_shards=2, workers=2)
     def key(r): return (r["split"], r[schema.FILENAME], r[schema.ENCODED])  # noqa: E704

@@ -179,8 +179,9 @@ def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path):
+    (tmp_path / "photos").mkdir()  # a folder, but not one make_tfrecords.py wrote
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "r")],
+        [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--data", str(tmp_path / "photos"), "--out", str(tmp_path / "r")],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 2
