@@ -91,7 +91,11 @@ def test_a_full_queue_answers_503_with_retry_after_and_the_queued_ones_finish(tm
 
     async def scenario(client: TestClient) -> None:
         batcher = client.server.app[BATCHER]
-        waiting = [asyncio.create_task(classify(client, jpeg())) for _ in range(3)]
+        # One at a time: three sent together may be refused already, while the first is still
+        # queued or in its header check (it counts against the limit until the model takes it).
+        waiting = [asyncio.create_task(classify(client, jpeg()))]
+        await until(lambda: runtime.started == 1, "1 running")
+        waiting += [asyncio.create_task(classify(client, jpeg())) for _ in range(2)]
         await until(lambda: batcher.waiting == 2, "1 running + 2 queued")
         refused = await classify(client, jpeg())
         assert refused.status == 503 and refused.headers["Retry-After"] == "1"
