@@ -61,11 +61,10 @@ def _load_file_system_plugins() -> None:
         pass
 
 
-def must_exist(path: Path) -> Path:
-    """`path`, or a UserError naming it; for scripts to say so before importing TensorFlow."""
+def must_exist(path: Path) -> None:
+    """A UserError naming `path` when it is not there; for scripts to say so before importing TensorFlow."""
     if not Path(path).exists():
         raise UserError(f"{path}: no such file or folder")
-    return Path(path)
 
 
 def exists(path: str | Path) -> bool:
