@@ -1,11 +1,16 @@
 """Measure the accelerator alone (images/s): phase-1 and phase-2 train steps and the backbone's
-forward pass, per precision and XLA on/off, on random batches in memory (no input pipeline).
+forward pass, per precision and XLA on/off, on random batches in memory and, with --data, on
+the training input pipeline's batches.
 
     python scripts/benchmark_device.py                                  # float32 and mixed_float16, XLA off and on
     KERAS_BACKEND=jax python scripts/benchmark_device.py --xla on       # where JAX, not TensorFlow, is beside the GPU
+    python scripts/benchmark_device.py --data records/                  # also fed by the input pipeline
 
 Divide a rate by scripts/benchmark_input.py's images/s per CPU core to get the cores that keep
-the device fed. Prints progress per round, a Markdown table, then one JSON line.
+the device fed, or pass --data: each variant is then also timed on the training input pipeline's
+batches over those TFRecords, and the table says what share of the in-memory rate the host's
+cores sustain (tf.data needs TensorFlow installed, whichever backend trains). Prints progress
+per round, a Markdown table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -38,14 +43,19 @@ def main() -> None:
     p.add_argument("--xla", default="off,on", help="off, on or off,on (default)")
     p.add_argument("--steps", type=int, default=20, help="steps timed per variant per round (default 20)")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds; medians are reported (default 5)")
+    p.add_argument("--data", default=None,
+                   help="TFRecord folder (make_tfrecords.py): also time each variant fed by the input pipeline over it")
     args = p.parse_args()
-    from app.models.device_benchmark import PRECISIONS, WORKLOADS, DeviceSetup, Variant, format_table, run_device_benchmark
+    from app.models.device_benchmark import (FEEDS, PRECISIONS, WORKLOADS, DeviceSetup, Variant, format_table,
+                                             run_device_benchmark)
 
     workloads = _items(p, "--workloads", args.workloads, WORKLOADS)
     precisions = _items(p, "--precisions", args.precisions, PRECISIONS)
     xla = _items(p, "--xla", args.xla, ("off", "on"))
-    setup = DeviceSetup(args.backbone, args.weights, args.image_size, args.batch_size)
-    variants = [Variant(w, precision, x == "on") for precision in precisions for x in xla for w in workloads]
+    feeds = FEEDS if args.data else FEEDS[:1]
+    setup = DeviceSetup(args.backbone, args.weights, args.image_size, args.batch_size, data=args.data)
+    variants = [Variant(w, precision, x == "on", feed)
+                for precision in precisions for x in xla for w in workloads for feed in feeds]
     report = run_device_benchmark(setup, variants, steps=args.steps, rounds=args.rounds,
                                   log=lambda m: print(m, file=sys.stderr))
     print(f"{report['backend']} on {report['device']}, {report['backbone']} at {report['image_size']} px, "

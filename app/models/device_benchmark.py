@@ -3,9 +3,11 @@ train steps, and of the frozen backbone's forward pass (what the feature cache p
 per precision and with XLA on or off, on random uint8 batches in memory (no input pipeline).
 
 Dividing a rate by the input pipeline's images/s per CPU core (scripts/benchmark_input.py)
-gives the cores that keep the device fed. Written against Keras 3 alone, with no TensorFlow
-import: the same measurement runs on the TensorFlow, JAX or PyTorch backend (KERAS_BACKEND),
-so the model's speed on a GPU can be read where only JAX or PyTorch is installed beside it.
+gives the cores that keep the device fed; with `data`, each variant is also timed fed by the
+training input pipeline itself (decode, random-resized crop, flip on the host's cores), which
+says directly what share of the device's rate the host sustains. Written against Keras 3, with
+TensorFlow imported only for that pipeline: the model runs on the TensorFlow, JAX or PyTorch
+backend (KERAS_BACKEND), so its speed on a GPU can be read where only JAX or PyTorch can use it.
 The steps are Keras' own `fit` / `predict` loops, not fine_tune.py's distributed loop: the
 same model, loss, optimizer and unfrozen layers, without the on-device colour jitter.
 """
@@ -14,19 +16,21 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
 
 import keras
 import numpy as np
 
 from app.config import TrainConfig
+from app.errors import UserError
 from app.models.backbones import get_backbone
 from app.models.classifier import Classifier, build_classifier, freeze_backbone, unfreeze_top
 from app.models.pretrained import load_backbone
 
 WORKLOADS = ("features", "phase1", "phase2")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+FEEDS = ("memory", "pipeline")
 Step = Callable[[], object]
 DEFAULTS = TrainConfig()  # fine_tune.py's defaults: dropout, rates, loss, unfreeze rule
 
@@ -37,7 +41,8 @@ class DeviceSetup:
     weights: str = "none"  # speed does not depend on the weights' values
     image_size: int = 0  # 0 = the backbone's default
     batch_size: int = 64
-    num_classes: int = 10
+    num_classes: int = 10  # with `data`, the dataset's class count instead
+    data: str | None = None  # TFRecords (make_tfrecords.py) to also feed each variant from the input pipeline
 
 
 @dataclass(frozen=True)
@@ -45,10 +50,37 @@ class Variant:
     workload: str  # features | phase1 | phase2
     precision: str  # a Keras dtype policy: float32 | mixed_float16 | mixed_bfloat16
     jit: bool  # Keras' jit_compile: XLA on TensorFlow and JAX, torch.compile on PyTorch
+    feed: str = "memory"  # memory: batches already in host memory | pipeline: the training input pipeline
 
     @property
     def label(self) -> str:
-        return f"{self.workload} {self.precision} xla={'on' if self.jit else 'off'}"
+        return f"{self.workload} {self.precision} xla={'on' if self.jit else 'off'} {self.feed}"
+
+
+@dataclass(frozen=True)
+class Feed:
+    """What one timed pass trains on: `steps` batches in host memory, or as many drawn from one
+    endless stream of the input pipeline's batches (its start-up paid once, in the warm-up)."""
+
+    steps: int
+    batch_size: int
+    images: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    stream: Iterator | None = None
+
+    @property
+    def images_per_pass(self) -> int:
+        return self.steps * self.batch_size
+
+    def fit_args(self) -> dict:
+        if self.stream is not None:
+            return {"x": self.stream, "steps_per_epoch": self.steps, "shuffle": False}
+        return {"x": self.images, "y": self.labels, "batch_size": self.batch_size, "shuffle": False}
+
+    def predict_args(self) -> dict:
+        if self.stream is not None:
+            return {"x": self.stream, "steps": self.steps}
+        return {"x": self.images, "batch_size": self.batch_size}
 
 
 def _image_size(setup: DeviceSetup) -> int:
@@ -67,13 +99,13 @@ def _classifier(setup: DeviceSetup, precision: str) -> Classifier:
         keras.config.set_dtype_policy(previous)
 
 
-def _compiled_step(clf: Classifier, variant: Variant, images: np.ndarray, labels: np.ndarray, batch_size: int) -> Step:
-    """One pass of `variant` over the batches: Keras' own fit/predict loop, which keeps the
+def _compiled_step(clf: Classifier, variant: Variant, feed: Feed) -> Step:
+    """One pass of `variant` over `feed`'s batches: Keras' own fit/predict loop, which keeps the
     weights on the device between steps, as fine_tune.py's loop does. It returns host values,
     so it ends when the device does."""
     if variant.workload == "features":
         clf.features_model.compile(jit_compile=variant.jit)
-        return lambda: clf.features_model.predict(images, batch_size=batch_size, verbose=0)
+        return lambda: clf.features_model.predict(**feed.predict_args(), verbose=0)
     if variant.workload == "phase1":
         freeze_backbone(clf)
         rate = DEFAULTS.lr_head
@@ -85,7 +117,7 @@ def _compiled_step(clf: Classifier, variant: Variant, images: np.ndarray, labels
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=DEFAULTS.label_smoothing),
         jit_compile=variant.jit,
     )
-    return lambda: clf.logits_model.fit(images, labels, batch_size=batch_size, shuffle=False, verbose=0)
+    return lambda: clf.logits_model.fit(**feed.fit_args(), verbose=0)
 
 
 def _batches(setup: DeviceSetup, size: int, steps: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -96,6 +128,37 @@ def _batches(setup: DeviceSetup, size: int, steps: int, seed: int = 0) -> tuple[
     images = rng.integers(0, 256, (count, size, size, 3), dtype=np.uint8)
     labels = np.eye(setup.num_classes, dtype=np.float32)[rng.integers(0, setup.num_classes, count)]
     return images, labels
+
+
+def _pipeline_stream(data: str, size: int, batch_size: int) -> tuple[Iterator, int]:
+    """An endless generator of fine_tune.py's training batches over `data` (uint8 images after
+    the host's crop and flip, one-hot labels), and the dataset's class count."""
+    import tensorflow as tf  # only here: the memory feed needs no TensorFlow
+
+    from app.data.pipeline import load_dataset_info, make_train_dataset
+
+    info = load_dataset_info(data)
+    if info.multi_label:
+        raise UserError(f"{data}: multi-label records; the device benchmark trains single-label heads")
+    classes = len(info.classes)
+    ds = make_train_dataset(data, image_size=size, batch_size=batch_size, repeat=True)
+    batches = ds.map(lambda images, labels: (images, tf.one_hot(labels, classes))).as_numpy_iterator()
+
+    def stream() -> Iterator:
+        yield from batches
+
+    return stream(), classes
+
+
+def _feeds(setup: DeviceSetup, size: int, steps: int) -> tuple[dict[str, Feed], int]:
+    """The memory feed, and the pipeline feed when `setup.data` is given; the class count."""
+    feeds, classes = {}, setup.num_classes
+    if setup.data:
+        stream, classes = _pipeline_stream(setup.data, size, setup.batch_size)
+        feeds["pipeline"] = Feed(steps, setup.batch_size, stream=stream)
+    images, labels = _batches(replace(setup, num_classes=classes), size, steps)
+    feeds["memory"] = Feed(steps, setup.batch_size, images, labels)
+    return feeds, classes
 
 
 def _images_per_s(step: Step, images: int) -> float:
@@ -109,24 +172,24 @@ def run_device_benchmark(setup: DeviceSetup, variants: list[Variant], *, steps: 
     """Build and warm up every variant (compilation and autotuning stay out of the figures),
     then time them in alternating rounds; report each one's median images/s and range."""
     size = _image_size(setup)
-    images, labels = _batches(setup, size, steps)
+    feeds, classes = _feeds(setup, size, steps)
+    setup = replace(setup, num_classes=classes)
     prepared: dict[Variant, Step] = {}
     for variant in variants:
         start = time.perf_counter()
-        prepared[variant] = _compiled_step(_classifier(setup, variant.precision), variant, images, labels,
-                                           setup.batch_size)
+        prepared[variant] = _compiled_step(_classifier(setup, variant.precision), variant, feeds[variant.feed])
         for _ in range(warmup):
             prepared[variant]()
         log(f"{variant.label}: built, compiled and warmed up in {time.perf_counter() - start:.1f} s")
     samples: dict[Variant, list[float]] = {v: [] for v in variants}
     for r in range(rounds):
         for variant, step in prepared.items():
-            samples[variant].append(_images_per_s(step, len(images)))
+            samples[variant].append(_images_per_s(step, feeds[variant.feed].images_per_pass))
         log(f"round {r + 1}/{rounds}: " + ", ".join(f"{v.label} {s[-1]:.0f}" for v, s in samples.items()))
     return {
         "backend": keras.backend.backend(), "device": device_name(), "backbone": setup.backbone,
-        "image_size": size, "batch_size": setup.batch_size, "steps": steps, "rounds": rounds,
-        "results": [{"workload": v.workload, "precision": v.precision, "xla": v.jit,
+        "image_size": size, "batch_size": setup.batch_size, "steps": steps, "rounds": rounds, "data": setup.data,
+        "results": [{"workload": v.workload, "precision": v.precision, "xla": v.jit, "feed": v.feed,
                      "images_per_s": round(statistics.median(s), 1),
                      "range": [round(min(s), 1), round(max(s), 1)]} for v, s in samples.items()],
     }
@@ -151,9 +214,18 @@ def device_name() -> str:
 
 
 def format_table(report: dict) -> str:
-    """The report as a Markdown table, for the README and for reading at a glance."""
-    rows = ["| workload | precision | XLA | images/s (median) | range |", "| --- | --- | --- | ---: | ---: |"]
+    """The report as a Markdown table, for the README and for reading at a glance. A pipeline-fed
+    row's last column is its rate over the same variant's memory-fed rate: the share of what the
+    device could train that the host's input sustains."""
+    memory = {_key(r): r["images_per_s"] for r in report["results"] if r["feed"] == "memory"}
+    rows = ["| workload | precision | XLA | feed | images/s (median) | range | of memory-fed |",
+            "| --- | --- | --- | --- | ---: | ---: | ---: |"]
     for r in report["results"]:
-        rows.append(f"| {r['workload']} | {r['precision']} | {'on' if r['xla'] else 'off'} | "
-                    f"{r['images_per_s']:,.0f} | {r['range'][0]:,.0f}–{r['range'][1]:,.0f} |")
+        share = f"{r['images_per_s'] / memory[_key(r)]:.0%}" if r["feed"] == "pipeline" and _key(r) in memory else ""
+        rows.append(f"| {r['workload']} | {r['precision']} | {'on' if r['xla'] else 'off'} | {r['feed']} | "
+                    f"{r['images_per_s']:,.0f} | {r['range'][0]:,.0f}–{r['range'][1]:,.0f} | {share} |")
     return "\n".join(rows)
+
+
+def _key(result: dict) -> tuple:
+    return result["workload"], result["precision"], result["xla"]
