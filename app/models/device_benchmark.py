@@ -144,21 +144,23 @@ def _pipeline_stream(data: str, size: int, batch_size: int) -> tuple[Iterator, i
     ds = make_train_dataset(data, image_size=size, batch_size=batch_size, repeat=True)
     batches = ds.map(lambda images, labels: (images, tf.one_hot(labels, classes))).as_numpy_iterator()
 
-    def stream() -> Iterator:
+    def stream() -> Iterator:  # a generator, which Keras' fit/predict take as one; tf's iterator type they do not
         yield from batches
 
     return stream(), classes
 
 
-def _feeds(setup: DeviceSetup, size: int, steps: int) -> tuple[dict[str, Feed], int]:
-    """The memory feed, and the pipeline feed when `setup.data` is given; the class count."""
-    feeds, classes = {}, setup.num_classes
+def _feeds(setup: DeviceSetup, size: int, steps: int) -> tuple[dict[str, Feed], DeviceSetup]:
+    """The memory feed, and the pipeline feed when `setup.data` is given; `setup` with the
+    dataset's class count, so both feeds train the same head."""
+    feeds = {}
     if setup.data:
         stream, classes = _pipeline_stream(setup.data, size, setup.batch_size)
         feeds["pipeline"] = Feed(steps, setup.batch_size, stream=stream)
-    images, labels = _batches(replace(setup, num_classes=classes), size, steps)
+        setup = replace(setup, num_classes=classes)
+    images, labels = _batches(setup, size, steps)
     feeds["memory"] = Feed(steps, setup.batch_size, images, labels)
-    return feeds, classes
+    return feeds, setup
 
 
 def _images_per_s(step: Step, images: int) -> float:
@@ -172,8 +174,7 @@ def run_device_benchmark(setup: DeviceSetup, variants: list[Variant], *, steps: 
     """Build and warm up every variant (compilation and autotuning stay out of the figures),
     then time them in alternating rounds; report each one's median images/s and range."""
     size = _image_size(setup)
-    feeds, classes = _feeds(setup, size, steps)
-    setup = replace(setup, num_classes=classes)
+    feeds, setup = _feeds(setup, size, steps)
     prepared: dict[Variant, Step] = {}
     for variant in variants:
         start = time.perf_counter()
