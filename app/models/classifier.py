@@ -2,9 +2,13 @@
 multi-label, one sigmoid per label).
 
 With side features (app/data/side_features.py) the model takes {"image", "side"}: the side
-vector is encoded (standardised numbers, one-hot categories: "side_encoding"), passed through
-a small MLP ("side_dense") and concatenated ("fuse") with the pooled image features before
-the dropout and the head.
+vector is encoded (standardised numbers, one-hot categories: "side_encoding") and reaches the
+head twice, concatenated ("fuse") with the pooled image features before the dropout: through
+a small MLP ("side_dense"), and directly ("side_wide", wide and deep), scaled by the number of
+image features D. Adam moves every weight by about the learning rate per step, so D image
+features move the logits about D times as fast as one unscaled column: behind the MLP alone, a
+threshold on one column lagged while the head fitted the training photos' labels from image
+features instead (the README's "Side features" has the measurements).
 
 Layer names are stable ("normalize", "backbone", "pool", "dropout", "logits",
 "probabilities") so checkpoints, tests and exports can find them. Logits and softmax stay
@@ -63,8 +67,10 @@ def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int
         encode, dense, fuse = _side_branch(side_features)
         side, head_side = (keras.Input((len(side_features),), name="side") for _ in range(2))
         inputs, head_inputs = {"image": images, "side": side}, {"features": feature_input, "side": head_side}
-        features = fuse([features, dense(encode(side))])
-        head_features = fuse([feature_input, dense(encode(head_side))])
+        wide = keras.layers.Rescaling(float(pooled.shape[-1]), name="side_wide")
+        encoded, head_encoded = encode(side), encode(head_side)
+        features = fuse([features, dense(encoded), wide(encoded)])
+        head_features = fuse([feature_input, dense(head_encoded), wide(head_encoded)])
     logits = logits_layer(dropout_layer(features))
     probabilities = (keras.layers.Activation("sigmoid", name="probabilities", dtype="float32") if multi_label
                      else keras.layers.Softmax(name="probabilities", dtype="float32"))(logits)

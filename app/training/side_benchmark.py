@@ -6,6 +6,10 @@ features (the fused model, as fine_tune.py trains it) and without (the image-onl
 same phases on the same images). The side-features-only model is the fused model's side
 branch and head alone (SideFeatureEncoding → Dense → logits), trained with Adam on the same
 training rows and stopped on validation loss. Validation chose every kept epoch; test chose nothing.
+
+The ceiling is the image-only model's accuracy on the shape alone (a prediction counts when it
+names the right shape, whatever its level): with `task="threshold"` the level is exactly the
+sign of one column, so a fused model that learnt the threshold reaches it.
 """
 
 from __future__ import annotations
@@ -22,21 +26,28 @@ from app.config import load_config
 from app.table import mean_sd
 
 MODELS = ("image only", "side features only", "fused")
+CEILING = "ceiling (image only, shape)"
 
 
-def _records(tmp: Path, per_class: int, noise: float) -> tuple[Path, Path]:
+def _records(tmp: Path, per_class: int, noise: float, task: str) -> tuple[Path, Path]:
     from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
     from app.data.writer import write_tfrecords
 
-    manifest = generate_side_feature_dataset(tmp / "photos", per_class=per_class, noise=noise)
+    manifest = generate_side_feature_dataset(tmp / "photos", per_class=per_class, noise=noise, task=task)
     fused, image_only = tmp / "records-fused", tmp / "records-image-only"
     for out, columns in ((fused, FEATURE_COLUMNS), (image_only, None)):
         write_tfrecords(manifest, out, val_fraction=0.2, test_fraction=0.2, num_shards=2, feature_columns=columns)
     return fused, image_only
 
 
-def _trained_test_accuracy(data: Path, out: Path, seed: int, weights: str, fixed: dict) -> tuple[float, float]:
-    """(val, test) accuracy of fine_tune.py's phases (no export) on `data`."""
+def shape_accuracy(confusion: np.ndarray, classes: list[str]) -> float:
+    """Share of predictions that name the right shape ("circle_low" for "circle_high" counts)."""
+    shapes = np.array([c.split("_")[0] for c in classes])
+    return float(confusion[shapes[:, None] == shapes[None, :]].sum() / confusion.sum())
+
+
+def _trained_test_accuracy(data: Path, out: Path, seed: int, weights: str, fixed: dict) -> tuple[float, float, float]:
+    """(val, test, test shape) accuracy of fine_tune.py's phases (no export) on `data`."""
     from app.training.context import setup
     from app.training.train import evaluate_split, run_phase1, run_phase2
 
@@ -47,7 +58,8 @@ def _trained_test_accuracy(data: Path, out: Path, seed: int, weights: str, fixed
         kept = run_phase1(ctx)
         if cfg.epochs_finetune:
             kept = run_phase2(ctx, kept)
-        return kept.val_accuracy, evaluate_split(ctx, "test").accuracy
+        test = evaluate_split(ctx, "test")
+        return kept.val_accuracy, test.accuracy, shape_accuracy(test.confusion_matrix, ctx.info.classes)
 
 
 def _side_rows(data: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -82,20 +94,22 @@ def _side_only_accuracy(data: Path, seed: int) -> tuple[float, float]:
 
 
 def run_side_benchmark(*, weights: str, seeds: tuple[int, ...], per_class: int = 100, noise: float = 0.6,
-                       log: Callable[[str], None] = print, **fixed: object) -> list[dict]:
-    """One row per (model, seed), the three models alternating within each seed."""
+                       task: str = "levels", log: Callable[[str], None] = print, **fixed: object) -> list[dict]:
+    """One row per (model, seed), the three models alternating within each seed, and the ceiling."""
     load_config(None, {"weights": weights, **fixed})  # a bad key or value fails now
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        fused, image_only = _records(tmp, per_class, noise)
+        fused, image_only = _records(tmp, per_class, noise, task)
         for seed in seeds:
             for model in MODELS:
                 if model == "side features only":
                     val, test = _side_only_accuracy(fused, seed)
                 else:
                     data = fused if model == "fused" else image_only
-                    val, test = _trained_test_accuracy(data, tmp / "run", seed, weights, fixed)
+                    val, test, shape = _trained_test_accuracy(data, tmp / "run", seed, weights, fixed)
+                    if model == "image only":
+                        rows.append({"model": CEILING, "seed": seed, "val_accuracy": None, "test_accuracy": shape})
                 rows.append({"model": model, "seed": seed, "val_accuracy": val, "test_accuracy": test})
                 log(f"{model}, seed {seed}: val {val:.3f}, test {test:.3f}")
     return rows
@@ -103,9 +117,12 @@ def run_side_benchmark(*, weights: str, seeds: tuple[int, ...], per_class: int =
 
 def summarise(rows: list[dict]) -> list[dict]:
     out = []
-    for model in MODELS:
+    for model in (*MODELS, CEILING):
         group = [r for r in rows if r["model"] == model]
-        out.append({"model": model, "seeds": len(group), "val_accuracy": mean_sd([r["val_accuracy"] for r in group]),
+        if not group:
+            continue
+        vals = [r["val_accuracy"] for r in group if r["val_accuracy"] is not None]
+        out.append({"model": model, "seeds": len(group), "val_accuracy": mean_sd(vals) if vals else "-",
                     "test_accuracy": mean_sd([r["test_accuracy"] for r in group])})
     return out
 

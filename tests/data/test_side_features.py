@@ -113,3 +113,32 @@ def test_the_encoding_layer_standardises_numbers_and_one_hots_categories():
                                  {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]}])
     encoded = np.asarray(layer(np.array([[30.0, 2.0], [np.nan, 0.0], [0.0, 7.0]], np.float32)))
     np.testing.assert_allclose(encoded, [[1.0, 0, 0, 1], [0.0, 1, 0, 0], [-2.0, 1, 0, 0]])  # NaN → the mean; 7 → missing
+
+
+def test_the_threshold_task_labels_each_row_by_the_sign_of_its_reading(tmp_path: Path):
+    from app.data.side_demo import generate_side_feature_dataset
+
+    out = generate_side_feature_dataset(tmp_path / "photos", per_class=20, image_size=16, task="threshold")
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 80 and all(row["reading"] for row in rows)  # never missing: the ceiling is reachable
+    assert all((float(row["reading"]) > 0) == row["label"].endswith("_high") for row in rows)
+    sites = {level: {row["site"] for row in rows if row["label"].endswith(level)} for level in ("_low", "_high")}
+    assert sites["_low"] == sites["_high"]  # site says nothing about the level
+    with pytest.raises(ValueError, match="task must be one of"):
+        generate_side_feature_dataset(tmp_path / "other", per_class=1, task="sums")
+
+
+def test_the_model_sees_the_encoded_side_features_directly_scaled_by_the_image_features_count():
+    """Wide and deep: the head's input is [pooled image features, the side MLP's output, D x encoding]."""
+    from app.models.backbones import get_backbone
+    from app.models.classifier import SIDE_UNITS, build_classifier
+    from conftest import TINY_BACKBONE
+
+    spec = get_backbone(TINY_BACKBONE)
+    columns = [{"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0},
+               {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]}]
+    clf = build_classifier(spec, spec.build((32, 32, 3), None), 3, 32, 0.0, side_features=columns)
+    assert clf.head_model.get_layer("logits").kernel.shape == (24 + SIDE_UNITS + 4, 3)  # 24 image features, 1 + 3 encoded
+    encode, wide = clf.head_model.get_layer("side_encoding"), clf.head_model.get_layer("side_wide")
+    row = wide(encode(np.array([[30.0, 2.0]], np.float32)))
+    np.testing.assert_allclose(np.asarray(row), [[24.0, 0.0, 0.0, 24.0]])  # (30 - 20) / 10 = 1 and "leg", x 24

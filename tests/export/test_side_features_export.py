@@ -34,7 +34,8 @@ def side_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     write_tfrecords(manifest, tmp / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
                     test_fraction=0.25, num_shards=1)
     cfg = TrainConfig(data=str(tmp / "records"), out=str(tmp / "run"), backbone=TINY_BACKBONE, weights="none", image_size=32, batch_size=4,
-                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, cache_features="true")
+                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, cache_features="true",
+                      phase2_mode="images")
     return tmp, train(cfg)
 
 

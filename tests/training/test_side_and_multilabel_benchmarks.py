@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from app.training.multilabel_benchmark import format_summary as multilabel_summary
@@ -38,3 +39,11 @@ def test_both_benchmarks_run_end_to_end_on_tiny_settings(monkeypatch):
     multi = run_multilabel_benchmark(weights="none", seeds=(0,), photos=30, photo_size=48, log=lambda m: None,
                                      image_size=32, batch_size=8, epochs_head=1, epochs_finetune=0)
     assert multi[0]["count"] == 6 and len(multi[0]["labels"]) == 4  # 20% of 30 photos for test
+
+
+def test_the_ceiling_counts_a_prediction_with_the_right_shape_whatever_its_level():
+    from app.training.side_benchmark import shape_accuracy
+
+    classes = ["circle_high", "circle_low", "square_high", "square_low"]
+    confusion = np.array([[5, 5, 0, 0], [2, 7, 1, 0], [0, 0, 9, 1], [0, 0, 0, 10]])  # rows: true class
+    assert shape_accuracy(confusion, classes) == pytest.approx(39 / 40)  # one circle called a square
