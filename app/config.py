@@ -46,9 +46,13 @@ class TrainConfig:
     lr_finetune: float = _key(1e-4, "phase-2 peak learning rate: linear warmup, then cosine decay; auto = the"
                                     " finder's suggestion, swept under the trained head before phase 2")
     warmup_fraction: float = _key(0.1, "share of phase-2 steps spent warming up")
-    phase2_on_views: bool = _key(True, "when phase 1 runs on cached features: phase 2 trains on its feature_views views'"
-                                       " activations where the trained layers begin (one pass made them both), not on"
-                                       " photos decoded and run through the frozen layers every epoch")
+    phase2_mode: str = _key("auto", "what phase 2 trains on: views (phase 1's cached views' activations where its layers begin:"
+                                    " no decoding, a fraction of an epoch on images) | images (decoded, freshly"
+                                    " augmented each epoch) | auto (views when phase 1's val accuracy is near"
+                                    " saturation, else images with more epochs; see app/training/plan.py)",
+                            choices=("auto", "views", "images"))
+    finetune_time_cap: float = _key(2.0, "phase 2 on images stops before an epoch that would end past this many times"
+                                         " phase 1's seconds; 0 = no cap")
     unfreeze: str = _key("blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)")
     layer_decay: float = _key(1.0, "phase 2's layer-wise rate decay: the head and top block train at lr_finetune, each"
                                    " block below at the rate of the block above x this; 1 = one rate for all")
@@ -168,6 +172,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (0.0 < cfg.layer_decay <= 1.0, "layer_decay must be in (0, 1]"),
         (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
         (cfg.feature_views >= 1, "feature_views must be >= 1"),
+        (cfg.finetune_time_cap >= 0, "finetune_time_cap must be >= 0 (0 = no cap)"),
         (cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"), "unfreeze must be blocks:N, fraction:F or layer:NAME"),
     ]
     if "://" in cfg.out:
@@ -187,4 +192,6 @@ def save_config(cfg: TrainConfig, path: Path) -> None:
 
 
 def read_saved_config(path: Path) -> TrainConfig:
-    return TrainConfig(**json.loads(path.read_text()))
+    """A run dir's config.json; keys an older version wrote and this one no longer has (such as
+    phase2_on_views, now phase2_mode) are dropped, so older runs still load, export and evaluate."""
+    return TrainConfig(**{k: v for k, v in json.loads(path.read_text()).items() if k in FIELDS})

@@ -93,24 +93,27 @@ def pretrained_weights() -> Path:
 
 @pytest.fixture
 def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A fast config: the random-init tiny backbone at 64px, 2 steps per epoch."""
+    """A fast config: the random-init tiny backbone at 64px, 2 steps per epoch; phase 2 on phase 1's
+    views (a random backbone never saturates, so `auto` would pick images: tests/training/test_plan.py)."""
     from app.config import TrainConfig
 
     monkeypatch.delenv("PHOTOCLF_WEIGHTS", raising=False)
     return TrainConfig(
         data=str(demo_records), out=str(tmp_path / "run"), backbone=TINY_BACKBONE, weights="none", image_size=64,
         batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, early_stopping_patience=5,
+        phase2_mode="views",
     )
 
 
 @pytest.fixture(scope="session")
 def trained_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny finished run named "shapes" (the random-init tiny backbone at 64 px), exported as version 1."""
+    """A tiny finished run named "shapes" (the random-init tiny backbone at 64 px), exported as version 1;
+    one epoch of each phase (phase 2 on phase 1's views, as tiny_config)."""
     from app.config import TrainConfig
     from app.training.train import train
 
     run = tmp_path_factory.mktemp("export") / "shapes"
     cfg = TrainConfig(data=str(demo_records), out=str(run), backbone=TINY_BACKBONE, weights="none", image_size=64,
-                      batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2)
+                      batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, phase2_mode="views")
     train(cfg)
     return run

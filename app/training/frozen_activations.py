@@ -7,12 +7,13 @@ in phase 1. So:
 
 - Validation: each val image's activation at the cut is computed once, and each epoch runs only
   the layers above it (`classifier.split_at_trained`): the same logits, up to float rounding.
-- Training (`phase2_on_views`, when phase 1 trains on cached features): phase 2 trains on the
+- Training (`phase2_mode` views, when phase 1 trains on cached features): phase 2 trains on the
   activations of the same K augmented views of each training image that phase 1's cache holds,
   instead of decoding, augmenting and running every photo through the frozen layers again in
   every epoch. Phase 1's cache build runs each view through the backbone anyway; it keeps the
   activation at the cut as it passes, so the views cost phase 2 nothing. The trade is phase 1's:
-  K fixed views instead of a fresh crop per epoch (see README, "Phase 2 trains on phase 1's views").
+  K fixed views instead of a fresh crop per epoch, which app/training/plan.py weighs after phase 1
+  (`train_on_images` lets the views go when it chooses images).
 
 MobileNetV2 at 224 with the default blocks:2 cuts at block_14_add (7x7x160, 31 KB per image):
 the layers above are about a fifth of the backbone's multiply-adds. The activations are held in
@@ -61,10 +62,20 @@ class FrozenActivations:
     Otherwise (phase 1 on images, or its cache read back from the run dir) phase 2 computes them
     as it starts."""
 
-    def __init__(self, ctx: Context, split: FrozenSplit | None, trains: bool = False) -> None:
+    def __init__(self, ctx: Context, split: FrozenSplit | None, trains: bool = False, no_views: str = "") -> None:
         self.ctx, self.split, self.trains = ctx, split, trains and split is not None
+        self._no_views = no_views or "no single activation separates phase 2's frozen layers from its trained ones"
         self._val: Rows | None = None
         self._train: Rows | None = None
+
+    @property
+    def no_views(self) -> str | None:
+        """None when phase 2 can train on phase 1's views, else why it cannot."""
+        return self._no_views if not self.trains else None
+
+    def train_on_images(self) -> None:
+        """Phase 2's plan chose images: the views' activations are let go (host memory)."""
+        self.trains, self._train = False, None
 
     def keep(self, val: Rows, train: Rows | None) -> None:
         """The activations from phase 1's cache build: `train` is None unless `trains`."""
@@ -105,32 +116,30 @@ def frozen_activations(ctx: Context) -> FrozenActivations:
     """Phase 2's cut where working from it is possible and worth it (else `split` is None): one
     worker (several would each hold every activation), a single tensor at the cut, and the
     activations within the memory `cache_features = auto` allows phase 1's cache. Training from
-    it too (`trains`) when phase 1 trains on cached views and `phase2_on_views` is set."""
+    it too (`trains`) when phase 1 trains on cached views and `phase2_mode` is not images."""
     if num_workers(ctx.strategy) > 1 or not ctx.info.num_examples("val") or not ctx.cfg.epochs_finetune:
-        return FrozenActivations(ctx, None)
+        return FrozenActivations(ctx, None, no_views="several workers" if ctx.info.num_examples("val") else "no val")
     start = unfreeze_start(ctx.clf, ctx.cfg.unfreeze)
     split = split_at_trained(ctx.clf, start)
     if split is None:
         why = ("it trains the whole backbone" if start <= 1 else
                "no single activation separates its frozen layers from the trained ones")
-        log.info("phase 2 validates and trains on images: %s", why)
-        return FrozenActivations(ctx, None)
+        log.info("phase 2 validates on images: %s", why)
+        return FrozenActivations(ctx, None, no_views=why)
     val_bytes, train_bytes = _bytes(ctx, split, "val"), _bytes(ctx, split, "train") * views(ctx)
     if val_bytes > FEATURE_CACHE_LIMIT:
-        log.info("phase 2 validates and trains on images: the val activations at %s would take %.1f GiB", split.cut,
-                 val_bytes / 2**30)
-        return FrozenActivations(ctx, None)
+        why = f"the val activations at {split.cut} would take {val_bytes / 2**30:.1f} GiB"
+        log.info("phase 2 validates on images: %s", why)
+        return FrozenActivations(ctx, None, no_views=why)
     trains, why = _trains(ctx, val_bytes + train_bytes)
-    if not trains:
-        log.info("phase 2 trains on images: %s", why)
-    return FrozenActivations(ctx, split, trains)
+    return FrozenActivations(ctx, split, trains, no_views=why)
 
 
 def _trains(ctx: Context, total_bytes: int) -> tuple[bool, str]:
     if not ctx.cached_phase1:
         return False, "phase 1 trained on images, so there are no cached views (cache_features)"
-    if not ctx.cfg.phase2_on_views:
-        return False, "phase2_on_views = false"
+    if ctx.cfg.phase2_mode == "images":
+        return False, "phase2_mode = images"
     if total_bytes > FEATURE_CACHE_LIMIT:
         return False, (f"the views' activations would take {total_bytes / 2**30:.1f} GiB"
                        f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB)")
@@ -155,4 +164,4 @@ def _log_done(split: FrozenSplit, val: Rows, train: Rows | None, when: str) -> N
              len(val.labels), val.activations.nbytes / 1e6, when)
     if train is not None:
         log.info("phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
-                 " each training image (phase2_on_views)", split.cut, len(train.labels), train.activations.nbytes / 1e6)
+                 " each training image", split.cut, len(train.labels), train.activations.nbytes / 1e6)

@@ -8,6 +8,7 @@ low learning rate (warmup + cosine), BatchNorm kept frozen. Both are one `Phase`
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from typing import Callable
 
@@ -25,6 +26,7 @@ from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, f
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.optimizer import FineTuneAdamW, layer_rate_scales
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
+from app.training.plan import Phase2Plan, plan_phase2
 from app.training.steps import Evaluation, Steps
 from app.training.strategy import barrier
 
@@ -69,9 +71,9 @@ def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Opt
     )
 
 
-def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int) -> keras.optimizers.schedules.LearningRateSchedule:
-    """Linear warmup to lr_finetune over warmup_fraction of phase 2, then cosine decay to 0."""
-    total = max(1, cfg.epochs_finetune * steps_per_epoch)
+def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int, epochs: int) -> keras.optimizers.schedules.LearningRateSchedule:
+    """Linear warmup to lr_finetune over warmup_fraction of phase 2's `epochs`, then cosine decay to 0."""
+    total = max(1, epochs * steps_per_epoch)
     warmup = int(total * cfg.warmup_fraction)
     return keras.optimizers.schedules.CosineDecay(
         0.0 if warmup else cfg.lr_finetune, decay_steps=max(1, total - warmup),
@@ -80,25 +82,27 @@ def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int) -> keras.optimizer
 
 
 def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
-                frozen: FrozenActivations | None = None) -> Phase:
+                frozen: FrozenActivations | None = None, plan: Phase2Plan | None = None) -> Phase:
     """Phase 1 (the head; on cached features when ctx.cached_phase1) or phase 2 (the unfrozen top,
     from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`; validated,
     and trained on phase 1's cached views, from its frozen layers' output where
-    `frozen_activations` allows). Pass both phases the same `frozen`: phase 1's feature cache
-    then computes what phase 2 works on."""
+    `frozen_activations` allows and its `plan` chose). Pass both phases the same `frozen`: phase
+    1's feature cache then computes what phase 2 works on."""
     cfg, clf = ctx.cfg, ctx.clf
     cached = number == 1 and ctx.cached_phase1
     if number == 2:
         frozen = frozen or frozen_activations(ctx)
+        plan = plan or phase2_plan(ctx, baseline, frozen)
     split = frozen.split if number == 2 else None
     on_views = number == 2 and frozen.trains  # the tail trains on the views' activations at the cut
     model = clf.head_model if cached else split.tail if on_views else clf.logits_model
-    rate = cfg.lr_head if number == 1 else finetune_schedule(cfg, ctx.steps_per_epoch)
+    rate = cfg.lr_head if number == 1 else finetune_schedule(cfg, ctx.steps_per_epoch, plan.epochs)
     spec = PhaseSpec(
-        phase=number, epochs=cfg.epochs_head if number == 1 else cfg.epochs_finetune,
+        phase=number, epochs=cfg.epochs_head if number == 1 else plan.epochs,
         steps_per_epoch=ctx.steps_per_epoch, steps_per_execution=cfg.steps_per_execution,
-        patience=cfg.early_stopping_patience, epoch_offset=baseline.epochs if baseline else 0, select_by=cfg.select_by,
-        keep_baseline_accuracy=cfg.phase2_keeps_accuracy,
+        patience=cfg.early_stopping_patience if number == 1 else plan.patience,
+        epoch_offset=baseline.epochs if baseline else 0, select_by=cfg.select_by,
+        keep_baseline_accuracy=cfg.phase2_keeps_accuracy, max_seconds=math.inf if number == 1 else plan.max_seconds,
     )
     sample = None
     if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike
@@ -120,12 +124,26 @@ def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseRe
     return run_phase(build_phase(ctx, 1, frozen=frozen))
 
 
-def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations | None = None) -> PhaseResult:
+def phase2_plan(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations) -> Phase2Plan:
+    """What phase 2 will do (app/training/plan.py), from what phase 1 left; `frozen` lets the
+    views go when it chooses images."""
+    plan = plan_phase2(ctx.cfg, phase1.val_accuracy if phase1 else None, phase1.seconds if phase1 else 0.0,
+                       frozen.no_views)
+    if plan.mode == "images":
+        frozen.train_on_images()
+    return plan
+
+
+def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations | None = None,
+               plan: Phase2Plan | None = None) -> PhaseResult:
+    frozen = frozen or frozen_activations(ctx)
+    plan = plan or phase2_plan(ctx, phase1, frozen)
+    log.info("%s", plan.describe())
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)
     log.info("phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen", len(trained),
              trained[0] if trained else "-", trained[-1] if trained else "-")
     resolve_rate(ctx, 2)
-    return run_phase(build_phase(ctx, 2, phase1, frozen))
+    return run_phase(build_phase(ctx, 2, phase1, frozen, plan))
 
 
 def evaluate_split(ctx: Context, split: str, steps: Steps | None = None) -> Evaluation:
@@ -167,7 +185,11 @@ def _train(ctx: Context) -> dict:
     frozen = frozen_activations(ctx)  # phase 2's input, which phase 1's feature cache helps to build
     phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
-    phase2 = run_phase2(ctx, phase1, frozen) if cfg.epochs_finetune else None
+    phase2 = None
+    if cfg.epochs_finetune:
+        plan = phase2_plan(ctx, phase1, frozen)
+        metrics["phase2_plan"] = plan.to_dict()
+        phase2 = run_phase2(ctx, phase1, frozen, plan)
     metrics["phase2"] = phase2.to_dict() if phase2 else None
     if "auto" in (cfg.lr_head, cfg.lr_finetune):  # cfg: as configured; ctx.cfg holds the rates used
         metrics["lr_find"] = {**read_suggestions(ctx.run.root), "rule": RULE,

@@ -36,6 +36,13 @@ def test_config_round_trip(tmp_path: Path):
     assert read_saved_config(tmp_path / "config.json") == cfg
 
 
+def test_a_config_saved_by_an_older_version_loads_without_its_retired_keys(tmp_path: Path):
+    saved = {**TrainConfig(epochs_head=7).to_dict(), "phase2_on_views": True}  # replaced by phase2_mode
+    del saved["phase2_mode"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert read_saved_config(tmp_path / "config.json") == TrainConfig(epochs_head=7)
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [({"batch_size": "many"}, "'batch_size' must be int"), ({"no_such_key": "1"}, "unknown config key"),

@@ -1,0 +1,67 @@
+"""What phase 2 does, decided after phase 1 from what phase 1 left: train on phase 1's cached
+views, or on images with a fresh augmentation every epoch; for how long.
+
+Phase 2 on the views costs a fraction of an epoch on images (the frozen layers ran once, when
+phase 1's cache was built), but it sees the same K crops of each photo every epoch: where
+phase 1 is near saturation that is all it needs, and far from it the unfrozen layers memorise
+the crops (training accuracy climbs, validation stays put). There phase 2 on images, with more
+epochs, is what pays. `phase2_mode = auto` chooses between them by phase 1's kept validation
+accuracy, and gives phase 2 on images more epochs and patience, within a time cap
+(`finetune_time_cap` times phase 1's seconds); `views` and `images` force one mode with the
+configured epochs and patience. Every phase stops early when validation stops improving. The
+measurements behind the threshold are in benchmarks/README.md ("Training choices").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.config import TrainConfig
+
+SATURATED = 0.90  # phase 1 kept val accuracy at or above which phase 2 on the views is enough
+IMAGES_EPOCHS = 3  # phase 2 on images runs up to this many times epochs_finetune epochs
+IMAGES_PATIENCE = 4  # ... and stops after this many epochs without improvement (at least the configured patience)
+
+
+@dataclass(frozen=True)
+class Phase2Plan:
+    mode: str  # "views" (phase 1's cached views' activations) or "images" (decoded and augmented each epoch)
+    epochs: int  # at most
+    patience: int  # epochs without improvement before it stops
+    max_seconds: float  # its time cap (math.inf: none)
+    reason: str  # why, for the log and metrics.json
+
+    def describe(self) -> str:
+        cap = "" if math.isinf(self.max_seconds) else f", stopping by {self.max_seconds:.0f} s"
+        where = "phase 1's cached views" if self.mode == "views" else "images, freshly augmented each epoch"
+        return (f"phase 2 on {where}: up to {self.epochs} epochs while validation improves (patience {self.patience})"
+                f"{cap}; {self.reason}")
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "epochs": self.epochs, "patience": self.patience,
+                "max_seconds": None if math.isinf(self.max_seconds) else round(self.max_seconds, 1),
+                "reason": self.reason}
+
+
+def plan_phase2(cfg: TrainConfig, phase1_accuracy: float | None, phase1_seconds: float, views: str | None) -> Phase2Plan:
+    """The plan for phase 2. `views`: None when phase 1's views can carry phase 2, else why not
+    (phase 1 on images, no cut, memory); `phase1_accuracy` is None when phase 1 did not run."""
+    if cfg.phase2_mode != "auto":  # asked for: as configured, on images when there are no views
+        mode = "views" if cfg.phase2_mode == "views" and views is None else "images"
+        reason = f"phase2_mode = {cfg.phase2_mode}" + ("" if mode == cfg.phase2_mode else f"; no cached views: {views}")
+        return Phase2Plan(mode, cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason)
+    if phase1_accuracy is not None and phase1_accuracy >= SATURATED:
+        where = "on the views" if views is None else f"on images (no cached views: {views})"
+        reason = (f"phase2_mode = auto: phase 1 reached val accuracy {phase1_accuracy:.3f} (>= {SATURATED:.2f}),"
+                  f" near saturation: a short phase 2 {where}")
+        return Phase2Plan("views" if views is None else "images", cfg.epochs_finetune, cfg.early_stopping_patience,
+                          math.inf, reason)
+    left = ("phase 1 did not run" if phase1_accuracy is None else
+            f"phase 1 reached val accuracy {phase1_accuracy:.3f} (< {SATURATED:.2f})")
+    reason = f"phase2_mode = auto: {left}, far from saturation, where fresh augmentation each epoch pays"
+    cap = cfg.finetune_time_cap * phase1_seconds if cfg.finetune_time_cap and phase1_seconds > 0 else math.inf
+    if not math.isinf(cap):
+        reason += f"; time cap {cfg.finetune_time_cap:g} x phase 1's {phase1_seconds:.0f} s (finetune_time_cap)"
+    return Phase2Plan("images", cfg.epochs_finetune * IMAGES_EPOCHS, max(cfg.early_stopping_patience, IMAGES_PATIENCE),
+                      cap, reason)

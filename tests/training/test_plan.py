@@ -1,0 +1,108 @@
+"""Phase 2's plan: from what phase 1 left and whether its views can carry phase 2, the mode,
+the epochs, the patience and the time cap; and a phase that stops at its cap."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.config import TrainConfig
+from app.training.plan import IMAGES_EPOCHS, IMAGES_PATIENCE, SATURATED, plan_phase2
+
+CFG = TrainConfig(epochs_finetune=5, early_stopping_patience=3, finetune_time_cap=2.0)
+
+
+def test_near_saturation_phase2_trains_on_the_views_as_configured():
+    plan = plan_phase2(CFG, phase1_accuracy=0.985, phase1_seconds=20.0, views=None)
+    assert (plan.mode, plan.epochs, plan.patience, plan.max_seconds) == ("views", 5, 3, math.inf)
+    assert "0.985 (>= 0.90)" in plan.reason and "phase 1's cached views" in plan.describe()
+
+
+def test_far_from_saturation_phase2_trains_on_images_longer_within_a_time_cap():
+    plan = plan_phase2(CFG, phase1_accuracy=0.80, phase1_seconds=20.0, views=None)
+    assert plan.mode == "images" and plan.epochs == 5 * IMAGES_EPOCHS and plan.patience == IMAGES_PATIENCE
+    assert plan.max_seconds == 40.0  # 2 x phase 1's 20 s
+    assert "0.800 (< 0.90)" in plan.reason and "time cap 2 x phase 1's 20 s" in plan.reason
+    assert "stopping by 40 s" in plan.describe()
+
+
+def test_the_threshold_itself_counts_as_saturated():
+    assert plan_phase2(CFG, SATURATED, 20.0, None).mode == "views"
+    assert plan_phase2(CFG, SATURATED - 1 / 272, 20.0, None).mode == "images"  # one val photo of 272 fewer
+
+
+def test_without_cached_views_a_saturated_phase1_gets_a_short_phase2_on_images():
+    plan = plan_phase2(CFG, 0.99, 20.0, views="phase 1 trained on images")
+    assert (plan.mode, plan.epochs, plan.max_seconds) == ("images", 5, math.inf)
+    assert plan.reason.endswith("a short phase 2 on images (no cached views: phase 1 trained on images)")
+    far = plan_phase2(CFG, 0.5, 20.0, views="phase 1 trained on images")
+    assert (far.mode, far.epochs, far.max_seconds) == ("images", 15, 40.0)
+    forced = plan_phase2(CFG.replace(phase2_mode="views"), 0.5, 20.0, views="several workers")
+    assert (forced.mode, forced.reason) == ("images", "phase2_mode = views; no cached views: several workers")
+
+
+def test_without_phase1_phase2_counts_as_far_from_saturation():
+    plan = plan_phase2(CFG, None, 0.0, None)
+    assert plan.mode == "images" and plan.max_seconds == math.inf and "phase 1 did not run" in plan.reason
+
+
+def test_a_forced_mode_runs_as_configured():
+    views = plan_phase2(CFG.replace(phase2_mode="views"), 0.5, 20.0, None)
+    images = plan_phase2(CFG.replace(phase2_mode="images"), 0.99, 20.0, None)
+    assert (views.mode, views.epochs, views.patience, views.max_seconds) == ("views", 5, 3, math.inf)
+    assert (images.mode, images.epochs, images.patience, images.max_seconds) == ("images", 5, 3, math.inf)
+    assert images.reason == "phase2_mode = images"
+
+
+@pytest.mark.parametrize("cap, seconds, expected", [(0.0, 20.0, math.inf), (2.0, 0.0, math.inf), (1.5, 10.0, 15.0)])
+def test_the_cap_is_a_multiple_of_phase1s_time_or_none(cap: float, seconds: float, expected: float):
+    plan = plan_phase2(CFG.replace(finetune_time_cap=cap), 0.5, seconds, None)
+    assert plan.max_seconds == expected
+
+
+def test_the_plan_is_recorded_as_plain_values():
+    assert plan_phase2(CFG, 0.5, 20.0, None).to_dict() == {
+        "mode": "images", "epochs": 15, "patience": 4, "max_seconds": 40.0,
+        "reason": "phase2_mode = auto: phase 1 reached val accuracy 0.500 (< 0.90), far from saturation, where fresh"
+                  " augmentation each epoch pays; time cap 2 x phase 1's 20 s (finetune_time_cap)"}
+
+
+def test_a_phase_stops_before_an_epoch_that_would_pass_its_time_cap(tiny_config: TrainConfig, monkeypatch):
+    """Epochs of 10 s each (a fake clock) and a 25 s cap: two epochs run; a third would end at 30 s."""
+    import dataclasses
+    import itertools
+
+    from app.training import phase as phase_module
+    from app.training.context import setup
+    from app.training.train import build_phase
+
+    now, ticks = [0.0], itertools.count()
+    monkeypatch.setattr(phase_module.time, "perf_counter", lambda: now[0] + next(ticks) * 1e-6)
+    real_epoch = phase_module._run_epoch
+
+    def ten_second_epoch(*args):
+        now[0] += 10.0
+        real_epoch(*args)
+
+    monkeypatch.setattr(phase_module, "_run_epoch", ten_second_epoch)
+    phase = build_phase(setup(tiny_config.replace(epochs_head=6, early_stopping_patience=10)), 1)
+    capped = dataclasses.replace(phase, spec=dataclasses.replace(phase.spec, max_seconds=25.0))
+    result = phase_module.run_phase(capped)
+    assert result.epochs == 2 and result.stopped_early and result.seconds == pytest.approx(20.0, abs=0.01)
+
+
+def test_a_run_far_from_saturation_trains_phase2_on_images_and_records_why(tiny_config: TrainConfig, caplog):
+    """The random tiny backbone is nowhere near saturation: `auto` picks images, logs the plan, and
+    metrics.json records it."""
+    import logging
+
+    from app.training.train import train
+
+    with caplog.at_level(logging.INFO, logger="app.training.train"):
+        metrics = train(tiny_config.replace(phase2_mode="auto", finetune_time_cap=0.0))
+    plan = metrics["phase2_plan"]
+    assert plan["mode"] == "images" and plan["epochs"] == IMAGES_EPOCHS and plan["max_seconds"] is None
+    assert plan["reason"].startswith(f"phase2_mode = auto: phase 1 reached val accuracy {metrics['phase1']['val_accuracy']:.3f}")
+    assert "phase 2 on images, freshly augmented each epoch: up to 3 epochs" in caplog.text
+    assert 1 <= metrics["phase2"]["epochs"] <= IMAGES_EPOCHS
