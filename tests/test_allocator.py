@@ -41,8 +41,22 @@ def faults_over_20_steps(allocator_setting: str | None) -> int:
     return int(done.stdout.split()[-1])
 
 
+def kernel_counts_page_faults() -> bool:
+    """Some sandboxes' kernels report no minor page faults at all (ru_minflt stays put while 64 MB
+    are touched afresh): there the allocator's effect cannot be seen."""
+    import resource
+
+    import numpy as np
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    np.ones(64 * 2**20, np.uint8).sum()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before > FAULTS_PER_FRESH_64MB // 2
+
+
 @pytest.mark.slow  # two fresh interpreters, each importing TensorFlow
 def test_importing_app_first_makes_tensorflow_reuse_its_memory_across_steps():
+    if not kernel_counts_page_faults():
+        pytest.skip("this kernel reports no minor page faults (ru_minflt), so reuse cannot be measured here")
     reused = faults_over_20_steps(None)
     refaulted = faults_over_20_steps("false")  # the user's word wins
     assert reused < FAULTS_PER_FRESH_64MB  # less than one fresh 64 MB tensor in 20 steps
