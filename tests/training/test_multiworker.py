@@ -46,7 +46,8 @@ def test_two_workers_train_both_phases_resume_and_the_chief_exports(demo_records
     scratch.mkdir()
     cmd = [sys.executable, "scripts/fine_tune.py", "--data", str(demo_records), "--out", str(run), "--weights", "none",
            "--image-size", "64", "--batch-size", "4", "--epochs-head", "4", "--epochs-finetune", "1",
-           "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=10"]
+           "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=10",
+           "--set", "phase2_mode=images"]  # as configured: auto would lengthen phase 2 for a random backbone
 
     first = _start_workers(cmd, tmp_path, scratch, attempt=1)
     deadline = time.monotonic() + 300
@@ -132,7 +133,7 @@ def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Pa
     data = {"images": lambda: demo_records, "side features": lambda: _side_feature_records(tmp_path),
             "multi-label": lambda: _multilabel_records(tmp_path)}[kind]()
     cfg = {"data": str(data), "out": str(tmp_path / "run"), "backbone": TINY_BACKBONE, "weights": "none", "image_size": 64,
-           "batch_size": 4, "epochs_head": 1, "epochs_finetune": 1, "max_steps_per_epoch": 2}
+           "batch_size": 4, "epochs_head": 1, "epochs_finetune": 1, "max_steps_per_epoch": 2, "phase2_mode": "views"}
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("PHOTOCLF_WEIGHTS", None)
     out = subprocess.run([sys.executable, "-c", MIRRORED_ON_TWO_CPUS, json.dumps(cfg)], cwd=ROOT, env=env,

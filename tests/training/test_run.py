@@ -164,7 +164,8 @@ def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
     cmd = [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--data", str(demo_records), "--out", str(run),
            "--weights", "none", "--image-size", "64", "--batch-size", "8", "--epochs-head", "6",
            "--epochs-finetune", "2", "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=10",
-           "--set", "cache_features=false"]  # image epochs: slow enough to be killed mid-phase
+           "--set", "cache_features=false", "--set", "phase2_mode=images"]  # image epochs: slow enough to be
+    # killed mid-phase; phase 2 as configured (auto would lengthen it: a random backbone is far from saturation)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PHOTOCLF_WEIGHTS", None)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -34,7 +34,7 @@ def test_both_benchmarks_run_end_to_end_on_tiny_settings(monkeypatch):
     monkeypatch.delenv("PHOTOCLF_WEIGHTS", raising=False)
     side = run_side_benchmark(weights="none", seeds=(0,), per_class=10, log=lambda m: None, image_size=32, batch_size=8,
                               epochs_head=1, epochs_finetune=0)
-    assert [r["model"] for r in side] == ["image only", "side features only", "fused"]
+    assert [r["model"] for r in side] == ["ceiling (image only, shape)", "image only", "side features only", "fused"]
     assert all(0 <= r["test_accuracy"] <= 1 for r in side)
     multi = run_multilabel_benchmark(weights="none", seeds=(0,), photos=30, photo_size=48, log=lambda m: None,
                                      image_size=32, batch_size=8, epochs_head=1, epochs_finetune=0)
