@@ -23,7 +23,8 @@ from app.storage import must_exist
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", type=Path, help="TFRecord folder from make_tfrecords.py (train and val splits)")
-    p.add_argument("--backbones", required=True, help="comma-separated NAME[@WEIGHTS], e.g. mobilenet_v2,efficientnet_b0")
+    p.add_argument("--backbones", required=True,
+                   help="comma-separated NAME[@WEIGHTS], e.g. mobilenet_v2,efficientnet_b0")
     p.add_argument("--image-size", type=int, default=0, help="input size; 0 = each backbone's own (default)")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")

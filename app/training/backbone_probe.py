@@ -89,7 +89,8 @@ def fit_probe(train_x: np.ndarray, train_y: np.ndarray, evaluate: dict[str, tupl
     return out
 
 
-def split_features(features_model, data: str, split: str, image_size: int, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+def split_features(features_model, data: str, split: str, image_size: int,
+                   batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """(pooled features, labels) of every image in `split`, decoded as evaluation decodes them."""
     import tensorflow as tf
 
@@ -165,7 +166,8 @@ def format_ranking(results: list[ProbeResult]) -> str:
              "seconds", "images/s"]]
     for place, r in enumerate(results, start=1):
         test = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"
-        rows.append([str(place), r.candidate.label, str(r.image_size), f"{r.val_accuracy:.4f}", f"{r.val_log_loss:.4f}",
-                     test, str(r.feature_dim), f"{r.parameters / 1e6:.1f}", f"{r.seconds:.0f}", f"{r.images_per_s:.0f}"])
+        rows.append([str(place), r.candidate.label, str(r.image_size), f"{r.val_accuracy:.4f}",
+                     f"{r.val_log_loss:.4f}", test, str(r.feature_dim), f"{r.parameters / 1e6:.1f}",
+                     f"{r.seconds:.0f}", f"{r.images_per_s:.0f}"])
     weights = "\n".join(f"{r.candidate.label}: weights {r.weights_used}" for r in results)
     return format_table(rows) + "\n\n" + weights

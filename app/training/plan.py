@@ -44,7 +44,8 @@ class Phase2Plan:
                 "reason": self.reason}
 
 
-def plan_phase2(cfg: TrainConfig, phase1_accuracy: float | None, phase1_seconds: float, views: str | None) -> Phase2Plan:
+def plan_phase2(cfg: TrainConfig, phase1_accuracy: float | None, phase1_seconds: float,
+                views: str | None) -> Phase2Plan:
     """The plan for phase 2. `views`: None when phase 1's views can carry phase 2, else why not
     (phase 1 on images, no cut, memory); `phase1_accuracy` is None when phase 1 did not run."""
     if cfg.phase2_mode != "auto":  # asked for: as configured, on images when there are no views

@@ -71,7 +71,8 @@ def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Opt
     )
 
 
-def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int, epochs: int) -> keras.optimizers.schedules.LearningRateSchedule:
+def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int,
+                      epochs: int) -> keras.optimizers.schedules.LearningRateSchedule:
     """Linear warmup to lr_finetune over warmup_fraction of phase 2's `epochs`, then cosine decay to 0."""
     total = max(1, epochs * steps_per_epoch)
     warmup = int(total * cfg.warmup_fraction)

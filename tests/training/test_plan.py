@@ -103,6 +103,7 @@ def test_a_run_far_from_saturation_trains_phase2_on_images_and_records_why(tiny_
         metrics = train(tiny_config.replace(phase2_mode="auto", finetune_time_cap=0.0))
     plan = metrics["phase2_plan"]
     assert plan["mode"] == "images" and plan["epochs"] == IMAGES_EPOCHS and plan["max_seconds"] is None
-    assert plan["reason"].startswith(f"phase2_mode = auto: phase 1 reached val accuracy {metrics['phase1']['val_accuracy']:.3f}")
+    accuracy = metrics["phase1"]["val_accuracy"]
+    assert plan["reason"].startswith(f"phase2_mode = auto: phase 1 reached val accuracy {accuracy:.3f}")
     assert "phase 2 on images, freshly augmented each epoch: up to 3 epochs" in caplog.text
     assert 1 <= metrics["phase2"]["epochs"] <= IMAGES_EPOCHS
