@@ -59,7 +59,10 @@ class TrainConfig:
     # both phases
     batch_size: int = _key(32, "per-replica batch size; the global batch is this x the number of replicas", flag=True)
     weight_decay: float = _key(1e-4, "decoupled weight decay (AdamW); not applied to biases or BatchNorm")
-    label_smoothing: float = _key(0.1, "label smoothing of the training loss")
+    label_smoothing: float = _key(0.1, "label smoothing of the training loss (datasets without side features)")
+    side_label_smoothing: float = _key(0.0, "label smoothing of the training loss for datasets with side features:"
+                                            " smoothing caps the logits' margins, and a threshold on one column stayed"
+                                            " blurred under it (README, 'Side features')")
     class_weights: bool = _key(False, "weight the loss by inverse class frequency from dataset.json")
     early_stopping_patience: int = _key(3, "epochs without improvement of select_by before a phase stops")
     select_by: str = _key("val_loss", "what picks a phase's kept epoch, stops it early and decides whether phase 2"
@@ -163,6 +166,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.epochs_head + cfg.epochs_finetune > 0, "nothing to train: epochs_head and epochs_finetune are both 0"),
         (0.0 <= cfg.dropout < 1.0, "dropout must be in [0, 1)"),
         (0.0 <= cfg.label_smoothing < 1.0, "label_smoothing must be in [0, 1)"),
+        (0.0 <= cfg.side_label_smoothing < 1.0, "side_label_smoothing must be in [0, 1)"),
         (all(getattr(cfg, k) == "auto" or getattr(cfg, k) > 0 for k in AUTO_RATES), "learning rates must be > 0 or auto"),
         (0.0 <= cfg.warmup_fraction < 1.0, "warmup_fraction must be in [0, 1)"),
         (cfg.steps_per_execution >= 1, "steps_per_execution must be >= 1"),

@@ -32,13 +32,17 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=128, help="input size (default 128)")
     p.add_argument("--epochs-head", type=int, default=15, help="phase-1 epochs (default 15)")
     p.add_argument("--epochs-finetune", type=int, default=0, help="phase-2 epochs (default 0: phase 1 only)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other fine_tune.py config key for the image-only and fused runs; repeatable")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    from app.config import parse_set
     from app.training.side_benchmark import format_summary, run_side_benchmark, summarise
 
-    rows = run_side_benchmark(weights=args.weights, seeds=args.seeds, per_class=args.per_class, noise=args.noise, task=args.task,
-                              image_size=args.image_size, epochs_head=args.epochs_head,
-                              epochs_finetune=args.epochs_finetune, log=lambda m: print(m, file=sys.stderr))
+    rows = run_side_benchmark(weights=args.weights, seeds=args.seeds, per_class=args.per_class, noise=args.noise,
+                              task=args.task, log=lambda m: print(m, file=sys.stderr),
+                              **{"image_size": args.image_size, "epochs_head": args.epochs_head,
+                                 "epochs_finetune": args.epochs_finetune, **parse_set(args.set)})
     summary = summarise(rows)
     print(format_summary(summary))
     print(json.dumps({"summary": summary, "runs": rows}))

@@ -50,6 +50,11 @@ class Context:
         return Augment(color_jitter=self.cfg.color_jitter) if self.cfg.augment else Augment.off()
 
     @property
+    def label_smoothing(self) -> float:
+        """The training loss's smoothing: side_label_smoothing for a dataset with side features."""
+        return self.cfg.side_label_smoothing if self.info.side_width else self.cfg.label_smoothing
+
+    @property
     def chief(self) -> bool:
         return self.scratch is None
 

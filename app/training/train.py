@@ -64,7 +64,7 @@ def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Opt
     training = optimizer is not None
     return Steps(
         ctx.strategy, model, optimizer, num_classes=len(ctx.info.classes), global_batch_size=ctx.global_batch,
-        label_smoothing=ctx.cfg.label_smoothing if training else 0.0,
+        label_smoothing=ctx.label_smoothing if training else 0.0,
         class_weights=class_weights(ctx.info) if training and ctx.cfg.class_weights else None,
         color_jitter=ctx.augmentation.color_jitter, seed=ctx.cfg.seed * 10 + phase,
         jit_compile=training and ctx.jit_compile, multi_label=ctx.info.multi_label,

@@ -134,3 +134,19 @@ def test_mobilenet_train_step_compiles_and_trains_under_xla(tiny_config: TrainCo
     forced = setup(tiny_config.replace(backbone="mobilenet_v2", jit_compile="true", cache_features="false", epochs_finetune=0))
     result = run_phase1(forced)  # MobileNetV2's train step through XLA on the CPU
     assert result.epochs == 1 and np.isfinite(result.val_loss)
+
+
+def test_a_dataset_with_side_features_trains_with_side_label_smoothing(tiny_config: TrainConfig, tmp_path):
+    """Side features: side_label_smoothing (0 by default); images alone: label_smoothing."""
+    from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
+    from app.data.writer import write_tfrecords
+
+    manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=4, image_size=32)
+    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
+                    test_fraction=0.0, num_shards=1)
+    side = tiny_config.replace(data=str(tmp_path / "records"), out=str(tmp_path / "side"), image_size=32, batch_size=4,
+                               epochs_finetune=0, label_smoothing=0.1, side_label_smoothing=0.05)
+    assert build_phase(setup(side), 1).steps.label_smoothing == 0.05
+    plain = tiny_config.replace(epochs_finetune=0, label_smoothing=0.1, side_label_smoothing=0.05)
+    assert build_phase(setup(plain), 1).steps.label_smoothing == 0.1
+    assert TrainConfig().side_label_smoothing == 0.0 and TrainConfig().label_smoothing == 0.1
