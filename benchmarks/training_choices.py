@@ -28,7 +28,7 @@ from app.cli import add_weights_and_seeds, run_cli
 from app.config import load_config
 from app.errors import UserError
 from app.table import format_table, mean_sd
-from app.training.phase2_benchmark import Variant, parse_variant
+from benchmarks.common import Variant, parse_variant
 
 FINE_TUNE = Path(__file__).resolve().parent.parent / "scripts" / "fine_tune.py"
 

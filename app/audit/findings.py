@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NEAR_DUPLICATE_SIMILARITY = 0.85  # cosine similarity of backbone embeddings; chosen on benchmark_audit.py
+NEAR_DUPLICATE_SIMILARITY = 0.85  # cosine similarity of backbone embeddings; chosen on python -m benchmarks.audit
 OUTLIER_MAD = 4.0  # an image is an outlier when its neighbour similarity is this many MADs below the median
 NEIGHBOURS = 5
 TINY_SIDE = 32

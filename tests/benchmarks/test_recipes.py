@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.errors import UserError
-from app.training import recipe_benchmark
-from app.training.recipe_benchmark import Trace, subset_folder, _summary, format_result, run_recipe_benchmark
+from benchmarks import recipes as recipe_benchmark
+from benchmarks.recipes import Trace, subset_folder, _summary, format_result, run_recipe_benchmark
 
 
 def test_time_to_reach_is_the_first_epoch_at_or_above_the_target():
@@ -33,7 +33,7 @@ def test_the_usual_recipe_runs_with_tensorflows_own_allocator_and_ours_with_the_
     commands: dict[str, list[str]] = {}
 
     def fake_trace(cmd: list[str], environment: dict | None = None) -> Trace:
-        name = "usual" if "app.training.recipe" in cmd else "ours"
+        name = "usual" if "benchmarks.usual_recipe" in cmd else "ours"
         environments[name], commands[name] = environment, cmd
         return Trace(1.0, [(1.0, 0.9)], 0.9)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.training.multilabel_benchmark import format_summary as multilabel_summary
-from app.training.side_benchmark import format_summary as side_format, summarise
+from benchmarks.multilabel import format_summary as multilabel_summary
+from benchmarks.side_features import format_summary as side_format, summarise
 
 
 def test_the_side_benchmark_summarises_each_model_over_seeds():
@@ -28,8 +28,8 @@ def test_the_multilabel_benchmark_table_averages_labels_over_seeds_and_skips_und
 
 @pytest.mark.slow
 def test_both_benchmarks_run_end_to_end_on_tiny_settings(monkeypatch):
-    from app.training.multilabel_benchmark import run_multilabel_benchmark
-    from app.training.side_benchmark import run_side_benchmark
+    from benchmarks.multilabel import run_multilabel_benchmark
+    from benchmarks.side_features import run_side_benchmark
 
     monkeypatch.delenv("PHOTOCLF_WEIGHTS", raising=False)
     side = run_side_benchmark(weights="none", seeds=(0,), per_class=10, log=lambda m: None, image_size=32, batch_size=8,
@@ -42,7 +42,7 @@ def test_both_benchmarks_run_end_to_end_on_tiny_settings(monkeypatch):
 
 
 def test_the_ceiling_counts_a_prediction_with_the_right_shape_whatever_its_level():
-    from app.training.side_benchmark import shape_accuracy
+    from benchmarks.side_features import shape_accuracy
 
     classes = ["circle_high", "circle_low", "square_high", "square_low"]
     confusion = np.array([[5, 5, 0, 0], [2, 7, 1, 0], [0, 0, 9, 1], [0, 0, 0, 10]])  # rows: true class

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.training.benchmark import run_training_benchmark
+from benchmarks.training import run_training_benchmark
 
 
 @pytest.mark.slow

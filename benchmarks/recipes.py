@@ -1,4 +1,15 @@
-"""The usual recipe (app/training/recipe.py) vs fine_tune.py's defaults on the same photos.
+"""The usual Keras transfer-learning recipe vs fine_tune.py's defaults, on your photos.
+
+    python -m benchmarks.recipes SPLIT_FOLDER --weights mobilenet_v2.weights.h5
+    python -m benchmarks.recipes SPLIT_FOLDER --weights W --train-per-class 20   # little data
+
+SPLIT_FOLDER holds train/ and val/, each with one folder per class. The usual recipe is
+TensorFlow's "Transfer learning and fine-tuning" tutorial (benchmarks/usual_recipe.py); both use
+MobileNetV2 with the same weights file and image size. Prints per round, then a table (wall
+time, time to reach the usual recipe's final val accuracy, final val accuracy, ratios) and one
+JSON line.
+
+The usual recipe (benchmarks/usual_recipe.py) vs fine_tune.py's defaults on the same photos.
 
 Each run is its own process, timed from its start to its end, imports and set-up included, as
 a user waits for them; the variants alternate over rounds and medians are reported. Per run:
@@ -10,9 +21,9 @@ needs and the recipe does not, is timed once and added to fine_tune.py's wall ti
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import random
 import re
 import statistics
 import subprocess
@@ -23,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from app.cli import run_cli
 from app.errors import UserError
 from app.run_dir import RunDir
+from benchmarks.common import SCRIPTS, check_split_folder, subset_folder
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # The usual recipe runs with TensorFlow's own CPU allocator, as a user's copy of the tutorial
-# does; `python -m app.training.recipe` imports `app`, which would otherwise switch it to BFC.
+# does (importing `app` switches it to BFC; this keeps the baseline's allocator pinned either way).
 USUAL_ENVIRONMENT = {"TF_CPU_ALLOCATOR_USE_BFC": "false"}
 VAL_ACCURACY = re.compile(r"\bval_accuracy ([0-9.]+)")  # the per-epoch line both runs print
 
@@ -59,32 +71,6 @@ def _trace(cmd: list[str], environment: dict[str, str] | None = None) -> Trace:
     return Trace(time.perf_counter() - start, epochs, final)
 
 
-def subset_folder(folder: Path, out: Path, per_class: int, seed: int, test_per_class: int = 0) -> Path:
-    """train/ cut to `per_class` photos per class (seeded choice, symlinks), val/ whole; with
-    `test_per_class`, up to that many of the training photos left out become test/ (held out:
-    they choose nothing)."""
-    for split in ("train", "val"):
-        for class_dir in sorted(p for p in (folder / split).iterdir() if p.is_dir()):
-            files = sorted(p for p in class_dir.iterdir() if p.is_file() and not p.name.startswith("."))
-            chosen = {split: files}
-            if split == "train":
-                random.Random(f"{seed}:{class_dir.name}").shuffle(files)
-                chosen = {"train": files[:per_class], "test": files[per_class:per_class + test_per_class]}
-            for name, picked in chosen.items():
-                if not picked:
-                    continue
-                (out / name / class_dir.name).mkdir(parents=True)
-                for f in picked:
-                    (out / name / class_dir.name / f.name).symlink_to(f.resolve())
-    return out
-
-
-def check_split_folder(folder: Path) -> None:
-    for split in ("train", "val"):
-        if not (folder / split).is_dir():
-            raise UserError(f"{folder}: needs train/ and val/ folders of class folders (missing {split}/)")
-
-
 def _ours(records: Path, run: Path, weights: str, image_size: int, seed: int) -> Trace:
     trace = _trace([sys.executable, str(SCRIPTS / "fine_tune.py"), "--data", str(records), "--out", str(run),
                     "--weights", weights, "--image-size", str(image_size), "--set", f"seed={seed}", "--overwrite"])
@@ -97,7 +83,7 @@ def _rounds(folder: Path, records: Path, tmp: Path, *, weights: str, image_size:
             recipe_epochs: tuple[int, int], log: Callable[[str], None]) -> list[tuple[Trace, Trace]]:
     pairs = []
     for r in range(rounds):
-        usual = _trace([sys.executable, "-m", "app.training.recipe", str(folder), weights, str(image_size), str(seed),
+        usual = _trace([sys.executable, "-m", "benchmarks.usual_recipe", str(folder), weights, str(image_size), str(seed),
                         *map(str, recipe_epochs)], USUAL_ENVIRONMENT)
         ours = _ours(records, tmp / f"run{r}", weights, image_size, seed)
         pairs.append((usual, ours))
@@ -153,3 +139,23 @@ def format_result(result: dict) -> str:
             ["ratio", f"{result['time_ratio']:.2f}x", "" if reach is None else f"{reach / result['usual_seconds']:.2f}x",
              f"{result['ours_val_accuracy'] - result['usual_val_accuracy']:+.4f}"]]
     return format_table(rows) + f"\n(fine_tune.py times include {result['convert_seconds']:.0f}s of make_tfrecords.py)\n" + json.dumps(result)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", type=Path, help="folder with train/ and val/ class folders")
+    p.add_argument("--weights", required=True, help="MobileNetV2 (no top) weights file both recipes start from")
+    p.add_argument("--image-size", type=int, default=224, help="input size for both (default 224)")
+    p.add_argument("--train-per-class", type=int, default=None, help="train on this many photos per class (default all)")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds; medians reported (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed for both recipes and the subset (default 0)")
+    args = p.parse_args()
+
+    result = run_recipe_benchmark(args.folder, weights=args.weights, image_size=args.image_size,
+                                  train_per_class=args.train_per_class, rounds=args.rounds, seed=args.seed,
+                                  log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(format_result(result))
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.serving.benchmark import run_serving_benchmark
+from benchmarks.serving import run_serving_benchmark
 
 
 @pytest.mark.slow

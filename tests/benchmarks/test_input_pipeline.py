@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.data.benchmark import run_input_benchmark
+from benchmarks.input_pipeline import run_input_benchmark
 
 
 def test_input_benchmark_reports_each_variant_and_consistent_ratios(demo_records: Path):

@@ -1,6 +1,6 @@
 """The usual recipe: TensorFlow's "Transfer learning and fine-tuning" tutorial, as users copy it.
 
-It is the baseline of scripts/benchmark_recipes.py, so it is written the tutorial's way and
+It is the baseline of python -m benchmarks.recipes, so it is written the tutorial's way and
 not improved: `image_dataset_from_directory` on the JPEG folders, `RandomFlip` +
 `RandomRotation(0.2)` layers, MobileNetV2's `preprocess_input`, the frozen base called with
 `training=False`, global average pooling, dropout 0.2 and a Dense layer; 10 epochs with Adam at
@@ -9,7 +9,7 @@ last weights kept. Two deliberate departures, so that the comparison is about th
 backbone weights come from the same file as ours (no download here), and the logits cover any
 number of classes (sparse cross-entropy; the tutorial's single logit is the 2-class case).
 
-Run as `python -m app.training.recipe SPLIT_FOLDER WEIGHTS IMAGE_SIZE SEED [EPOCHS_HEAD EPOCHS_FINETUNE]`:
+Run as `python -m benchmarks.usual_recipe SPLIT_FOLDER WEIGHTS IMAGE_SIZE SEED [EPOCHS_HEAD EPOCHS_FINETUNE]`:
 it prints `  val_accuracy X` after every epoch, as fine_tune.py does, and `final_val_accuracy X`
 at the end. The epochs are the tutorial's 10 + 10 unless given (the tests shorten them).
 """

@@ -1,4 +1,17 @@
-"""Does phase 2 pay? Phase 1 vs phase 2 validation accuracy and loss, per training-set size and
+"""Does phase 2 pay on your photos? Phase 1 vs kept (after phase 2) validation accuracy and loss.
+
+    python -m benchmarks.phase2 SPLIT_FOLDER --weights mobilenet_v2.weights.h5
+    python -m benchmarks.phase2 SPLIT_FOLDER --weights W --per-class 10,20,50 \\
+        --variant defaults --variant ema:ema_decay=0.99 --variant acc:select_by=val_accuracy
+
+SPLIT_FOLDER holds train/ and val/, each with one folder per class. For each size (photos per
+class in train/; val/ is used whole) and seed, every variant trains on the same subset, through
+fine_tune.py's phases (no export). Up to --test-per-class of the training photos a subset
+leaves out are its held-out test split (validation chose the kept epochs; test chose nothing).
+Prints one line per run, a table (mean ± sd over seeds; the gain of phase 2 in validation
+images; test accuracy after phase 1 and at the end) and one JSON line.
+
+Does phase 2 pay? Phase 1 vs phase 2 validation accuracy and loss, per training-set size and
 config variant, over seeds, on the user's own photos.
 
 For each photos-per-class size and seed, the training split is cut to that many photos per
@@ -13,32 +26,22 @@ the best epoch phase 2 reached, whether or not it was kept.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
+import logging
 import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
+from app.cli import add_weights_and_seeds, int_list, run_cli
 from app.config import TrainConfig, load_config
 from app.errors import UserError
 from app.table import mean_sd
-from app.training.recipe_benchmark import check_split_folder, subset_folder
-
-Variant = tuple[str, dict[str, str]]  # name, config overrides
-
-
-def parse_variant(text: str) -> Variant:
-    """NAME or NAME:key=value,key=value (the config keys of fine_tune.py --set)."""
-    name, _, settings = text.partition(":")
-    overrides = {}
-    for item in filter(None, settings.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--variant {text}: expected key=value, got '{item}'")
-        overrides[key.strip().replace("-", "_")] = value.strip()
-    return name, overrides
+from benchmarks.common import Variant, check_split_folder, parse_variant, subset_folder
 
 
 def _records(folder: Path, per_class: int, seed: int, tmp: Path, test_per_class: int) -> tuple[Path, int]:
@@ -141,3 +144,31 @@ def format_summary(summary: list[dict]) -> str:
     keys = ["variant", "per_class", "phase1_accuracy", "phase2_accuracy", "gain_images", "phase1_loss", "phase2_loss",
             "phase2_own_best", "phase1_test_accuracy", "phase2_test_accuracy", "phase2_epochs", "phase2_seconds"]
     return format_table([head] + [[str(s[k]) for k in keys] for s in summary])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", type=Path, help="folder with train/ and val/ class folders")
+    add_weights_and_seeds(p)
+    p.add_argument("--per-class", type=int_list, default=(10, 20, 50), help="training photos per class (default 10,20,50)")
+    p.add_argument("--test-per-class", type=int, default=100,
+                   help="training photos left out of a subset that form its held-out test split (default 100; 0 = none)")
+    p.add_argument("--variant", action="append", default=None,
+                   help="NAME or NAME:key=value,... (config keys, as fine_tune.py --set); repeatable (default: defaults)")
+    p.add_argument("--image-size", type=int, default=224, help="input size (default 224)")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    try:
+        variants = [parse_variant(v) for v in args.variant or ["defaults"]]
+    except ValueError as err:
+        p.error(str(err))
+    rows = run_phase2_benchmark(args.folder, weights=args.weights, variants=variants, per_class=args.per_class,
+                                seeds=args.seeds, test_per_class=args.test_per_class, image_size=args.image_size, log=lambda m: print(m, file=sys.stderr))
+    summary = summarise(rows)
+    print(format_summary(summary))
+    print(json.dumps({"summary": summary, "runs": rows}))
+
+
+if __name__ == "__main__":
+    run_cli(main)

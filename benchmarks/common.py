@@ -1,0 +1,66 @@
+"""What several benchmarks share: config variants from the command line, subsets of a split
+photo folder, a timed phase 1, and where the scripts are."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import time
+from pathlib import Path
+
+from app.config import TrainConfig
+from app.errors import UserError
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+Variant = tuple[str, dict[str, str]]  # name, config overrides
+
+
+def parse_variant(text: str) -> Variant:
+    """NAME or NAME:key=value,key=value (the config keys of fine_tune.py --set)."""
+    name, _, settings = text.partition(":")
+    overrides = {}
+    for item in filter(None, settings.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--variant {text}: expected key=value, got '{item}'")
+        overrides[key.strip().replace("-", "_")] = value.strip()
+    return name, overrides
+
+
+def subset_folder(folder: Path, out: Path, per_class: int, seed: int, test_per_class: int = 0) -> Path:
+    """train/ cut to `per_class` photos per class (seeded choice, symlinks), val/ whole; with
+    `test_per_class`, up to that many of the training photos left out become test/ (held out:
+    they choose nothing)."""
+    for split in ("train", "val"):
+        for class_dir in sorted(p for p in (folder / split).iterdir() if p.is_dir()):
+            files = sorted(p for p in class_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+            chosen = {split: files}
+            if split == "train":
+                random.Random(f"{seed}:{class_dir.name}").shuffle(files)
+                chosen = {"train": files[:per_class], "test": files[per_class:per_class + test_per_class]}
+            for name, picked in chosen.items():
+                if not picked:
+                    continue
+                (out / name / class_dir.name).mkdir(parents=True)
+                for f in picked:
+                    (out / name / class_dir.name / f.name).symlink_to(f.resolve())
+    return out
+
+
+def check_split_folder(folder: Path) -> None:
+    for split in ("train", "val"):
+        if not (folder / split).is_dir():
+            raise UserError(f"{folder}: needs train/ and val/ folders of class folders (missing {split}/)")
+
+
+def timed_phase1(cfg: TrainConfig) -> tuple[float, object]:
+    from app.training.context import setup
+    from app.training.train import run_phase1
+
+    ctx = setup(cfg, overwrite=True)
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the JSON result
+        result = run_phase1(ctx)
+    return time.perf_counter() - start, (ctx, result)
