@@ -36,7 +36,7 @@ class TrainConfig:
     # phase 1: frozen backbone, new head
     epochs_head: int = _key(10, "phase-1 epochs, frozen backbone (early stopping may end sooner)", flag=True)
     lr_head: float = _key(3e-3, "phase-1 learning rate (AdamW); auto = the learning-rate finder's suggestion"
-                                " (scripts/find_lr.py), swept on this run's data and model before phase 1")
+                                " (photoclf find-lr), swept on this run's data and model before phase 1")
     cache_features: str = _key("auto", "phase 1 on backbone features computed once, for feature_views augmented views of"
                                        " each training image: auto (on for one CPU worker) | true | false",
                                choices=("auto", "true", "false"))
@@ -84,7 +84,7 @@ class TrainConfig:
                                     " made training slower) | true | false", choices=("auto", "true", "false"))
     steps_per_execution: int = _key(1, "train steps per tf.function call; raise on fast accelerators")
     max_steps_per_epoch: int = _key(0, "0 = a full pass over the training split; >0 caps it (smoke runs)")
-    data_service: str = _key("", "grpc://HOST:PORT of a tf.data service dispatcher (scripts/data_service.py) that"
+    data_service: str = _key("", "grpc://HOST:PORT of a tf.data service dispatcher (photoclf data-service) that"
                                  " decodes and augments the training input; empty = this machine does", flag=True)
 
     def replace(self, **changes: typing.Any) -> "TrainConfig":

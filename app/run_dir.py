@@ -105,7 +105,7 @@ class RunDir:
         needed = [self.state, self.config] + ([self.final_weights] if need_weights else [])
         missing = [p.name for p in needed if not p.exists()]
         if missing:
-            raise UserError(f"{self.root}: not a finished run (needs {', '.join(missing)}); run fine_tune.py first")
+            raise UserError(f"{self.root}: not a finished run (needs {', '.join(missing)}); run photoclf train first")
         return FinishedRun(self, self.read_config(), self.read_state(), self.read_metrics())
 
 

@@ -1,7 +1,7 @@
 """Which backbone for your photos? Ranks candidates by a linear probe on their frozen features.
 
-    python scripts/compare_backbones.py data/ --backbones mobilenet_v2,efficientnet_b0,convnext_tiny
-    python scripts/compare_backbones.py data/ --backbones mobilenet_v2,mobilenet_v2@none   # is pretraining paying?
+    photoclf compare-backbones data/ --backbones mobilenet_v2,efficientnet_b0,convnext_tiny
+    photoclf compare-backbones data/ --backbones mobilenet_v2,mobilenet_v2@none   # is pretraining paying?
 
 DATA is a make_tfrecords.py folder. Each backbone runs once over every split (evaluation
 preprocessing, no augmentation); a logistic regression on its pooled features is fitted on
@@ -10,31 +10,7 @@ of that backbone, in minutes per backbone on a CPU instead of a fine-tune each. 
 takes its weights after '@' (auto | imagenet | none | PATH; default auto, as fine_tune.py).
 """
 
-from __future__ import annotations
-
-import argparse
-import logging
-from pathlib import Path
-
-from app.cli import lasting_imports, run_cli
-from app.storage import must_exist
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", type=Path, help="TFRecord folder from make_tfrecords.py (train and val splits)")
-    p.add_argument("--backbones", required=True,
-                   help="comma-separated NAME[@WEIGHTS], e.g. mobilenet_v2,efficientnet_b0")
-    p.add_argument("--image-size", type=int, default=0, help="input size; 0 = each backbone's own (default)")
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    must_exist(args.data)  # said before TensorFlow's seconds of import
-    with lasting_imports():
-        from app.training.backbone_probe import compare_backbones, format_ranking, parse_candidates
-
-    candidates = parse_candidates(args.backbones)
-    print(format_ranking(compare_backbones(str(args.data), candidates, args.image_size)))
-
+from app.commands import run_command
 
 if __name__ == "__main__":
-    run_cli(main)
+    run_command("compare-backbones")

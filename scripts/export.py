@@ -1,7 +1,7 @@
 """Export a finished run as a TF Serving SavedModel (image bytes in) with its LiteRT file(s).
 
-    python scripts/export.py runs/demo                        # → runs/demo/export/demo/<next version>
-    python scripts/export.py runs/demo --export-dir /models --name shapes --tflite int8
+    photoclf export runs/demo                        # → runs/demo/export/demo/<next version>
+    photoclf export runs/demo --export-dir /models --name shapes --tflite int8
 
 TF Serving layout: EXPORT_DIR/NAME/VERSION/{saved_model.pb, variables/, assets/, litert/}. The
 float32 LiteRT file (serve.py's fast CPU runtime) is checked against the SavedModel on the
@@ -9,38 +9,7 @@ validation split and the result stored in assets/metadata.json. Written to a hid
 renamed when complete; an existing version is never overwritten.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-from pathlib import Path
-
-from app.cli import lasting_imports, run_cli
-from app.run_dir import RunDir
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", type=Path, help="run directory written by fine_tune.py")
-    p.add_argument("--export-dir", type=Path, default=None, help="base folder (default RUN_DIR/export)")
-    p.add_argument("--name", default=None, help="model name (default: the run dir's name)")
-    p.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
-    p.add_argument("--top-k", type=int, default=5, help="classes returned per image (default 5)")
-    p.add_argument("--tflite", choices=["none", "float16", "int8"], default="none",
-                   help="also write this smaller LiteRT file for phones (the float32 one is always written; default none)")
-    p.add_argument("--tta", choices=["none", "flip"], default="none",
-                   help="flip: every signature averages each image with its mirror (2x the compute; default none)")
-    p.add_argument("--max-megapixels", type=float, default=40.0,
-                   help="the serving signature refuses images larger than this, from the header (default 40)")
-    args = p.parse_args()
-    RunDir(args.run_dir).load()  # not a finished run: said before TensorFlow's seconds of import
-    with lasting_imports():
-        from app.export.run_export import export_run
-
-    paths = export_run(args.run_dir, export_dir=args.export_dir, name=args.name, version=args.version,
-                       tflite=args.tflite, top_k=args.top_k, max_megapixels=args.max_megapixels, tta=args.tta)
-    print(json.dumps(paths, indent=2))
-
+from app.commands import run_command
 
 if __name__ == "__main__":
-    run_cli(main)
+    run_command("export")

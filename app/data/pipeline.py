@@ -65,7 +65,7 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     storage.check_url(root, "--data")
     meta_path = storage.join(root, schema.METADATA_FILE)
     if not storage.exists(meta_path) or storage.isdir(meta_path):
-        raise UserError(f"{root}: no {schema.METADATA_FILE}; create it with scripts/make_tfrecords.py")
+        raise UserError(f"{root}: no {schema.METADATA_FILE}; create it with photoclf convert")
     try:
         meta = json.loads(storage.read_text(meta_path))
     except json.JSONDecodeError as err:

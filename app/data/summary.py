@@ -42,7 +42,7 @@ def _duplicate_lines(found: dict | None) -> list[str]:
     text = (f"exact duplicates (byte-identical files): {len(found['exact_groups'])} group(s), {found['leaks']} across"
             f" splits ({leaked['val']} val and {leaked['test']} test images are copies of another split's)")
     advice = ("; dropped: the train copy (else the first) of each was kept" if found["dropped"]
-              else "; --drop-duplicates drops them; scripts/audit.py finds near duplicates too")
+              else "; --drop-duplicates drops them; photoclf audit finds near duplicates too")
     return [("WARNING: " if found["leaks"] and not found["dropped"] else "") + text + advice]
 
 

@@ -55,7 +55,7 @@ def demo_model_and_data() -> tuple[Path, Path]:
 
     run = RunDir(demo_run_dir())
     if not run.is_complete():
-        print(f"No demo model at {run.root}: training it first (python scripts/fine_tune.py)", flush=True)
+        print(f"No demo model at {run.root}: training it first (photoclf train)", flush=True)
         train_main(TrainConfig(out=str(run.root)))
     return run.root, ensure_demo_records()
 

@@ -88,7 +88,7 @@ def metadata_path(version: Path) -> Path:
 
 def read_classes(version: Path) -> list[str]:
     if not labels_path(version).exists():
-        raise UserError(f"{version}: no {ASSETS}/{LABELS_FILE}; export it with scripts/export.py")
+        raise UserError(f"{version}: no {ASSETS}/{LABELS_FILE}; export it with photoclf export")
     return read_labels(labels_path(version))
 
 

@@ -223,7 +223,7 @@ def litert_refusal(version: Path, mode: str, metadata: dict | None = None) -> st
     if parity and not layout.tflite_model_path(version, mode).is_file() and parity.get("missing"):
         return f"no {mode} LiteRT file ({parity['missing']})"  # e.g. int8 of a model with side features
     if not layout.tflite_model_path(version, mode).is_file():
-        return f"no {layout.tflite_model_path(version, mode).relative_to(version)} (export it again with scripts/export.py)"
+        return f"no {layout.tflite_model_path(version, mode).relative_to(version)} (export it again with photoclf export)"
     if not parity or "passed" not in parity:
         return f"its {mode} parity check against the SavedModel is missing from assets/metadata.json"
     if not parity["passed"]:

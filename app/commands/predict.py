@@ -1,0 +1,53 @@
+"""Predict labels for unlabelled photos with an exported model: CSV or JSONL, one row per file.
+
+    photoclf predict runs/demo ~/new_photos                      # → predictions.csv
+    photoclf predict runs/demo/export/demo "shots/**/*.jpg" --output out.jsonl
+    photoclf predict exports/pets/3 paths.txt --top-k 1          # .txt/.csv list of paths
+
+MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
+folder. INPUT is a folder (searched recursively), a glob (quote it) or a .txt/.csv file of
+paths. Rows: path, label_1, score_1, ..., error. Files that cannot be read, are not images or
+are over the model's pixel limit get their reason in `error` and never stop the run; they are
+also listed at the end. The output appears only when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.cli import lasting_imports
+from app.export.layout import resolve_model_dir
+
+SHOW_FAILED = 10
+
+
+HELP = "predict labels for unlabelled photos with an exported model: CSV or JSONL, one row per file"
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
+    p.add_argument("input", help="folder of photos, glob pattern, or .txt/.csv file of paths")
+    p.add_argument("--output", type=Path, default=Path("predictions.csv"),
+                   help="CSV, or JSONL when it ends in .jsonl (default predictions.csv)")
+    p.add_argument("--format", choices=["csv", "jsonl"], default=None, help="override the format the suffix implies")
+    p.add_argument("--top-k", type=int, default=5, help="labels per photo (default 5, at most the classes)")
+    p.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
+    p.add_argument("--runtime", choices=["auto", "tf", "litert"], default="auto",
+                   help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)")
+
+
+def run(args: argparse.Namespace) -> None:
+    resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
+    with lasting_imports():
+        from app.serving.predict_files import predict_files
+
+    summary = predict_files(args.model_dir, args.input, args.output, runtime=args.runtime, top_k=args.top_k,
+                            batch_size=args.batch_size, fmt=args.format)
+    print(f"{summary.predicted} photo(s) predicted ({summary.runtime}) → {summary.output}")
+    if summary.failed:
+        print(f"{len(summary.failed)} file(s) could not be predicted:")
+        for row in summary.failed[:SHOW_FAILED]:
+            print(f"  {row['path']}: {row['error']}")
+        if len(summary.failed) > SHOW_FAILED:
+            print(f"  ... and {len(summary.failed) - SHOW_FAILED} more (see the error column)")
+

@@ -1,0 +1,87 @@
+"""`photoclf COMMAND`: one front door, the same flags and errors as scripts/*.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.commands import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSOLE_SCRIPT = Path(sys.executable).parent / "photoclf"
+
+
+def help_text(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args([*argv, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_photoclf_help_lists_every_command_in_the_order_a_user_works(capsys):
+    text = help_text(capsys)
+    listed = re.findall(r"^    ([a-z-]+)", text, flags=re.MULTILINE)
+    assert listed == list(COMMANDS)
+    assert listed[:8] == ["convert", "audit", "train", "find-lr", "evaluate", "export", "serve", "predict"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_has_help_with_its_description_and_flags(capsys, command: str):
+    text = help_text(capsys, command)
+    assert text.startswith(f"usage: photoclf {command} [-h]")
+    assert "options:" in text and len(text.splitlines()) > 8  # its description and its own flags
+
+
+def test_the_installed_console_script_runs():
+    if not CONSOLE_SCRIPT.exists():
+        pytest.skip(f"no console script beside {sys.executable}: install with pip install -e .")
+    done = subprocess.run([str(CONSOLE_SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "compare-backbones" in done.stdout
+
+
+def wrapped_command(script: Path) -> str | None:
+    found = re.search(r'run_command\("([a-z-]+)"\)', script.read_text())
+    return found.group(1) if found else None
+
+
+def test_every_script_is_a_wrapper_over_one_command_and_every_command_has_one():
+    wrapped = {script.name: wrapped_command(script) for script in sorted((ROOT / "scripts").glob("*.py"))}
+    assert None not in wrapped.values(), wrapped  # nothing in scripts/ but wrappers
+    assert sorted(wrapped.values()) == sorted(COMMANDS)
+
+
+def test_a_script_and_its_command_take_the_same_flags():
+    script = subprocess.run([sys.executable, str(ROOT / "scripts/fine_tune.py"), "--help"], capture_output=True,
+                            text=True, timeout=60)
+    command = subprocess.run([sys.executable, "-c", "from app.commands import main; main()", "train", "--help"],
+                             capture_output=True, text=True, timeout=60)
+    assert script.returncode == command.returncode == 0
+    flags = [re.findall(r"--[a-z-]+", done.stdout) for done in (script, command)]
+    assert flags[0] == flags[1] and "--epochs-head" in flags[0]
+    assert script.stdout.startswith("usage: fine_tune.py") and command.stdout.startswith("usage: photoclf train")
+
+
+WITHOUT_TENSORFLOW = """
+import sys
+sys.modules["tensorflow"] = None
+from app.commands import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("args,message", [
+    (["train", "--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
+    (["convert", "{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
+    (["serve", "{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
+])
+def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(tmp_path: Path, args: list[str],
+                                                                            message: str):
+    filled = [a.format(tmp=tmp_path) for a in args]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, *filled], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {message.format(tmp=tmp_path)}") and done.stderr.count("\n") == 1
