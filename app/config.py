@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.storage import is_url, write_text_atomic
+import tomllib
+
 from app.errors import UserError
+from app.storage import is_url, write_text_atomic
 
 
 def _key(default: typing.Any, help: str, *, flag: bool = False, choices: tuple[str, ...] = ()) -> typing.Any:

@@ -21,6 +21,7 @@ run-dir file name.
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from pathlib import Path
 from app import storage
 from app.config import TrainConfig, read_saved_config, save_config
 from app.errors import UserError
+
+HISTORY_FIELDS = ["phase", "epoch", "phase_epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr", "seconds"]
 
 # Where things are, not what is trained: a run dir may be named by a relative or an absolute
 # path, and a resumed run may read its input from a different tf.data service dispatcher.
@@ -202,3 +205,11 @@ def check_run_state(run: RunDir, facts: dict, write: bool = True) -> None:
         return
     if write:
         storage.write_json_atomic(run.state, facts)
+
+
+def read_history(path: Path) -> list[dict[str, str]]:
+    """history.csv's rows (HISTORY_FIELDS, as strings), one per finished epoch; none before the first."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))

@@ -61,8 +61,8 @@ def _batch_size(train_images: int) -> dict[str, int]:
 
 
 def _one_run(cfg: TrainConfig) -> dict:
+    from app.run_dir import read_history
     from app.training.context import setup
-    from app.training.history import read_history
     from app.training.train import evaluate_split, run_phase1, run_phase2
 
     ctx = setup(cfg, overwrite=True)

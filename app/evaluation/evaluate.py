@@ -15,6 +15,7 @@ from app.data.pipeline import load_dataset_info
 from app.errors import UserError
 from app.evaluation.figures import (
     plot_confusion_matrix,
+    plot_learning_curves,
     plot_mistakes,
     plot_per_class,
     plot_reliability,
@@ -44,20 +45,6 @@ class EvaluationResult:
     @property
     def summary(self) -> str:
         return summary_table(self.metrics)
-
-
-def demo_model_and_data() -> tuple[Path, Path]:
-    """(demo run dir, demo TFRecords) for the notebook's defaults; trains the demo model first
-    (about 2 minutes on 2 CPU cores, as `python scripts/fine_tune.py` does) if it is missing."""
-    from app.config import TrainConfig
-    from app.data.demo import demo_run_dir, ensure_demo_records
-    from app.training.train import train_main
-
-    run = RunDir(demo_run_dir())
-    if not run.is_complete():
-        print(f"No demo model at {run.root}: training it first (photoclf train)", flush=True)
-        train_main(TrainConfig(out=str(run.root)))
-    return run.root, ensure_demo_records()
 
 
 def default_report_dir(version_dir: Path, split: str) -> Path:
@@ -101,8 +88,6 @@ def _figures(metrics: dict, predictions: Predictions, version_dir: Path, out: Pa
         figures["Most confident mistakes"] = mistakes
     run = RunDir.of_export(version_dir)
     if run is not None and run.history.exists():
-        from app.training.history import plot_learning_curves
-
         figures["Learning curves"] = plot_learning_curves(run.history, out / "learning_curves.png")
     return figures
 

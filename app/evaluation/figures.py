@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
-
 from app import storage  # noqa: E402
 from app.evaluation.metrics import row_normalized  # noqa: E402
+from app.run_dir import read_history  # noqa: E402
 
 
 def save_figure(fig, path: Path) -> Path:
@@ -116,3 +116,23 @@ def plot_mistakes(mistakes: list[dict], path: Path, columns: int = 4) -> Path | 
         ax.set_title(f"true: {m['true']}\npred: {m['predicted']} ({m['confidence']:.2f})", fontsize=9)
     fig.suptitle("Most confident mistakes")
     return save_figure(fig, path)
+
+
+def plot_learning_curves(history_csv: Path, out_png: Path) -> Path | None:
+    """Loss and accuracy over both phases on one time axis, with the phase boundary marked."""
+    rows = read_history(history_csv)
+    if not rows:
+        return None
+    epochs = [int(r["epoch"]) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key in zip(axes, ("loss", "accuracy")):
+        ax.plot(epochs, [float(r[key]) for r in rows], "o-", label=f"train {key}")
+        ax.plot(epochs, [float(r[f"val_{key}"]) for r in rows], "s-", label=f"val {key}")
+        phase2 = [int(r["epoch"]) for r in rows if r["phase"] == "2"]
+        if phase2 and len(phase2) < len(rows):
+            ax.axvline(min(phase2) - 0.5, color="gray", linestyle="--", label="phase 2 starts")
+        ax.set_xlabel("epoch")
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return save_figure(fig, out_png)

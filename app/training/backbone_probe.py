@@ -95,7 +95,7 @@ def split_features(features_model, data: str, split: str, image_size: int,
     import tensorflow as tf
 
     from app.data.pipeline import make_eval_dataset
-    from app.training.feature_cache import model_outputs
+    from app.training.passes import model_outputs
 
     ds = make_eval_dataset(data, split=split, image_size=image_size, batch_size=batch_size)
     ds = ds.map(lambda inputs, labels: (inputs["image"] if isinstance(inputs, dict) else inputs, labels))

@@ -24,11 +24,20 @@ from app.models.pretrained import load_pretrained_backbone
 from app.run_dir import RunDir, check_run_state, prepare_run_dir, validate_run_dir
 from app.training.history import History
 from app.training.phase import PhaseFiles
-from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
+from app.training.strategy import (
+    barrier,
+    is_chief,
+    make_strategy,
+    num_workers,
+    set_precision,
+    strategy_name,
+)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Context:
+    """A run's settings and what setup built from them; nothing changes it during the run."""
+
     cfg: TrainConfig
     info: DatasetInfo
     run: RunDir
@@ -163,9 +172,12 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     if info.multi_label:
         facts["task"] = info.task
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
-    cache_mode = phase1_mode(cfg, strategy, feature_cache_bytes(cfg, info, clf))
-    return Context(cfg, info, run, strategy, clf, image_size, History(run, enabled=scratch is None), policy,
-                   backbone.weights_used, backbone.warning, scratch, *cache_mode, *xla_mode(cfg))
+    cached_phase1, phase1_reason = phase1_mode(cfg, strategy, feature_cache_bytes(cfg, info, clf))
+    jit_compile, jit_reason = xla_mode(cfg)
+    return Context(cfg=cfg, info=info, run=run, strategy=strategy, clf=clf, image_size=image_size,
+                   history=History(run, enabled=scratch is None), policy=policy, weights_used=backbone.weights_used,
+                   weights_warning=backbone.warning, scratch=scratch, cached_phase1=cached_phase1,
+                   phase1_reason=phase1_reason, jit_compile=jit_compile, jit_reason=jit_reason)
 
 
 def describe_distribution(ctx: Context) -> str:

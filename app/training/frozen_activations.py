@@ -18,7 +18,7 @@ in phase 1. So:
 MobileNetV2 at 224 with the default blocks:2 cuts at block_14_add (7x7x160, 31 KB per image):
 the layers above are about a fifth of the backbone's multiply-adds. The activations are held in
 memory only, float32; a resumed run that did not build the cache computes them again, from the
-same seeded views (`feature_cache.training_views`).
+same seeded views (`passes.training_views`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ import tensorflow as tf
 from app.data.pipeline import map_image
 from app.models.classifier import FrozenSplit, split_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
-from app.training.feature_cache import eval_images, model_outputs, training_views, views
-from app.training.inputs import distribute, shuffled_batches
+from app.training.passes import (
+    distribute,
+    eval_images,
+    model_outputs,
+    shuffled_batches,
+    training_views,
+    views,
+)
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
 

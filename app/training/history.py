@@ -1,22 +1,13 @@
-"""Per-epoch records of a run: history.csv (with TensorBoard beside it) and the learning-curve plot."""
+"""Per-epoch records of a run as it trains: history.csv (its layout is app/run_dir.py's) and TensorBoard."""
 
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 from app import storage
-from app.run_dir import RunDir
+from app.run_dir import HISTORY_FIELDS as FIELDS
+from app.run_dir import RunDir, read_history
 from app.training.tensorboard import TensorBoardLog
-
-FIELDS = ["phase", "epoch", "phase_epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr", "seconds"]
-
-
-def read_history(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 class History:
@@ -51,23 +42,3 @@ class History:
             writer.writerows(rows)
 
 
-def plot_learning_curves(history_csv: Path, out_png: Path) -> Path | None:
-    """Loss and accuracy over both phases on one time axis, with the phase boundary marked."""
-    from app.evaluation.figures import plt, save_figure
-
-    rows = read_history(history_csv)
-    if not rows:
-        return None
-    epochs = [int(r["epoch"]) for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key in zip(axes, ("loss", "accuracy")):
-        ax.plot(epochs, [float(r[key]) for r in rows], "o-", label=f"train {key}")
-        ax.plot(epochs, [float(r[f"val_{key}"]) for r in rows], "s-", label=f"val {key}")
-        phase2 = [int(r["epoch"]) for r in rows if r["phase"] == "2"]
-        if phase2 and len(phase2) < len(rows):
-            ax.axvline(min(phase2) - 0.5, color="gray", linestyle="--", label="phase 2 starts")
-        ax.set_xlabel("epoch")
-        ax.set_title(key)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    return save_figure(fig, out_png)

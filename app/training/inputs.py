@@ -6,9 +6,8 @@ serves one device, several GPUs and several workers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -18,15 +17,9 @@ from app.data.preprocess import color_jitter
 from app.data.service import job_name as service_job_name
 from app.training.context import Context
 from app.training.feature_cache import FeatureCache, load_or_build
+from app.training.frozen_activations import FrozenActivations
+from app.training.passes import distribute, shuffled_batches
 from app.training.phase import PhaseInputs
-
-if TYPE_CHECKING:
-    from app.training.frozen_activations import FrozenActivations
-
-
-def distribute(ctx: Context, make) -> object:
-    """make(input_context) → per-replica dataset; sharded per worker by TensorFlow's input contexts."""
-    return ctx.strategy.distribute_datasets_from_function(make)
 
 
 def eval_dataset(ctx: Context, split: str) -> object:
@@ -47,13 +40,6 @@ def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
         )))
 
     return PhaseInputs(train_iterator=train_iterator, val_dataset=lambda: eval_dataset(ctx, "val"))
-
-
-def shuffled_batches(ctx: Context, rows: Callable[[], tf.data.Dataset], count: int) -> Iterator:
-    """Endless training batches of `count` rows held in memory (cached features or activations):
-    reshuffled every pass, full batches only."""
-    return iter(distribute(ctx, lambda ic: rows().shuffle(count, seed=ctx.cfg.seed).repeat()
-                           .batch(ctx.cfg.batch_size, drop_remainder=True)))
 
 
 SAMPLE_IMAGES = 8  # training images shown in TensorBoard

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,7 +23,8 @@ import numpy as np
 
 from app import storage
 from app.models.classifier import freeze_backbone, unfreeze_top
-from app.training.context import Context, setup
+from app.training.builders import make_optimizer, make_steps
+from app.training.context import Context
 from app.training.inputs import feature_inputs, image_inputs
 
 log = logging.getLogger(__name__)
@@ -75,8 +74,6 @@ def suggest(learning_rates: list[float], smoothed: list[float]) -> float:
 def sweep(ctx: Context, phase: int, model: keras.Model, inputs, *, lr_min: float = 1e-7, lr_max: float = 1.0,
           steps: int = 100, diverge: float = 4.0) -> Sweep:
     """Train `steps` batches at exponentially rising rates; the weights are put back afterwards."""
-    from app.training.train import make_optimizer, make_steps
-
     ratio = (lr_max / lr_min) ** (1 / max(1, steps - 1))
     schedule = keras.optimizers.schedules.ExponentialDecay(lr_min, decay_steps=1, decay_rate=ratio)
     saved = [w.copy() for w in model.get_weights()]
@@ -149,36 +146,18 @@ def report_dir(cfg_out: str) -> Path:
     return out.parent / f"{out.name}-lr-find"
 
 
-def find_lr(cfg, *, steps: int = 100, lr_min: float = 1e-7, lr_max: float = 1.0, phases: tuple[int, ...] = (1, 2)) -> list[Sweep]:
-    """Sweep phase 1, then (after training phase 1 with cfg.lr_head) phase 2, in a scratch run dir;
-    write lr_find.png and lr_find.json to report_dir(cfg.out)."""
-    from app.training.train import run_phase1  # train imports this module
-
-    scratch = tempfile.mkdtemp(prefix="photoclf-lr-find-")
-    options = {"steps": steps, "lr_min": lr_min, "lr_max": lr_max}
-    try:
-        ctx = setup(cfg.replace(out=scratch), overwrite=True)
-        sweeps = [head_sweep(ctx, **options)] if 1 in phases else []
-        if 2 in phases and cfg.epochs_finetune:
-            if cfg.epochs_head:
-                log.info("training phase 1 (lr_head %.2g) so that phase 2 is swept under a trained head", cfg.lr_head)
-                run_phase1(ctx)
-            sweeps.append(finetune_sweep(ctx, **options))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    folder = report_dir(cfg.out)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_sweeps(sweeps, folder)
-    return sweeps
+def _read_sweeps(folder: Path) -> list[Sweep]:
+    path = Path(folder) / "lr_find.json"
+    return [Sweep(**v) for v in json.loads(path.read_text()).values()] if path.exists() else []
 
 
-def resolve_rate(ctx: Context, phase: int) -> None:
+def resolve_rate(ctx: Context, phase: int) -> float:
     """For `lr_head = auto` / `lr_finetune = auto`: sweep now (or reuse this run's earlier sweep,
     on resume), log the suggestion and its rule, write lr_find.{png,json} into the run dir, and
-    train the phase at the suggested rate (ctx.cfg is updated; config.json keeps "auto")."""
+    return the suggested rate; config.json keeps "auto". A configured rate is returned as it is."""
     key = "lr_head" if phase == 1 else "lr_finetune"
     if getattr(ctx.cfg, key) != "auto":
-        return
+        return getattr(ctx.cfg, key)
     known = read_suggestions(ctx.run.root).get(f"phase{phase}")
     if known is None:
         found = head_sweep(ctx) if phase == 1 else finetune_sweep(ctx)
@@ -189,9 +168,6 @@ def resolve_rate(ctx: Context, phase: int) -> None:
         log.info("%s=auto: %s", key, found.summary())
     else:
         log.info("%s=auto: %.2g, from this run's earlier sweep (lr_find.json)", key, known)
-    ctx.cfg = ctx.cfg.replace(**{key: known})
+    return known
 
 
-def _read_sweeps(folder: Path) -> list[Sweep]:
-    path = Path(folder) / "lr_find.json"
-    return [Sweep(**v) for v in json.loads(path.read_text()).values()] if path.exists() else []

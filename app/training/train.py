@@ -10,76 +10,40 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+from pathlib import Path
 from typing import Callable
 
-import keras
 import numpy as np
 
 from app import storage
 from app.config import TrainConfig
-from app.data.pipeline import DatasetInfo
+from app.data.demo import demo_run_dir, ensure_demo_records
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
-from app.run_dir import completed_run
+from app.run_dir import RunDir, completed_run
+from app.training.builders import finetune_schedule, make_optimizer, make_steps
 from app.training.context import Context, describe_distribution, setup
 from app.training.frozen_activations import FrozenActivations, frozen_activations
-from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
+from app.training.inputs import (
+    SAMPLE_IMAGES,
+    augmented_sample,
+    eval_dataset,
+    feature_inputs,
+    image_inputs,
+)
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
-from app.training.optimizer import FineTuneAdamW, layer_rate_scales
-from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
+from app.training.phase import (
+    KeptPhases,
+    Phase,
+    PhaseResult,
+    PhaseSpec,
+    run_phase,
+    save_weights_atomic,
+)
 from app.training.plan import Phase2Plan, plan_phase2
 from app.training.steps import Evaluation, Steps
 from app.training.strategy import barrier
 
 log = logging.getLogger(__name__)
-
-
-def class_weights(info: DatasetInfo) -> list[float]:
-    """Inverse class frequency, normalised so a balanced dataset gets all 1.0. Multi-label: each
-    label's positives are weighed by its negatives / positives (a label on half the photos: 1.0)."""
-    counts = np.array([info.counts["train"].get(c, 0) for c in info.classes], dtype=float)
-    if info.multi_label:
-        photos = info.num_examples("train")
-        return ((photos - counts) / np.maximum(counts, 1)).round(6).tolist()
-    return (counts.sum() / (len(counts) * np.maximum(counts, 1))).round(6).tolist()
-
-
-def make_optimizer(ctx: Context, learning_rate, model: keras.Model, phase: int) -> keras.optimizers.Optimizer:
-    """AdamW (phase 2 with its per-block rates; the weight average when configured), its slot
-    variables built here under the strategy's scope: created lazily inside the first replicated
-    step instead, they fail under MirroredStrategy with several devices."""
-    rate_scales = layer_rate_scales(ctx.clf, ctx.cfg.unfreeze, ctx.cfg.layer_decay) if phase == 2 else None
-    with ctx.strategy.scope():
-        opt = FineTuneAdamW(learning_rate=learning_rate, weight_decay=ctx.cfg.weight_decay,
-                            rate_scales=rate_scales, ema_decay=ctx.cfg.ema_decay)
-        opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-        if ctx.policy == "mixed_float16":
-            opt = keras.optimizers.LossScaleOptimizer(opt)
-        opt.build(model.trainable_variables)
-    return opt
-
-
-def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Optimizer | None, phase: int = 0) -> Steps:
-    """Training steps use the configured label smoothing, class weights, colour jitter (on the
-    device) and XLA choice; plain evaluation (no optimizer) reports the unsmoothed loss."""
-    training = optimizer is not None
-    return Steps(
-        ctx.strategy, model, optimizer, num_classes=len(ctx.info.classes), global_batch_size=ctx.global_batch,
-        label_smoothing=ctx.label_smoothing if training else 0.0,
-        class_weights=class_weights(ctx.info) if training and ctx.cfg.class_weights else None,
-        color_jitter=ctx.augmentation.color_jitter, seed=ctx.cfg.seed * 10 + phase,
-        jit_compile=training and ctx.jit_compile, multi_label=ctx.info.multi_label,
-    )
-
-
-def finetune_schedule(cfg: TrainConfig, steps_per_epoch: int,
-                      epochs: int) -> keras.optimizers.schedules.LearningRateSchedule:
-    """Linear warmup to lr_finetune over warmup_fraction of phase 2's `epochs`, then cosine decay to 0."""
-    total = max(1, epochs * steps_per_epoch)
-    warmup = int(total * cfg.warmup_fraction)
-    return keras.optimizers.schedules.CosineDecay(
-        0.0 if warmup else cfg.lr_finetune, decay_steps=max(1, total - warmup),
-        warmup_target=cfg.lr_finetune if warmup else None, warmup_steps=warmup,
-    )
 
 
 def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
@@ -97,7 +61,8 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
     split = frozen.split if number == 2 else None
     on_views = number == 2 and frozen.trains  # the tail trains on the views' activations at the cut
     model = clf.head_model if cached else split.tail if on_views else clf.logits_model
-    rate = cfg.lr_head if number == 1 else finetune_schedule(cfg, ctx.steps_per_epoch, plan.epochs)
+    peak = resolve_rate(ctx, number)  # lr_head / lr_finetune, or the finder's suggestion for "auto"
+    rate = peak if number == 1 else finetune_schedule(cfg, peak, ctx.steps_per_epoch, plan.epochs)
     spec = PhaseSpec(
         phase=number, epochs=cfg.epochs_head if number == 1 else plan.epochs,
         steps_per_epoch=ctx.steps_per_epoch, steps_per_execution=cfg.steps_per_execution,
@@ -121,7 +86,6 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
 
 def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseResult:
     freeze_backbone(ctx.clf)
-    resolve_rate(ctx, 1)
     return run_phase(build_phase(ctx, 1, frozen=frozen))
 
 
@@ -143,7 +107,6 @@ def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivatio
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)
     log.info("phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen", len(trained),
              trained[0] if trained else "-", trained[-1] if trained else "-")
-    resolve_rate(ctx, 2)
     return run_phase(build_phase(ctx, 2, phase1, frozen, plan))
 
 
@@ -192,9 +155,8 @@ def _train(ctx: Context) -> dict:
         metrics["phase2_plan"] = plan.to_dict()
         phase2 = run_phase2(ctx, phase1, frozen, plan)
     metrics["phase2"] = phase2.to_dict() if phase2 else None
-    if "auto" in (cfg.lr_head, cfg.lr_finetune):  # cfg: as configured; ctx.cfg holds the rates used
-        metrics["lr_find"] = {**read_suggestions(ctx.run.root), "rule": RULE,
-                              "used": {"lr_head": ctx.cfg.lr_head, "lr_finetune": ctx.cfg.lr_finetune}}
+    if "auto" in (cfg.lr_head, cfg.lr_finetune):
+        metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
     evaluation = make_steps(ctx, ctx.clf.logits_model, None)
     if ctx.info.num_examples("test"):  # on every worker: evaluation is a collective under multi-worker training
         metrics["test"] = evaluate_split(ctx, "test", evaluation).summary()
@@ -209,6 +171,13 @@ def _train(ctx: Context) -> dict:
         _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p), kept=_kept_file(ctx, phases))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
+
+
+def lr_find_record(cfg: TrainConfig, suggestions: dict[str, float]) -> dict:
+    """metrics.json's account of `auto` rates: each sweep's suggestion, the rule, the rates used."""
+    used = {key: suggestions.get(f"phase{phase}") if getattr(cfg, key) == "auto" else getattr(cfg, key)
+            for phase, key in ((1, "lr_head"), (2, "lr_finetune"))}
+    return {**suggestions, "rule": RULE, "used": used}
 
 
 def _thresholds(ctx: Context, phases: KeptPhases) -> dict:
@@ -253,9 +222,12 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int,
     """The chief's last steps: final weights (a copy of the `kept` epoch's file when there is one:
     the model holds exactly those weights, and Keras takes 0.5 s to write them again), export,
     plots, then metrics.json (which marks the run complete)."""
-    from app.evaluation.figures import confusion_matrix_figure, figure_png
+    from app.evaluation.figures import (
+        confusion_matrix_figure,
+        figure_png,
+        plot_learning_curves,
+    )
     from app.export.run_export import export_run
-    from app.training.history import plot_learning_curves
 
     if kept:
         storage.write_bytes_atomic(ctx.run.final_weights, storage.read_bytes(kept))
@@ -275,7 +247,15 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int,
 def train_main(cfg: TrainConfig, overwrite: bool = False) -> dict:
     """`train`, with `data=""` meaning the built-in demo (generated on first use)."""
     if not cfg.data:
-        from app.data.demo import ensure_demo_records
-
         cfg = cfg.replace(data=str(ensure_demo_records()))
     return train(cfg, overwrite)
+
+
+def demo_model_and_data() -> tuple[Path, Path]:
+    """(demo run dir, demo TFRecords) for the notebook's defaults; trains the demo model first
+    (about 30 s on 2 CPU cores, as `photoclf train` does) if it is missing."""
+    run = RunDir(demo_run_dir())
+    if not run.is_complete():
+        print(f"No demo model at {run.root}: training it first (photoclf train)", flush=True)
+        train_main(TrainConfig(out=str(run.root)))
+    return run.root, ensure_demo_records()

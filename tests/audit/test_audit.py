@@ -11,16 +11,16 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from conftest import TINY_BACKBONE
 from PIL import Image
 
 from app.audit.audit import audit, run_audit
 from app.audit.items import load_audit_input
-from app.audit.scan import scan_images
 from app.audit.report import summary
+from app.audit.scan import scan_images
 from app.data.sources import scan_source
 from app.data.writer import write_tfrecords
 from app.errors import UserError
-from conftest import TINY_BACKBONE
 
 # Random weights: only exact findings are meaningful. The tiny backbone embeds in a fraction of MobileNetV2's time.
 FAST = {"backbone": TINY_BACKBONE, "weights": "none", "image_size": 64, "near_threshold": 1.0}

@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 
 from app.errors import UserError
-from benchmarks.device import (DeviceSetup, Feed, Variant, _batches, _classifier, _compiled_step,
-                                         _pipeline_stream, format_table, run_device_benchmark)
+from benchmarks.device import (
+    DeviceSetup,
+    Feed,
+    Variant,
+    _batches,
+    _classifier,
+    _compiled_step,
+    _pipeline_stream,
+    format_table,
+    run_device_benchmark,
+)
 
 TINY = DeviceSetup(image_size=32, batch_size=4, num_classes=3)
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from benchmarks.multilabel import format_summary as multilabel_summary
-from benchmarks.side_features import format_summary as side_format, summarise
+from benchmarks.side_features import format_summary as side_format
+from benchmarks.side_features import summarise
 
 
 def test_the_side_benchmark_summarises_each_model_over_seeds():

@@ -16,7 +16,12 @@ from app.data.pipeline import (
     make_eval_dataset,
     make_train_dataset,
 )
-from app.data.preprocess import Augment, color_jitter, decode_for_eval, decode_random_crop
+from app.data.preprocess import (
+    Augment,
+    color_jitter,
+    decode_for_eval,
+    decode_random_crop,
+)
 from app.errors import UserError
 
 

@@ -130,9 +130,10 @@ def test_the_threshold_task_labels_each_row_by_the_sign_of_its_reading(tmp_path:
 
 def test_the_model_sees_the_encoded_side_features_directly_scaled_by_the_image_features_count():
     """Wide and deep: the head's input is [pooled image features, the side MLP's output, D x encoding]."""
+    from conftest import TINY_BACKBONE
+
     from app.models.backbones import get_backbone
     from app.models.classifier import SIDE_UNITS, build_classifier
-    from conftest import TINY_BACKBONE
 
     spec = get_backbone(TINY_BACKBONE)
     columns = [{"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0},

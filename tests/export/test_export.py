@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import stored_weight_shapes
 
 from app.data import schema
 from app.data.pipeline import load_dataset_info, make_eval_dataset
@@ -20,7 +21,6 @@ from app.export.run_export import export_run
 from app.export.saved_model import export_saved_model
 from app.run_dir import RunDir
 from app.training.report import format_result
-from conftest import stored_weight_shapes
 
 
 def _val_bytes(data: Path) -> tuple[list[bytes], list[int]]:

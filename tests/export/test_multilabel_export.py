@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from aiohttp.test_utils import TestClient, TestServer
+from conftest import TINY_BACKBONE
 
 from app.data.multilabel_demo import generate_multilabel_dataset
 from app.data.writer import write_tfrecords
 from app.errors import UserError
 from app.export.layout import read_metadata
-from conftest import TINY_BACKBONE
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from aiohttp.test_utils import TestClient, TestServer
+from conftest import TINY_BACKBONE
 
 from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
 from app.data.writer import write_tfrecords
@@ -19,7 +20,6 @@ from app.errors import UserError
 from app.export.layout import read_metadata
 from app.export.run_export import export_run
 from app.serving.runtime import host_decoder
-from conftest import TINY_BACKBONE
 
 
 @pytest.fixture(scope="module")

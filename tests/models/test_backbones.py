@@ -5,12 +5,17 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from conftest import TINY_BACKBONE
 
 from app.errors import UserError
 from app.models.backbones import BACKBONES, get_backbone, register_backbone
-from app.models.classifier import build_classifier, split_at_trained, unfreeze_start, unfreeze_top
+from app.models.classifier import (
+    build_classifier,
+    split_at_trained,
+    unfreeze_start,
+    unfreeze_top,
+)
 from app.models.pretrained import load_backbone
-from conftest import TINY_BACKBONE
 
 
 @pytest.mark.parametrize("name", sorted(set(BACKBONES) - {TINY_BACKBONE}))  # the product's, not the tests'

@@ -10,9 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from PIL import Image, ImageDraw
-from test_server import Server  # this folder is on sys.path under pytest (rootdir-relative imports)
 from conftest import TINY_BACKBONE
+from PIL import Image, ImageDraw
+from test_server import (
+    Server,  # this folder is on sys.path under pytest (rootdir-relative imports)
+)
 
 pytestmark = pytest.mark.slow
 

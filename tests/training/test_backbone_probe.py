@@ -9,11 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_BACKBONE
 
 from app.errors import UserError
-from app.training.backbone_probe import (Candidate, ProbeResult, fit_probe, format_ranking, parse_candidates,
-                                         probe_backbone, rank)
-from conftest import TINY_BACKBONE
+from app.training.backbone_probe import (
+    Candidate,
+    ProbeResult,
+    fit_probe,
+    format_ranking,
+    parse_candidates,
+    probe_backbone,
+    rank,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,8 +15,8 @@ from app.config import TrainConfig
 from app.models.classifier import unfreeze_top
 from app.training import frozen_activations
 from app.training.context import setup
-from app.training.feature_cache import model_outputs, training_views
 from app.training.inputs import eval_dataset
+from app.training.passes import model_outputs, training_views
 from app.training.train import build_phase, phase2_plan, run_phase1, run_phase2
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
+from conftest import TINY_BACKBONE
 
 from app.data import schema
 from app.data.pipeline import load_dataset_info
 from app.net import free_port
-from conftest import TINY_BACKBONE
 
 ROOT = Path(__file__).resolve().parents[2]
 

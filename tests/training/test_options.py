@@ -9,10 +9,11 @@ import tensorflow as tf
 
 from app.config import TrainConfig
 from app.data.pipeline import DatasetInfo
+from app.training.builders import class_weights
 from app.training.context import setup
 from app.training.phase import run_phase
 from app.training.steps import Steps
-from app.training.train import build_phase, class_weights, run_phase1
+from app.training.train import build_phase, run_phase1
 
 
 def test_class_weights_are_inverse_frequency():

@@ -16,11 +16,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.config import TrainConfig, load_config, parse_set, read_saved_config, save_config
+from app.config import (
+    TrainConfig,
+    load_config,
+    parse_set,
+    read_saved_config,
+    save_config,
+)
 from app.errors import UserError
-from app.run_dir import RunDir
+from app.run_dir import RunDir, read_history
 from app.training.context import setup
-from app.training.history import read_history
 from app.training.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
