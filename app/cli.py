@@ -9,8 +9,7 @@ import gc
 import logging
 import os
 import sys
-from collections.abc import Iterator
-from typing import Callable
+from collections.abc import Callable, Iterator
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the CLI
 # ... and its Python INFO lines out of the scripts' INFO logs (they reach them through the root
@@ -72,7 +71,9 @@ def _import_keras() -> None:
 
 def add_weights_and_seeds(parser) -> None:
     """The --weights and --seeds flags every accuracy benchmark takes, spelled once."""
-    parser.add_argument("--weights", default="auto", help="backbone weights: auto | imagenet | none | PATH (default auto)")
+    parser.add_argument(
+        "--weights", default="auto", help="backbone weights: auto | imagenet | none | PATH (default auto)"
+    )
     parser.add_argument("--seeds", type=int_list, default=(0, 1, 2), help="seeds, comma-separated (default 0,1,2)")
 
 

@@ -27,68 +27,117 @@ def _key(default: typing.Any, help: str, *, flag: bool = False, choices: tuple[s
 @dataclass(frozen=True)
 class TrainConfig:
     # data
-    data: str = _key("", "TFRecord folder or gs:// URL from make_tfrecords.py; empty = the built-in demo (built if missing)", flag=True)
+    data: str = _key(
+        "",
+        "TFRecord folder or gs:// URL from make_tfrecords.py; empty = the built-in demo (built if missing)",
+        flag=True,
+    )
     out: str = _key("runs/demo", "run directory: config, logs, checkpoints, metrics, export", flag=True)
     # model
-    backbone: str = _key("mobilenet_v2", "backbone registry key (see README), a TF-Hub handle URL or a SavedModel folder", flag=True)
+    backbone: str = _key(
+        "mobilenet_v2",
+        "backbone registry key (see docs/training.md), a TF-Hub handle URL or a SavedModel folder",
+        flag=True,
+    )
     weights: str = _key("auto", "auto | imagenet | none | PATH to a .h5/.weights.h5 file", flag=True)
     image_size: int = _key(0, "input size in pixels; 0 = the backbone's default", flag=True)
     dropout: float = _key(0.2, "dropout before the logits layer")
     # phase 1: frozen backbone, new head
     epochs_head: int = _key(10, "phase-1 epochs, frozen backbone (early stopping may end sooner)", flag=True)
-    lr_head: float = _key(3e-3, "phase-1 learning rate (AdamW); auto = the learning-rate finder's suggestion"
-                                " (photoclf find-lr), swept on this run's data and model before phase 1")
-    cache_features: str = _key("auto", "phase 1 on backbone features computed once, for feature_views augmented views of"
-                                       " each training image: auto (on for one CPU worker) | true | false",
-                               choices=("auto", "true", "false"))
+    lr_head: float = _key(
+        3e-3,
+        "phase-1 learning rate (AdamW); auto = the learning-rate finder's suggestion"
+        " (photoclf find-lr), swept on this run's data and model before phase 1",
+    )
+    cache_features: str = _key(
+        "auto",
+        "phase 1 on backbone features computed once, for feature_views augmented views of"
+        " each training image: auto (on for one CPU worker) | true | false",
+        choices=("auto", "true", "false"),
+    )
     feature_views: int = _key(2, "augmented views per training image in the feature cache (1 forward pass each)")
     # phase 2: top of the backbone unfrozen
     epochs_finetune: int = _key(5, "phase-2 epochs, top of the backbone unfrozen", flag=True)
-    lr_finetune: float = _key(1e-4, "phase-2 peak learning rate: linear warmup, then cosine decay; auto = the"
-                                    " finder's suggestion, swept under the trained head before phase 2")
+    lr_finetune: float = _key(
+        1e-4,
+        "phase-2 peak learning rate: linear warmup, then cosine decay; auto = the"
+        " finder's suggestion, swept under the trained head before phase 2",
+    )
     warmup_fraction: float = _key(0.1, "share of phase-2 steps spent warming up")
-    phase2_mode: str = _key("auto", "what phase 2 trains on: views (phase 1's cached views' activations where its layers begin:"
-                                    " no decoding, a fraction of an epoch on images) | images (decoded, freshly"
-                                    " augmented each epoch) | auto (views when phase 1's val accuracy is near"
-                                    " saturation, else images with more epochs; see app/training/plan.py)",
-                            choices=("auto", "views", "images"))
-    finetune_time_cap: float = _key(2.0, "phase 2 on images stops before an epoch that would end past this many times"
-                                         " phase 1's seconds; 0 = no cap")
-    unfreeze: str = _key("blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)")
-    layer_decay: float = _key(1.0, "phase 2's layer-wise rate decay: the head and top block train at lr_finetune, each"
-                                   " block below at the rate of the block above x this; 1 = one rate for all")
+    phase2_mode: str = _key(
+        "auto",
+        "what phase 2 trains on: views (phase 1's cached views' activations where its layers begin:"
+        " no decoding, a fraction of an epoch on images) | images (decoded, freshly"
+        " augmented each epoch) | auto (views when phase 1's val accuracy is near"
+        " saturation, else images with more epochs; see app/training/plan.py)",
+        choices=("auto", "views", "images"),
+    )
+    finetune_time_cap: float = _key(
+        2.0, "phase 2 on images stops before an epoch that would end past this many times phase 1's seconds; 0 = no cap"
+    )
+    unfreeze: str = _key(
+        "blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)"
+    )
+    layer_decay: float = _key(
+        1.0,
+        "phase 2's layer-wise rate decay: the head and top block train at lr_finetune, each"
+        " block below at the rate of the block above x this; 1 = one rate for all",
+    )
     # both phases
     batch_size: int = _key(32, "per-replica batch size; the global batch is this x the number of replicas", flag=True)
     weight_decay: float = _key(1e-4, "decoupled weight decay (AdamW); not applied to biases or BatchNorm")
     label_smoothing: float = _key(0.1, "label smoothing of the training loss (datasets without side features)")
-    side_label_smoothing: float = _key(0.0, "label smoothing of the training loss for datasets with side features:"
-                                            " smoothing caps the logits' margins, and a threshold on one column stayed"
-                                            " blurred under it (README, 'Side features')")
+    side_label_smoothing: float = _key(
+        0.0,
+        "label smoothing of the training loss for datasets with side features:"
+        " smoothing caps the logits' margins, and a threshold on one column stayed"
+        " blurred under it (docs/side-features.md)",
+    )
     class_weights: bool = _key(False, "weight the loss by inverse class frequency from dataset.json")
     early_stopping_patience: int = _key(3, "epochs without improvement of select_by before a phase stops")
-    select_by: str = _key("val_loss", "what picks a phase's kept epoch, stops it early and decides whether phase 2"
-                                      " beat phase 1: val_loss | val_accuracy (ties broken by val_loss)",
-                          choices=("val_loss", "val_accuracy"))
-    phase2_keeps_accuracy: bool = _key(True, "a phase-2 epoch counts as beating phase 1 only if its val accuracy is at least"
-                                             " phase 1's (under select_by=val_loss a lower loss can come with fewer right answers)")
-    ema_decay: float = _key(0.0, "validate, keep and export an exponential moving average of the weights: 0 = off;"
-                                 " else its decay, warmed up as min(decay, (1 + step) / (10 + step))")
+    select_by: str = _key(
+        "val_loss",
+        "what picks a phase's kept epoch, stops it early and decides whether phase 2"
+        " beat phase 1: val_loss | val_accuracy (ties broken by val_loss)",
+        choices=("val_loss", "val_accuracy"),
+    )
+    phase2_keeps_accuracy: bool = _key(
+        True,
+        "a phase-2 epoch counts as beating phase 1 only if its val accuracy is at least"
+        " phase 1's (under select_by=val_loss a lower loss can come with fewer right answers)",
+    )
+    ema_decay: float = _key(
+        0.0,
+        "validate, keep and export an exponential moving average of the weights: 0 = off;"
+        " else its decay, warmed up as min(decay, (1 + step) / (10 + step))",
+    )
     augment: bool = _key(True, "random-resized crop + flip + colour jitter during training")
     color_jitter: float = _key(0.2, "strength of brightness/contrast/saturation jitter; 0 = off")
     seed: int = _key(0, "seed for weights init, shuffling and augmentation")
-    calibrate: bool = _key(True, "fit a temperature on the validation split after training; the export serves"
-                                 " softmax(logits / T) (calibrated confidence, same predictions)")
+    calibrate: bool = _key(
+        True,
+        "fit a temperature on the validation split after training; the export serves"
+        " softmax(logits / T) (calibrated confidence, same predictions)",
+    )
     # performance and scale
     mixed_precision: str = _key("auto", "auto (on for GPUs) | on | off", choices=("auto", "on", "off"))
     strategy: str = _key("auto", "distribution strategy", choices=("auto", "default", "mirrored", "multiworker", "tpu"))
-    jit_compile: str = _key("auto", "XLA-compile the train step: auto (on for GPUs, as Keras does; off on CPUs, where it"
-                                    " made training slower) | true | false", choices=("auto", "true", "false"))
+    jit_compile: str = _key(
+        "auto",
+        "XLA-compile the train step: auto (on for GPUs, as Keras does; off on CPUs, where it"
+        " made training slower) | true | false",
+        choices=("auto", "true", "false"),
+    )
     steps_per_execution: int = _key(1, "train steps per tf.function call; raise on fast accelerators")
     max_steps_per_epoch: int = _key(0, "0 = a full pass over the training split; >0 caps it (smoke runs)")
-    data_service: str = _key("", "grpc://HOST:PORT of a tf.data service dispatcher (photoclf data-service) that"
-                                 " decodes and augments the training input; empty = this machine does", flag=True)
+    data_service: str = _key(
+        "",
+        "grpc://HOST:PORT of a tf.data service dispatcher (photoclf data-service) that"
+        " decodes and augments the training input; empty = this machine does",
+        flag=True,
+    )
 
-    def replace(self, **changes: typing.Any) -> "TrainConfig":
+    def replace(self, **changes: typing.Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, typing.Any]:
@@ -168,7 +217,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (0.0 <= cfg.dropout < 1.0, "dropout must be in [0, 1)"),
         (0.0 <= cfg.label_smoothing < 1.0, "label_smoothing must be in [0, 1)"),
         (0.0 <= cfg.side_label_smoothing < 1.0, "side_label_smoothing must be in [0, 1)"),
-        (all(getattr(cfg, k) == "auto" or getattr(cfg, k) > 0 for k in AUTO_RATES), "learning rates must be > 0 or auto"),
+        (
+            all(getattr(cfg, k) == "auto" or getattr(cfg, k) > 0 for k in AUTO_RATES),
+            "learning rates must be > 0 or auto",
+        ),
         (0.0 <= cfg.warmup_fraction < 1.0, "warmup_fraction must be in [0, 1)"),
         (cfg.steps_per_execution >= 1, "steps_per_execution must be >= 1"),
         (cfg.image_size >= 0, "image_size must be >= 0 (0 = backbone default)"),
@@ -178,10 +230,15 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
         (cfg.feature_views >= 1, "feature_views must be >= 1"),
         (cfg.finetune_time_cap >= 0, "finetune_time_cap must be >= 0 (0 = no cap)"),
-        (cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"), "unfreeze must be blocks:N, fraction:F or layer:NAME"),
+        (
+            cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"),
+            "unfreeze must be blocks:N, fraction:F or layer:NAME",
+        ),
     ]
     if "://" in cfg.out:
-        raise UserError(f"--out: {cfg.out}: the run dir must be a local path (or a mounted shared folder); --data may be a URL")
+        raise UserError(
+            f"--out: {cfg.out}: the run dir must be a local path (or a mounted shared folder); --data may be a URL"
+        )
     if cfg.data_service:
         from app.data.service import parse_address
 

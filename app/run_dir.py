@@ -7,7 +7,8 @@
     RUN_DIR/learning_curves.png      loss and accuracy over both phases
     RUN_DIR/checkpoints/phaseN/      the last finished epoch of phase N (model, optimizer, state)
     RUN_DIR/checkpoints/phaseN_best_epochEEE.weights.h5   phase N's best weights so far
-    RUN_DIR/checkpoints/phaseN_best_epochEEE.val_outputs.npz   their validation logits and labels (calibration reuses them)
+    RUN_DIR/checkpoints/phaseN_best_epochEEE.val_outputs.npz   their validation logits and labels
+                                     (calibration reuses them)
     RUN_DIR/feature_cache.npz        phase-1 backbone features (cached mode), keyed by what decides them
     RUN_DIR/model.weights.h5         the kept weights of the whole run (what export rebuilds from)
     RUN_DIR/metrics.json             written last: its presence means the run is complete
@@ -85,7 +86,7 @@ class RunDir:
         return self.metrics.exists()
 
     @classmethod
-    def of_export(cls, version_dir: Path) -> "RunDir | None":
+    def of_export(cls, version_dir: Path) -> RunDir | None:
         """The run dir an export version lives in (RUN_DIR/export/NAME/VERSION), if any."""
         version_dir = Path(version_dir)
         run = cls(version_dir.parent.parent.parent)
@@ -103,7 +104,7 @@ class RunDir:
     def write_metrics(self, metrics: dict) -> None:
         storage.write_json_atomic(self.metrics, metrics)
 
-    def load(self, *, need_weights: bool = True) -> "FinishedRun":
+    def load(self, *, need_weights: bool = True) -> FinishedRun:
         """What export and evaluation need of a trained run; a clear error if it is not one."""
         needed = [self.state, self.config] + ([self.final_weights] if need_weights else [])
         missing = [p.name for p in needed if not p.exists()]
@@ -145,8 +146,15 @@ class FinishedRun:
 
         spec = get_backbone(self.state["backbone"])
         backbone, _ = load_backbone(spec, self.image_size, "auto" if spec.hub_handle else "none")
-        clf = build_classifier(spec, backbone, len(self.classes), self.image_size, self.config.dropout, self.side_features,
-                               self.multi_label)
+        clf = build_classifier(
+            spec,
+            backbone,
+            len(self.classes),
+            self.image_size,
+            self.config.dropout,
+            self.side_features,
+            self.multi_label,
+        )
         clf.model.load_weights(str(self.run.final_weights))
         return served_model(clf, self.metrics.get("calibration"))
 

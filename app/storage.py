@@ -13,8 +13,8 @@ import os
 import posixpath
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from app.errors import UserError
 
@@ -55,10 +55,8 @@ def check_url(path: str | Path, flag: str) -> None:
 
 def _load_file_system_plugins() -> None:
     """tensorflow-io registers s3:// (and more) when imported; it is optional."""
-    try:
+    with contextlib.suppress(ImportError):
         import tensorflow_io  # noqa: F401
-    except ImportError:
-        pass
 
 
 def must_exist(path: Path) -> None:
@@ -110,7 +108,7 @@ def atomic_path(path: str | Path) -> Iterator[str]:
     so readers see the old content or the new, never half (atomic on POSIX; on object stores each
     object appears whole). The temp name keeps `path`'s suffixes, for writers that check them
     (Keras wants `.weights.h5`, matplotlib infers the format). On failure the temp file is removed."""
-    directory, name = (posixpath.split(str(path)) if is_url(path) else os.path.split(str(path)))
+    directory, name = posixpath.split(str(path)) if is_url(path) else os.path.split(str(path))
     tmp = join(directory or ".", f".tmp-{uuid.uuid4().hex[:8]}-{name}")
     try:
         yield tmp

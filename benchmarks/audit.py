@@ -24,8 +24,8 @@ import json
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from PIL import Image, ImageDraw, ImageEnhance, ImageOps
 
@@ -37,7 +37,9 @@ from app.errors import UserError
 EDITS: dict[str, Callable[[Image.Image], Image.Image]] = {
     "resized": lambda im: im.resize((max(1, im.width // 2), max(1, im.height // 2))),
     "recompressed": lambda im: im,  # saved at quality 30 below
-    "cropped": lambda im: im.crop((im.width // 20, im.height // 20, im.width - im.width // 20, im.height - im.height // 20)),
+    "cropped": lambda im: im.crop(
+        (im.width // 20, im.height // 20, im.width - im.width // 20, im.height - im.height // 20)
+    ),
     "mirrored": ImageOps.mirror,
     "colour-shifted": lambda im: ImageEnhance.Color(ImageEnhance.Brightness(im).enhance(1.25)).enhance(1.25),
 }
@@ -55,10 +57,18 @@ def _non_photos(size: tuple[int, int] = (400, 300)) -> dict[str, Image.Image]:
     chart = Image.new("RGB", size, (255, 255, 255))
     for k in range(8):
         ImageDraw.Draw(chart).rectangle((20 + 45 * k, 280 - 30 * k, 50 + 45 * k, 280), fill=(40, 90, 200))
-    return {"blank": blank, "image-not-found": missing, "screenshot": screenshot, "gradient": gradient, "bar-chart": chart}
+    return {
+        "blank": blank,
+        "image-not-found": missing,
+        "screenshot": screenshot,
+        "gradient": gradient,
+        "bar-chart": chart,
+    }
 
 
-def plant(folder: Path, out: Path, seed: int = 0, near: int = 20, leaks: int = 10, flips: int = 20) -> tuple[Path, dict]:
+def plant(
+    folder: Path, out: Path, seed: int = 0, near: int = 20, leaks: int = 10, flips: int = 20
+) -> tuple[Path, dict]:
     """Write OUT/manifest.csv (the folder's photos plus planted problems) and return it with the truth."""
     source = scan_source(folder)
     names = [i.path.name for i in source.images]
@@ -70,7 +80,7 @@ def plant(folder: Path, out: Path, seed: int = 0, near: int = 20, leaks: int = 1
     rows = [[str(i.path), i.class_name, i.split] for i in source.images]
     truth: dict = {"near": [], "leak": [], "flipped": [], "non_photo": []}
     kinds = list(EDITS)
-    for k, original in enumerate(picked[:near + leaks]):
+    for k, original in enumerate(picked[: near + leaks]):
         kind = kinds[k % len(kinds)]
         edited = EDITS[kind](ImageOps.exif_transpose(Image.open(original.path)).convert("RGB"))
         path = out / f"planted-{k:03d}-{kind}.jpg"
@@ -78,7 +88,7 @@ def plant(folder: Path, out: Path, seed: int = 0, near: int = 20, leaks: int = 1
         split = "train" if k < near else "val"
         rows.append([str(path), original.class_name, split])
         truth["near" if k < near else "leak"].append({"original": original.relpath, "copy": path.name, "kind": kind})
-    flipped = {i.relpath for i in picked[near + leaks:]}
+    flipped = {i.relpath for i in picked[near + leaks :]}
     for row, image in zip(rows, source.images):
         if image.relpath in flipped:
             row[1] = next(c for c in source.classes if c != image.class_name)
@@ -100,20 +110,26 @@ def _base(path: str) -> str:
 
 def score(result: dict, truth: dict) -> dict:
     """Recall and precision of planted duplicates and leaks, flipped labels in the top 2x, outliers."""
-    found = {frozenset((_base(p["a"]["path"]), _base(p["b"]["path"]))) for p in result["exact_duplicates"] + result["near_duplicates"]}
+    found = {
+        frozenset((_base(p["a"]["path"]), _base(p["b"]["path"])))
+        for p in result["exact_duplicates"] + result["near_duplicates"]
+    }
     leaks = {frozenset((_base(p["a"]["path"]), _base(p["b"]["path"]))) for p in result["leaks"]}
     scores: dict = {}
     for group, reported in (("near", found), ("leak", leaks)):
         planted = {frozenset((_base(t["original"]), t["copy"])): t["kind"] for t in truth[group]}
         hits = [pair for pair in planted if pair in reported]
         scores[f"{group}_recall"] = round(len(hits) / len(planted), 3)
-        scores[f"{group}_by_kind"] = {kind: sum(1 for p, k in planted.items() if k == kind and p in reported)
-                                      for kind in EDITS if kind in planted.values()}
+        scores[f"{group}_by_kind"] = {
+            kind: sum(1 for p, k in planted.items() if k == kind and p in reported)
+            for kind in EDITS
+            if kind in planted.values()
+        }
         if group == "leak":
             scores["leak_precision"] = round(len(hits) / max(len(reported), 1), 3)
     all_planted = {frozenset((_base(t["original"]), t["copy"])) for t in truth["near"] + truth["leak"]}
     scores["duplicate_precision"] = round(len(found & all_planted) / max(len(found), 1), 3)
-    top = {_base(r["path"]) for r in result["label_ranking"][:2 * len(truth["flipped"])]}
+    top = {_base(r["path"]) for r in result["label_ranking"][: 2 * len(truth["flipped"])]}
     scores["flipped_in_top_2x"] = round(sum(_base(f) in top for f in truth["flipped"]) / len(truth["flipped"]), 3)
     flagged = {_base(o["path"]) for o in result["outliers"]} | {_base(m["path"]) for m in result["likely_mislabels"]}
     scores["non_photos_flagged"] = f"{sum(n in flagged for n in truth['non_photo'])}/{len(truth['non_photo'])}"
@@ -126,8 +142,12 @@ def run_audit_benchmark(folder: Path, seed: int = 0, weights: str = "auto") -> d
         start = time.perf_counter()
         result = audit(manifest, Path(tmp) / "report", weights=weights)
         seconds = time.perf_counter() - start
-    return {**score(result, truth), "images": result["images"], "seconds": round(seconds, 1),
-            "images_per_s": round(result["images"] / seconds, 1)}
+    return {
+        **score(result, truth),
+        "images": result["images"],
+        "seconds": round(seconds, 1),
+        "images_per_s": round(result["images"] / seconds, 1),
+    }
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ def subset_folder(folder: Path, out: Path, per_class: int, seed: int, test_per_c
             chosen = {split: files}
             if split == "train":
                 random.Random(f"{seed}:{class_dir.name}").shuffle(files)
-                chosen = {"train": files[:per_class], "test": files[per_class:per_class + test_per_class]}
+                chosen = {"train": files[:per_class], "test": files[per_class : per_class + test_per_class]}
             for name, picked in chosen.items():
                 if not picked:
                     continue

@@ -33,8 +33,8 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
 
 import keras
 import numpy as np
@@ -192,8 +192,15 @@ def _images_per_s(step: Step, images: int) -> float:
     return images / (time.perf_counter() - start)
 
 
-def run_device_benchmark(setup: DeviceSetup, variants: list[Variant], *, steps: int = 20, rounds: int = 5,
-                         warmup: int = 2, log: Callable[[str], None] = print) -> dict:
+def run_device_benchmark(
+    setup: DeviceSetup,
+    variants: list[Variant],
+    *,
+    steps: int = 20,
+    rounds: int = 5,
+    warmup: int = 2,
+    log: Callable[[str], None] = print,
+) -> dict:
     """Build and warm up every variant (compilation and autotuning stay out of the figures),
     then time them in alternating rounds; report each one's median images/s and range."""
     size = _image_size(setup)
@@ -211,11 +218,25 @@ def run_device_benchmark(setup: DeviceSetup, variants: list[Variant], *, steps: 
             samples[variant].append(_images_per_s(step, feeds[variant.feed].images_per_pass))
         log(f"round {r + 1}/{rounds}: " + ", ".join(f"{v.label} {s[-1]:.0f}" for v, s in samples.items()))
     return {
-        "backend": keras.backend.backend(), "device": device_name(), "backbone": setup.backbone,
-        "image_size": size, "batch_size": setup.batch_size, "steps": steps, "rounds": rounds, "data": setup.data,
-        "results": [{"workload": v.workload, "precision": v.precision, "xla": v.jit, "feed": v.feed,
-                     "images_per_s": round(statistics.median(s), 1),
-                     "range": [round(min(s), 1), round(max(s), 1)]} for v, s in samples.items()],
+        "backend": keras.backend.backend(),
+        "device": device_name(),
+        "backbone": setup.backbone,
+        "image_size": size,
+        "batch_size": setup.batch_size,
+        "steps": steps,
+        "rounds": rounds,
+        "data": setup.data,
+        "results": [
+            {
+                "workload": v.workload,
+                "precision": v.precision,
+                "xla": v.jit,
+                "feed": v.feed,
+                "images_per_s": round(statistics.median(s), 1),
+                "range": [round(min(s), 1), round(max(s), 1)],
+            }
+            for v, s in samples.items()
+        ],
     }
 
 
@@ -242,12 +263,16 @@ def format_table(report: dict) -> str:
     row's last column is its rate over the same variant's memory-fed rate: the share of what the
     device could train that the host's input sustains."""
     memory = {_key(r): r["images_per_s"] for r in report["results"] if r["feed"] == "memory"}
-    rows = ["| workload | precision | XLA | feed | images/s (median) | range | of memory-fed |",
-            "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+    rows = [
+        "| workload | precision | XLA | feed | images/s (median) | range | of memory-fed |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
     for r in report["results"]:
         share = f"{r['images_per_s'] / memory[_key(r)]:.0%}" if r["feed"] == "pipeline" and _key(r) in memory else ""
-        rows.append(f"| {r['workload']} | {r['precision']} | {'on' if r['xla'] else 'off'} | {r['feed']} | "
-                    f"{r['images_per_s']:,.0f} | {r['range'][0]:,.0f}–{r['range'][1]:,.0f} | {share} |")
+        rows.append(
+            f"| {r['workload']} | {r['precision']} | {'on' if r['xla'] else 'off'} | {r['feed']} | "
+            f"{r['images_per_s']:,.0f} | {r['range'][0]:,.0f}–{r['range'][1]:,.0f} | {share} |"
+        )
     return "\n".join(rows)
 
 
@@ -267,17 +292,25 @@ def _items(parser: argparse.ArgumentParser, flag: str, text: str, allowed: tuple
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backbone", default="mobilenet_v2", help="backbone (default mobilenet_v2)")
-    p.add_argument("--weights", default="none", help="none | imagenet | PATH (default none: speed does not depend on them)")
+    p.add_argument(
+        "--weights", default="none", help="none | imagenet | PATH (default none: speed does not depend on them)"
+    )
     p.add_argument("--image-size", type=int, default=0, help="input size; 0 = the backbone's default")
     p.add_argument("--batch-size", type=int, default=64, help="batch size (default 64)")
     p.add_argument("--workloads", default="features,phase1,phase2", help="comma-separated (default all three)")
-    p.add_argument("--precisions", default="float32,mixed_float16",
-                   help="comma-separated among float32, mixed_float16, mixed_bfloat16 (default float32,mixed_float16)")
+    p.add_argument(
+        "--precisions",
+        default="float32,mixed_float16",
+        help="comma-separated among float32, mixed_float16, mixed_bfloat16 (default float32,mixed_float16)",
+    )
     p.add_argument("--xla", default="off,on", help="off, on or off,on (default)")
     p.add_argument("--steps", type=int, default=20, help="steps timed per variant per round (default 20)")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds; medians are reported (default 5)")
-    p.add_argument("--data", default=None,
-                   help="TFRecord folder (make_tfrecords.py): also time each variant fed by the input pipeline over it")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="TFRecord folder (make_tfrecords.py): also time each variant fed by the input pipeline over it",
+    )
     args = p.parse_args()
 
     workloads = _items(p, "--workloads", args.workloads, WORKLOADS)
@@ -285,12 +318,20 @@ def main() -> None:
     xla = _items(p, "--xla", args.xla, ("off", "on"))
     feeds = FEEDS if args.data else FEEDS[:1]
     setup = DeviceSetup(args.backbone, args.weights, args.image_size, args.batch_size, data=args.data)
-    variants = [Variant(w, precision, x == "on", feed)
-                for precision in precisions for x in xla for w in workloads for feed in feeds]
-    report = run_device_benchmark(setup, variants, steps=args.steps, rounds=args.rounds,
-                                  log=lambda m: print(m, file=sys.stderr))
-    print(f"{report['backend']} on {report['device']}, {report['backbone']} at {report['image_size']} px, "
-          f"batch {report['batch_size']}:\n{format_table(report)}")
+    variants = [
+        Variant(w, precision, x == "on", feed)
+        for precision in precisions
+        for x in xla
+        for w in workloads
+        for feed in feeds
+    ]
+    report = run_device_benchmark(
+        setup, variants, steps=args.steps, rounds=args.rounds, log=lambda m: print(m, file=sys.stderr)
+    )
+    print(
+        f"{report['backend']} on {report['device']}, {report['backbone']} at {report['image_size']} px, "
+        f"batch {report['batch_size']}:\n{format_table(report)}"
+    )
     print(json.dumps(report))
 
 

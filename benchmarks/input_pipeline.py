@@ -25,8 +25,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -52,9 +52,7 @@ def baseline_recipe(files: list[str], image_size: int, batch_size: int) -> tf.da
     def augment(image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return tf.image.random_brightness(tf.image.random_flip_left_right(image), 0.2), label
 
-    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-        tf.data.TFRecordDataset, num_parallel_calls=AUTOTUNE
-    )
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(tf.data.TFRecordDataset, num_parallel_calls=AUTOTUNE)
     ds = ds.map(parse, num_parallel_calls=AUTOTUNE).map(augment, num_parallel_calls=AUTOTUNE)
     return ds.shuffle(1024).batch(batch_size).prefetch(AUTOTUNE)
 
@@ -69,9 +67,7 @@ def decode_only(files: list[str], batch_size: int) -> tf.data.Dataset:
         # variable-size images is charged to the decoder.
         return image[0, 0]
 
-    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-        tf.data.TFRecordDataset, num_parallel_calls=AUTOTUNE
-    )
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(tf.data.TFRecordDataset, num_parallel_calls=AUTOTUNE)
     return ds.map(decode, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
 
 
@@ -87,8 +83,9 @@ def device_jitter(strength: float, seed: int = 0) -> Callable[[tf.Tensor], tf.Te
     return jitter
 
 
-def images_per_second(ds: tf.data.Dataset, num_images: int, batch_size: int,
-                      on_batch: Callable[[tf.Tensor], tf.Tensor] | None = None) -> float:
+def images_per_second(
+    ds: tf.data.Dataset, num_images: int, batch_size: int, on_batch: Callable[[tf.Tensor], tf.Tensor] | None = None
+) -> float:
     """Time `num_images` images through an already warmed-up, repeating dataset, with
     `on_batch` (if given) applied to each batch's images as a training step would."""
     iterator = iter(ds.repeat())
@@ -120,8 +117,14 @@ def make_benchmark_records(out: Path, num_images: int, width: int = 500, height:
 
 
 def run_input_benchmark(
-    data: str | Path | None, *, image_size: int = 224, batch_size: int = 32, num_images: int = 2048, rounds: int = 5,
-    synthetic_images: int = 1024, log: Callable[[str], None] = print,
+    data: str | Path | None,
+    *,
+    image_size: int = 224,
+    batch_size: int = 32,
+    num_images: int = 2048,
+    rounds: int = 5,
+    synthetic_images: int = 1024,
+    log: Callable[[str], None] = print,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         if data is None:
@@ -148,17 +151,26 @@ def run_input_benchmark(
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=None, help="TFRecord folder or gs:// URL from make_tfrecords.py (default: synthetic)")
+    p.add_argument(
+        "--data", default=None, help="TFRecord folder or gs:// URL from make_tfrecords.py (default: synthetic)"
+    )
     p.add_argument("--image-size", type=int, default=224, help="output size (default 224)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
     p.add_argument("--num-images", type=int, default=2048, help="images timed per variant per round (default 2048)")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds; medians are reported (default 5)")
-    p.add_argument("--synthetic-images", type=int, default=1024, help="images to generate without --data (default 1024)")
+    p.add_argument(
+        "--synthetic-images", type=int, default=1024, help="images to generate without --data (default 1024)"
+    )
     args = p.parse_args()
 
     result = run_input_benchmark(
-        args.data, image_size=args.image_size, batch_size=args.batch_size, num_images=args.num_images,
-        rounds=args.rounds, synthetic_images=args.synthetic_images, log=lambda m: print(m, file=sys.stderr),
+        args.data,
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+        num_images=args.num_images,
+        rounds=args.rounds,
+        synthetic_images=args.synthetic_images,
+        log=lambda m: print(m, file=sys.stderr),
     )
     print(json.dumps(result))
 

@@ -39,8 +39,15 @@ def _records(tmp: Path, photos: int, image_size: int) -> Path:
     return tmp / "records"
 
 
-def run_multilabel_benchmark(*, weights: str, seeds: tuple[int, ...], photos: int = 600, photo_size: int = 128,
-                             log: Callable[[str], None] = print, **fixed: object) -> list[dict]:
+def run_multilabel_benchmark(
+    *,
+    weights: str,
+    seeds: tuple[int, ...],
+    photos: int = 600,
+    photo_size: int = 128,
+    log: Callable[[str], None] = print,
+    **fixed: object,
+) -> list[dict]:
     """One row per seed: the test split's multi-label metrics (app.evaluation.multilabel)."""
     from app.evaluation.evaluate import evaluate
     from app.training.train import train
@@ -51,26 +58,45 @@ def run_multilabel_benchmark(*, weights: str, seeds: tuple[int, ...], photos: in
         tmp = Path(tmp_name)
         records = _records(tmp, photos, photo_size)
         for seed in seeds:
-            cfg = load_config(None, {"data": str(records), "out": str(tmp / f"run-{seed}"), "weights": weights,
-                                     "seed": seed, **fixed})
+            cfg = load_config(
+                None, {"data": str(records), "out": str(tmp / f"run-{seed}"), "weights": weights, "seed": seed, **fixed}
+            )
             with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the result
                 train(cfg)
                 metrics = evaluate(cfg.out, records, split="test", report_dir=tmp / f"report-{seed}").metrics
-            rows.append({"seed": seed, **{k: metrics[k] for k in ("count", "macro_map", "micro_map", "macro_f1", "exact_match")},
-                         "labels": metrics["labels"]})
+            rows.append(
+                {
+                    "seed": seed,
+                    **{k: metrics[k] for k in ("count", "macro_map", "micro_map", "macro_f1", "exact_match")},
+                    "labels": metrics["labels"],
+                }
+            )
             log(f"seed {seed}: macro mAP {metrics['macro_map']:.3f}, exact match {metrics['exact_match']:.3f}")
     return rows
 
 
 def format_summary(rows: list[dict]) -> str:
     """Overall figures, then per label (mean ± sd over seeds)."""
-    overall = [["test photos", "macro mAP", "micro mAP", "macro F1", "exact match"],
-               [str(rows[0]["count"]), *(mean_sd([r[k] for r in rows]) for k in ("macro_map", "micro_map", "macro_f1", "exact_match"))]]
+    overall = [
+        ["test photos", "macro mAP", "micro mAP", "macro F1", "exact match"],
+        [
+            str(rows[0]["count"]),
+            *(mean_sd([r[k] for r in rows]) for k in ("macro_map", "micro_map", "macro_f1", "exact_match")),
+        ],
+    ]
     per_label = [["label", "support", "threshold", "precision", "recall", "F1", "AP"]]
     for i, label in enumerate(rows[0]["labels"]):
-        cells = [[r["labels"][i][k] for r in rows] for k in ("threshold", "precision", "recall", "f1", "average_precision")]
-        per_label.append([label["label"], str(label["support"]),
-                          f"{statistics.mean(cells[0]):.2f}", *(mean_sd([v for v in c if v is not None]) for c in cells[1:])])
+        cells = [
+            [r["labels"][i][k] for r in rows] for k in ("threshold", "precision", "recall", "f1", "average_precision")
+        ]
+        per_label.append(
+            [
+                label["label"],
+                str(label["support"]),
+                f"{statistics.mean(cells[0]):.2f}",
+                *(mean_sd([v for v in c if v is not None]) for c in cells[1:]),
+            ]
+        )
     return format_table(overall) + "\n\n" + format_table(per_label)
 
 
@@ -82,8 +108,14 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    rows = run_multilabel_benchmark(weights=args.weights, seeds=args.seeds, photos=args.photos, photo_size=args.image_size,
-                                    image_size=args.image_size, log=lambda m: print(m, file=sys.stderr))
+    rows = run_multilabel_benchmark(
+        weights=args.weights,
+        seeds=args.seeds,
+        photos=args.photos,
+        photo_size=args.image_size,
+        image_size=args.image_size,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     print(format_summary(rows))
     print(json.dumps({"runs": rows}))
 

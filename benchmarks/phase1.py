@@ -17,8 +17,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from app.cli import add_weights_and_seeds, int_list, run_cli
 from app.config import TrainConfig
@@ -35,14 +35,26 @@ def _phase1_run(cfg: TrainConfig) -> dict[str, float]:
 def _summary(runs: list[dict[str, float]], baseline_seconds: float) -> dict[str, float]:
     acc, loss = [r["val_accuracy"] for r in runs], [r["val_loss"] for r in runs]
     seconds = statistics.median(r["seconds"] for r in runs)
-    return {"val_accuracy_mean": round(statistics.mean(acc), 4), "val_accuracy_sd": round(statistics.pstdev(acc), 4),
-            "val_loss_mean": round(statistics.mean(loss), 4), "val_loss_sd": round(statistics.pstdev(loss), 4),
-            "seconds_median": round(seconds, 1), "speedup": round(baseline_seconds / seconds, 2)}
+    return {
+        "val_accuracy_mean": round(statistics.mean(acc), 4),
+        "val_accuracy_sd": round(statistics.pstdev(acc), 4),
+        "val_loss_mean": round(statistics.mean(loss), 4),
+        "val_loss_sd": round(statistics.pstdev(loss), 4),
+        "seconds_median": round(seconds, 1),
+        "speedup": round(baseline_seconds / seconds, 2),
+    }
 
 
 def run_phase1_comparison(
-    data: str, *, weights: str, views: tuple[int, ...] = (1, 2, 4), seeds: tuple[int, ...] = (0, 1, 2),
-    image_size: int = 224, batch_size: int = 32, epochs: int = 10, log: Callable[[str], None] = print,
+    data: str,
+    *,
+    weights: str,
+    views: tuple[int, ...] = (1, 2, 4),
+    seeds: tuple[int, ...] = (0, 1, 2),
+    image_size: int = 224,
+    batch_size: int = 32,
+    epochs: int = 10,
+    log: Callable[[str], None] = print,
 ) -> dict[str, dict[str, float]]:
     """Phase 1 on augmented images (one backbone pass per image per epoch) vs on cached features of
     K augmented views, same seeds, variants alternating within each seed. Accuracy is on val."""
@@ -50,13 +62,23 @@ def run_phase1_comparison(
     variants.update({f"features_x{k}": {"cache_features": "true", "feature_views": k} for k in views})
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
-        base = TrainConfig(data=data, out=str(Path(tmp) / "run"), weights=weights, image_size=image_size,
-                           batch_size=batch_size, epochs_head=epochs, epochs_finetune=0)
+        base = TrainConfig(
+            data=data,
+            out=str(Path(tmp) / "run"),
+            weights=weights,
+            image_size=image_size,
+            batch_size=batch_size,
+            epochs_head=epochs,
+            epochs_finetune=0,
+        )
         for seed in seeds:
             for name, change in variants.items():
                 runs[name].append(_phase1_run(base.replace(seed=seed, **change)))
                 r = runs[name][-1]
-                log(f"seed {seed} {name}: val_accuracy {r['val_accuracy']:.4f}, val_loss {r['val_loss']:.4f}, {r['seconds']:.1f}s")
+                log(
+                    f"seed {seed} {name}: val_accuracy {r['val_accuracy']:.4f},"
+                    f" val_loss {r['val_loss']:.4f}, {r['seconds']:.1f}s"
+                )
     baseline = statistics.median(r["seconds"] for r in runs["images"])
     return {name: _summary(r, baseline) for name, r in runs.items()}
 
@@ -71,8 +93,15 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    result = run_phase1_comparison(args.data, weights=args.weights, views=args.views, seeds=args.seeds,
-                                   image_size=args.image_size, epochs=args.epochs, log=lambda m: print(m, file=sys.stderr))
+    result = run_phase1_comparison(
+        args.data,
+        weights=args.weights,
+        views=args.views,
+        seeds=args.seeds,
+        image_size=args.image_size,
+        epochs=args.epochs,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     print(json.dumps(result))
 
 

@@ -74,16 +74,33 @@ def _one_run(cfg: TrainConfig) -> dict:
         phase2 = run_phase2(ctx, phase1)
         test2 = evaluate_split(ctx, "test").accuracy if held_out else None
     own = [float(row["val_accuracy"]) for row in read_history(ctx.run.history) if row["phase"] == "2"]
-    return {"p1_accuracy": phase1.val_accuracy, "p1_loss": phase1.val_loss, "p2_accuracy": phase2.val_accuracy,
-            "p2_loss": phase2.val_loss, "p1_test_accuracy": test1, "p2_test_accuracy": test2,
-            "test_images": ctx.info.num_examples("test"), "p2_own_best_accuracy": max(own), "p2_epochs": phase2.epochs,
-            "p2_seconds": phase2.seconds, "seconds": time.perf_counter() - start,
-            "val_images": ctx.info.num_examples("val")}
+    return {
+        "p1_accuracy": phase1.val_accuracy,
+        "p1_loss": phase1.val_loss,
+        "p2_accuracy": phase2.val_accuracy,
+        "p2_loss": phase2.val_loss,
+        "p1_test_accuracy": test1,
+        "p2_test_accuracy": test2,
+        "test_images": ctx.info.num_examples("test"),
+        "p2_own_best_accuracy": max(own),
+        "p2_epochs": phase2.epochs,
+        "p2_seconds": phase2.seconds,
+        "seconds": time.perf_counter() - start,
+        "val_images": ctx.info.num_examples("val"),
+    }
 
 
-def run_phase2_benchmark(folder: Path, *, weights: str, variants: list[Variant], per_class: tuple[int, ...],
-                         seeds: tuple[int, ...], test_per_class: int = 100, log: Callable[[str], None] = print,
-                         **fixed: object) -> list[dict]:
+def run_phase2_benchmark(
+    folder: Path,
+    *,
+    weights: str,
+    variants: list[Variant],
+    per_class: tuple[int, ...],
+    seeds: tuple[int, ...],
+    test_per_class: int = 100,
+    log: Callable[[str], None] = print,
+    **fixed: object,
+) -> list[dict]:
     """One row per (variant, size, seed). `fixed`: config keys for every run (e.g. image_size)."""
     folder = Path(folder)
     check_split_folder(folder)
@@ -98,15 +115,30 @@ def run_phase2_benchmark(folder: Path, *, weights: str, variants: list[Variant],
             for seed in seeds:
                 records, train_images = _records(folder, n, seed, tmp, test_per_class)
                 for name, overrides in variants:
-                    cfg = load_config(None, {"data": str(records), "out": str(tmp / "run"), "weights": weights,
-                                             "seed": seed, "calibrate": False, **_batch_size(train_images), **fixed,
-                                             **overrides})
+                    cfg = load_config(
+                        None,
+                        {
+                            "data": str(records),
+                            "out": str(tmp / "run"),
+                            "weights": weights,
+                            "seed": seed,
+                            "calibrate": False,
+                            **_batch_size(train_images),
+                            **fixed,
+                            **overrides,
+                        },
+                    )
                     row = {"variant": name, "per_class": n, "seed": seed, **_one_run(cfg)}
                     rows.append(row)
-                    test = (f"; test {row['p1_test_accuracy']:.3f} -> {row['p2_test_accuracy']:.3f}"
-                            if row["test_images"] else "")
-                    log(f"{name} {n}/class seed {seed}: val {row['p1_accuracy']:.3f} -> kept {row['p2_accuracy']:.3f}"
-                        f" (phase 2's own best {row['p2_own_best_accuracy']:.3f}){test}, {row['seconds']:.0f}s")
+                    test = (
+                        f"; test {row['p1_test_accuracy']:.3f} -> {row['p2_test_accuracy']:.3f}"
+                        if row["test_images"]
+                        else ""
+                    )
+                    log(
+                        f"{name} {n}/class seed {seed}: val {row['p1_accuracy']:.3f} -> kept {row['p2_accuracy']:.3f}"
+                        f" (phase 2's own best {row['p2_own_best_accuracy']:.3f}){test}, {row['seconds']:.0f}s"
+                    )
     return rows
 
 
@@ -116,14 +148,22 @@ def summarise(rows: list[dict]) -> list[dict]:
     for key in dict.fromkeys((r["variant"], r["per_class"]) for r in rows):
         group = [r for r in rows if (r["variant"], r["per_class"]) == key]
         gain = statistics.mean((r["p2_accuracy"] - r["p1_accuracy"]) * r["val_images"] for r in group)
-        out.append({"variant": key[0], "per_class": key[1], "seeds": len(group),
-                    "phase1_accuracy": mean_sd([r["p1_accuracy"] for r in group]),
-                    "phase2_accuracy": mean_sd([r["p2_accuracy"] for r in group]), "gain_images": round(gain, 1),
-                    **_test_summary(group),
-                    "phase1_loss": mean_sd([r["p1_loss"] for r in group]), "phase2_loss": mean_sd([r["p2_loss"] for r in group]),
-                    "phase2_own_best": mean_sd([r["p2_own_best_accuracy"] for r in group]),
-                    "phase2_epochs": round(statistics.mean(r["p2_epochs"] for r in group), 1),
-                    "phase2_seconds": round(statistics.median(r["p2_seconds"] for r in group), 1)})
+        out.append(
+            {
+                "variant": key[0],
+                "per_class": key[1],
+                "seeds": len(group),
+                "phase1_accuracy": mean_sd([r["p1_accuracy"] for r in group]),
+                "phase2_accuracy": mean_sd([r["p2_accuracy"] for r in group]),
+                "gain_images": round(gain, 1),
+                **_test_summary(group),
+                "phase1_loss": mean_sd([r["p1_loss"] for r in group]),
+                "phase2_loss": mean_sd([r["p2_loss"] for r in group]),
+                "phase2_own_best": mean_sd([r["p2_own_best_accuracy"] for r in group]),
+                "phase2_epochs": round(statistics.mean(r["p2_epochs"] for r in group), 1),
+                "phase2_seconds": round(statistics.median(r["p2_seconds"] for r in group), 1),
+            }
+        )
     return out
 
 
@@ -131,18 +171,44 @@ def _test_summary(group: list[dict]) -> dict:
     """Held-out test accuracy after phase 1 and of the kept model, where every seed had a test split."""
     if not all(r["test_images"] for r in group):
         return {"phase1_test_accuracy": "-", "phase2_test_accuracy": "-", "test_images": 0}
-    return {"phase1_test_accuracy": mean_sd([r["p1_test_accuracy"] for r in group]),
-            "phase2_test_accuracy": mean_sd([r["p2_test_accuracy"] for r in group]),
-            "test_images": min(r["test_images"] for r in group)}
+    return {
+        "phase1_test_accuracy": mean_sd([r["p1_test_accuracy"] for r in group]),
+        "phase2_test_accuracy": mean_sd([r["p2_test_accuracy"] for r in group]),
+        "test_images": min(r["test_images"] for r in group),
+    }
 
 
 def format_summary(summary: list[dict]) -> str:
     from app.table import format_table
 
-    head = ["variant", "per class", "phase 1 val acc", "kept val acc", "gain (images)", "phase 1 val loss",
-            "kept val loss", "phase 2's own best", "phase 1 test acc", "kept test acc", "phase-2 epochs", "phase-2 s"]
-    keys = ["variant", "per_class", "phase1_accuracy", "phase2_accuracy", "gain_images", "phase1_loss", "phase2_loss",
-            "phase2_own_best", "phase1_test_accuracy", "phase2_test_accuracy", "phase2_epochs", "phase2_seconds"]
+    head = [
+        "variant",
+        "per class",
+        "phase 1 val acc",
+        "kept val acc",
+        "gain (images)",
+        "phase 1 val loss",
+        "kept val loss",
+        "phase 2's own best",
+        "phase 1 test acc",
+        "kept test acc",
+        "phase-2 epochs",
+        "phase-2 s",
+    ]
+    keys = [
+        "variant",
+        "per_class",
+        "phase1_accuracy",
+        "phase2_accuracy",
+        "gain_images",
+        "phase1_loss",
+        "phase2_loss",
+        "phase2_own_best",
+        "phase1_test_accuracy",
+        "phase2_test_accuracy",
+        "phase2_epochs",
+        "phase2_seconds",
+    ]
     return format_table([head] + [[str(s[k]) for k in keys] for s in summary])
 
 
@@ -150,11 +216,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path, help="folder with train/ and val/ class folders")
     add_weights_and_seeds(p)
-    p.add_argument("--per-class", type=int_list, default=(10, 20, 50), help="training photos per class (default 10,20,50)")
-    p.add_argument("--test-per-class", type=int, default=100,
-                   help="training photos left out of a subset that form its held-out test split (default 100; 0 = none)")
-    p.add_argument("--variant", action="append", default=None,
-                   help="NAME or NAME:key=value,... (config keys, as fine_tune.py --set); repeatable (default: defaults)")
+    p.add_argument(
+        "--per-class", type=int_list, default=(10, 20, 50), help="training photos per class (default 10,20,50)"
+    )
+    p.add_argument(
+        "--test-per-class",
+        type=int,
+        default=100,
+        help="training photos left out of a subset that form its held-out test split (default 100; 0 = none)",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=None,
+        help="NAME or NAME:key=value,... (config keys, as fine_tune.py --set); repeatable (default: defaults)",
+    )
     p.add_argument("--image-size", type=int, default=224, help="input size (default 224)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -163,8 +239,16 @@ def main() -> None:
         variants = [parse_variant(v) for v in args.variant or ["defaults"]]
     except ValueError as err:
         p.error(str(err))
-    rows = run_phase2_benchmark(args.folder, weights=args.weights, variants=variants, per_class=args.per_class,
-                                seeds=args.seeds, test_per_class=args.test_per_class, image_size=args.image_size, log=lambda m: print(m, file=sys.stderr))
+    rows = run_phase2_benchmark(
+        args.folder,
+        weights=args.weights,
+        variants=variants,
+        per_class=args.per_class,
+        seeds=args.seeds,
+        test_per_class=args.test_per_class,
+        image_size=args.image_size,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     summary = summarise(rows)
     print(format_summary(summary))
     print(json.dumps({"summary": summary, "runs": rows}))

@@ -30,9 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from app.cli import run_cli
 from app.errors import UserError
@@ -57,8 +57,13 @@ class Trace:
 
 def _trace(cmd: list[str], environment: dict[str, str] | None = None) -> Trace:
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(environment or {})})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(environment or {})},
+    )
     epochs, final = [], float("nan")
     for line in proc.stdout:
         if line.startswith("final_val_accuracy"):
@@ -72,23 +77,61 @@ def _trace(cmd: list[str], environment: dict[str, str] | None = None) -> Trace:
 
 
 def _ours(records: Path, run: Path, weights: str, image_size: int, seed: int) -> Trace:
-    trace = _trace([sys.executable, str(SCRIPTS / "fine_tune.py"), "--data", str(records), "--out", str(run),
-                    "--weights", weights, "--image-size", str(image_size), "--set", f"seed={seed}", "--overwrite"])
+    trace = _trace(
+        [
+            sys.executable,
+            str(SCRIPTS / "fine_tune.py"),
+            "--data",
+            str(records),
+            "--out",
+            str(run),
+            "--weights",
+            weights,
+            "--image-size",
+            str(image_size),
+            "--set",
+            f"seed={seed}",
+            "--overwrite",
+        ]
+    )
     metrics = RunDir(run).read_metrics()
     trace.final_val_accuracy = (metrics.get("phase2") or metrics["phase1"])["val_accuracy"]
     return trace
 
 
-def _rounds(folder: Path, records: Path, tmp: Path, *, weights: str, image_size: int, rounds: int, seed: int,
-            recipe_epochs: tuple[int, int], log: Callable[[str], None]) -> list[tuple[Trace, Trace]]:
+def _rounds(
+    folder: Path,
+    records: Path,
+    tmp: Path,
+    *,
+    weights: str,
+    image_size: int,
+    rounds: int,
+    seed: int,
+    recipe_epochs: tuple[int, int],
+    log: Callable[[str], None],
+) -> list[tuple[Trace, Trace]]:
     pairs = []
     for r in range(rounds):
-        usual = _trace([sys.executable, "-m", "benchmarks.usual_recipe", str(folder), weights, str(image_size), str(seed),
-                        *map(str, recipe_epochs)], USUAL_ENVIRONMENT)
+        usual = _trace(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.usual_recipe",
+                str(folder),
+                weights,
+                str(image_size),
+                str(seed),
+                *map(str, recipe_epochs),
+            ],
+            USUAL_ENVIRONMENT,
+        )
         ours = _ours(records, tmp / f"run{r}", weights, image_size, seed)
         pairs.append((usual, ours))
-        log(f"round {r + 1}/{rounds}: usual recipe {usual.seconds:.0f}s val {usual.final_val_accuracy:.4f};"
-            f" fine_tune.py {ours.seconds:.0f}s val {ours.final_val_accuracy:.4f}")
+        log(
+            f"round {r + 1}/{rounds}: usual recipe {usual.seconds:.0f}s val {usual.final_val_accuracy:.4f};"
+            f" fine_tune.py {ours.seconds:.0f}s val {ours.final_val_accuracy:.4f}"
+        )
     return pairs
 
 
@@ -98,7 +141,9 @@ def _summary(pairs: list[tuple[Trace, Trace]], convert_seconds: float) -> dict:
     reach = [o.time_to_reach(u.final_val_accuracy) for u, o in pairs]
     reach_s = statistics.median(t + convert_seconds for t in reach) if None not in reach else None
     return {
-        "usual_seconds": round(usual_s, 1), "ours_seconds": round(ours_s, 1), "convert_seconds": round(convert_seconds, 1),
+        "usual_seconds": round(usual_s, 1),
+        "ours_seconds": round(ours_s, 1),
+        "convert_seconds": round(convert_seconds, 1),
         "time_ratio": round(ours_s / usual_s, 3),
         "ours_seconds_to_reach_usual_accuracy": None if reach_s is None else round(reach_s, 1),
         "usual_val_accuracy": round(statistics.mean(u.final_val_accuracy for u, _ in pairs), 4),
@@ -107,9 +152,17 @@ def _summary(pairs: list[tuple[Trace, Trace]], convert_seconds: float) -> dict:
     }
 
 
-def run_recipe_benchmark(folder: Path, *, weights: str, image_size: int = 224, train_per_class: int | None = None,
-                         rounds: int = 2, seed: int = 0, recipe_epochs: tuple[int, int] = (10, 10),
-                         log: Callable[[str], None] = print) -> dict:
+def run_recipe_benchmark(
+    folder: Path,
+    *,
+    weights: str,
+    image_size: int = 224,
+    train_per_class: int | None = None,
+    rounds: int = 2,
+    seed: int = 0,
+    recipe_epochs: tuple[int, int] = (10, 10),
+    log: Callable[[str], None] = print,
+) -> dict:
     """`recipe_epochs`: the usual recipe's epochs per phase, the tutorial's (10, 10) unless a test shortens them."""
     folder = Path(folder)
     check_split_folder(folder)
@@ -120,11 +173,23 @@ def run_recipe_benchmark(folder: Path, *, weights: str, image_size: int = 224, t
         if train_per_class:
             folder = subset_folder(folder, tmp / "photos", train_per_class, seed)
         start = time.perf_counter()
-        subprocess.run([sys.executable, str(SCRIPTS / "make_tfrecords.py"), str(folder), str(tmp / "records")],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, str(SCRIPTS / "make_tfrecords.py"), str(folder), str(tmp / "records")],
+            check=True,
+            capture_output=True,
+        )
         convert_seconds = time.perf_counter() - start
-        pairs = _rounds(folder, tmp / "records", tmp, weights=weights, image_size=image_size, rounds=rounds,
-                        seed=seed, recipe_epochs=recipe_epochs, log=log)
+        pairs = _rounds(
+            folder,
+            tmp / "records",
+            tmp,
+            weights=weights,
+            image_size=image_size,
+            rounds=rounds,
+            seed=seed,
+            recipe_epochs=recipe_epochs,
+            log=log,
+        )
     return _summary(pairs, convert_seconds)
 
 
@@ -132,13 +197,32 @@ def format_result(result: dict) -> str:
     from app.table import format_table
 
     reach = result["ours_seconds_to_reach_usual_accuracy"]
-    rows = [["", "wall time (s)", "time to the usual accuracy (s)", "final val accuracy"],
-            ["usual recipe", f"{result['usual_seconds']:.0f}", f"{result['usual_seconds']:.0f}", f"{result['usual_val_accuracy']:.4f}"],
-            ["fine_tune.py", f"{result['ours_seconds']:.0f}", "never" if reach is None else f"{reach:.0f}",
-             f"{result['ours_val_accuracy']:.4f}"],
-            ["ratio", f"{result['time_ratio']:.2f}x", "" if reach is None else f"{reach / result['usual_seconds']:.2f}x",
-             f"{result['ours_val_accuracy'] - result['usual_val_accuracy']:+.4f}"]]
-    return format_table(rows) + f"\n(fine_tune.py times include {result['convert_seconds']:.0f}s of make_tfrecords.py)\n" + json.dumps(result)
+    rows = [
+        ["", "wall time (s)", "time to the usual accuracy (s)", "final val accuracy"],
+        [
+            "usual recipe",
+            f"{result['usual_seconds']:.0f}",
+            f"{result['usual_seconds']:.0f}",
+            f"{result['usual_val_accuracy']:.4f}",
+        ],
+        [
+            "fine_tune.py",
+            f"{result['ours_seconds']:.0f}",
+            "never" if reach is None else f"{reach:.0f}",
+            f"{result['ours_val_accuracy']:.4f}",
+        ],
+        [
+            "ratio",
+            f"{result['time_ratio']:.2f}x",
+            "" if reach is None else f"{reach / result['usual_seconds']:.2f}x",
+            f"{result['ours_val_accuracy'] - result['usual_val_accuracy']:+.4f}",
+        ],
+    ]
+    return (
+        format_table(rows)
+        + f"\n(fine_tune.py times include {result['convert_seconds']:.0f}s of make_tfrecords.py)\n"
+        + json.dumps(result)
+    )
 
 
 def main() -> None:
@@ -146,14 +230,22 @@ def main() -> None:
     p.add_argument("folder", type=Path, help="folder with train/ and val/ class folders")
     p.add_argument("--weights", required=True, help="MobileNetV2 (no top) weights file both recipes start from")
     p.add_argument("--image-size", type=int, default=224, help="input size for both (default 224)")
-    p.add_argument("--train-per-class", type=int, default=None, help="train on this many photos per class (default all)")
+    p.add_argument(
+        "--train-per-class", type=int, default=None, help="train on this many photos per class (default all)"
+    )
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds; medians reported (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed for both recipes and the subset (default 0)")
     args = p.parse_args()
 
-    result = run_recipe_benchmark(args.folder, weights=args.weights, image_size=args.image_size,
-                                  train_per_class=args.train_per_class, rounds=args.rounds, seed=args.seed,
-                                  log=lambda m: print(m, file=sys.stderr, flush=True))
+    result = run_recipe_benchmark(
+        args.folder,
+        weights=args.weights,
+        image_size=args.image_size,
+        train_per_class=args.train_per_class,
+        rounds=args.rounds,
+        seed=args.seed,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+    )
     print(format_result(result))
 
 

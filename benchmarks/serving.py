@@ -33,9 +33,9 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from PIL import Image
@@ -47,12 +47,14 @@ from benchmarks.common import SCRIPTS
 SERVE_SCRIPT = SCRIPTS / "serve.py"
 
 
-
 class ServerProcess:
     def __init__(self, model_dir: Path, *flags: str) -> None:
         port = free_port("127.0.0.1")
-        self.proc = subprocess.Popen([sys.executable, str(SERVE_SCRIPT), str(model_dir), "--port", str(port), *flags],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVE_SCRIPT), str(model_dir), "--port", str(port), *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = f"http://127.0.0.1:{port}/v1/models/{Path(model_dir).name}"
         for _ in range(300):
             try:
@@ -113,7 +115,11 @@ def _throughput(server: ServerProcess, bodies: list[bytes], clients: int) -> tup
 
 
 def speed(model_dir: Path, images: list[bytes], requests: int, clients: int, rounds: int, log: Callable) -> dict:
-    variants = {"before": ("--runtime", "tf", "--max-wait-ms", "5"), "tf": ("--runtime", "tf"), "auto": ("--runtime", "auto")}
+    variants = {
+        "before": ("--runtime", "tf", "--max-wait-ms", "5"),
+        "tf": ("--runtime", "tf"),
+        "auto": ("--runtime", "auto"),
+    }
     servers = {name: ServerProcess(model_dir, *flags) for name, flags in variants.items()}
     samples: dict[str, list[float]] = {}
     try:
@@ -131,7 +137,9 @@ def speed(model_dir: Path, images: list[bytes], requests: int, clients: int, rou
             server.stop()
     result = {k: round(statistics.median(v), 2) for k, v in samples.items()}
     for name in ("tf", "auto"):
-        result[f"{name}_vs_before_throughput"] = round(result[f"{name}_images_per_s"] / result["before_images_per_s"], 2)
+        result[f"{name}_vs_before_throughput"] = round(
+            result[f"{name}_images_per_s"] / result["before_images_per_s"], 2
+        )
         result[f"{name}_vs_before_p50"] = round(result[f"{name}_p50_ms"] / result["before_p50_ms"], 2)
     return result
 
@@ -197,19 +205,33 @@ def overload(model_dir: Path, images: list[bytes], capacity: float, seconds: flo
         peak = server.peak_rss_mb()
     finally:
         server.stop()
-    result = {"offered_per_s": round(4 * capacity, 1), "seconds": seconds, "sent": int(4 * capacity * seconds),
-              "answers": {str(k): v for k, v in sorted(statuses.items(), key=str)},
-              "other_answers": sum(v for k, v in statuses.items() if k not in (200, 503, 504)),
-              "server_alive": alive, "peak_rss_mb": round(peak, 1),
-              "first_200_after_load_s": round(recovered, 3), "p50_ms_after_load": round(normal_after, 2)}
+    result = {
+        "offered_per_s": round(4 * capacity, 1),
+        "seconds": seconds,
+        "sent": int(4 * capacity * seconds),
+        "answers": {str(k): v for k, v in sorted(statuses.items(), key=str)},
+        "other_answers": sum(v for k, v in statuses.items() if k not in (200, 503, 504)),
+        "server_alive": alive,
+        "peak_rss_mb": round(peak, 1),
+        "first_200_after_load_s": round(recovered, 3),
+        "p50_ms_after_load": round(normal_after, 2),
+    }
     log(f"overload: {result}")
     return result
 
 
-def run_serving_benchmark(model_dir: Path, images: list[bytes], *, requests: int = 200, clients: int = 8,
-                          rounds: int = 3, overload_seconds: float = 20.0, bomb_every: int = 4,
-                          scenarios: tuple[str, ...] = ("speed", "bombs", "overload"),
-                          log: Callable[[str], None] = print) -> dict:
+def run_serving_benchmark(
+    model_dir: Path,
+    images: list[bytes],
+    *,
+    requests: int = 200,
+    clients: int = 8,
+    rounds: int = 3,
+    overload_seconds: float = 20.0,
+    bomb_every: int = 4,
+    scenarios: tuple[str, ...] = ("speed", "bombs", "overload"),
+    log: Callable[[str], None] = print,
+) -> dict:
     model_dir = Path(model_dir)
     result: dict = {"clients": clients, "requests": requests}
     if "speed" in scenarios:
@@ -251,9 +273,16 @@ def main() -> None:
     unknown = set(scenarios) - {"speed", "bombs", "overload"}
     if unknown:
         raise UserError(f"--scenarios: unknown {sorted(unknown)} (choose from speed, bombs, overload)")
-    result = run_serving_benchmark(args.model_dir, images, requests=args.requests, clients=args.clients,
-                                   rounds=args.rounds, overload_seconds=args.overload_seconds, scenarios=scenarios,
-                                   log=lambda m: print(m, file=sys.stderr))
+    result = run_serving_benchmark(
+        args.model_dir,
+        images,
+        requests=args.requests,
+        clients=args.clients,
+        rounds=args.rounds,
+        overload_seconds=args.overload_seconds,
+        scenarios=scenarios,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     print(json.dumps(result))
 
 

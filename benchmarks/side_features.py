@@ -67,8 +67,9 @@ def _trained_test_accuracy(data: Path, out: Path, seed: int, weights: str, fixed
     from app.training.context import setup
     from app.training.train import evaluate_split, run_phase1, run_phase2
 
-    cfg = load_config(None, {"data": str(data), "out": str(out), "weights": weights, "seed": seed, "calibrate": False,
-                             **fixed})
+    cfg = load_config(
+        None, {"data": str(data), "out": str(out), "weights": weights, "seed": seed, "calibrate": False, **fixed}
+    )
     ctx = setup(cfg, overwrite=True)
     with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the result
         kept = run_phase1(ctx)
@@ -101,16 +102,25 @@ def _side_only_accuracy(data: Path, seed: int) -> tuple[float, float]:
     side = keras.Input((info.side_width,), name="side")
     hidden = keras.layers.Dense(SIDE_UNITS, activation="relu")(SideFeatureEncoding(info.side_features)(side))
     model = keras.Model(side, keras.layers.Dense(len(info.classes))(hidden))
-    model.compile(keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model.compile(
+        keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
+    )
     (x, y), val, test = (_side_rows(data, s) for s in ("train", "val", "test"))
     stop = keras.callbacks.EarlyStopping(patience=20, restore_best_weights=True)
     model.fit(x, y, validation_data=val, epochs=300, batch_size=32, callbacks=[stop], verbose=0)
     return model.evaluate(*val, verbose=0)[1], model.evaluate(*test, verbose=0)[1]
 
 
-def run_side_benchmark(*, weights: str, seeds: tuple[int, ...], per_class: int = 100, noise: float = 0.6,
-                       task: str = "levels", log: Callable[[str], None] = print, **fixed: object) -> list[dict]:
+def run_side_benchmark(
+    *,
+    weights: str,
+    seeds: tuple[int, ...],
+    per_class: int = 100,
+    noise: float = 0.6,
+    task: str = "levels",
+    log: Callable[[str], None] = print,
+    **fixed: object,
+) -> list[dict]:
     """One row per (model, seed), the three models alternating within each seed, and the ceiling."""
     load_config(None, {"weights": weights, **fixed})  # a bad key or value fails now
     rows = []
@@ -138,8 +148,14 @@ def summarise(rows: list[dict]) -> list[dict]:
         if not group:
             continue
         vals = [r["val_accuracy"] for r in group if r["val_accuracy"] is not None]
-        out.append({"model": model, "seeds": len(group), "val_accuracy": mean_sd(vals) if vals else "-",
-                    "test_accuracy": mean_sd([r["test_accuracy"] for r in group])})
+        out.append(
+            {
+                "model": model,
+                "seeds": len(group),
+                "val_accuracy": mean_sd(vals) if vals else "-",
+                "test_accuracy": mean_sd([r["test_accuracy"] for r in group]),
+            }
+        )
     return out
 
 
@@ -147,30 +163,53 @@ def format_summary(summary: list[dict]) -> str:
     from app.table import format_table
 
     head = ["model", "seeds", "val accuracy", "test accuracy"]
-    return format_table([head] + [[str(s[k]) for k in ("model", "seeds", "val_accuracy", "test_accuracy")] for s in summary])
+    return format_table(
+        [head] + [[str(s[k]) for k in ("model", "seeds", "val_accuracy", "test_accuracy")] for s in summary]
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_weights_and_seeds(p)
     p.add_argument("--per-class", type=int, default=100, help="generated photos per class, 4 classes (default 100)")
-    p.add_argument("--noise", type=float, default=0.6, help="sd of `reading` around its level's mean of ±1 (default 0.6)")
-    p.add_argument("--task", choices=("levels", "threshold"), default="levels",
-                   help="levels: `reading` drawn around the level's mean (default); threshold: the level is exactly"
-                        " the sign of `reading`, and the table's ceiling is reachable")
+    p.add_argument(
+        "--noise", type=float, default=0.6, help="sd of `reading` around its level's mean of ±1 (default 0.6)"
+    )
+    p.add_argument(
+        "--task",
+        choices=("levels", "threshold"),
+        default="levels",
+        help="levels: `reading` drawn around the level's mean (default); threshold: the level is exactly"
+        " the sign of `reading`, and the table's ceiling is reachable",
+    )
     p.add_argument("--image-size", type=int, default=128, help="input size (default 128)")
     p.add_argument("--epochs-head", type=int, default=15, help="phase-1 epochs (default 15)")
     p.add_argument("--epochs-finetune", type=int, default=0, help="phase-2 epochs (default 0: phase 1 only)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other fine_tune.py config key for the image-only and fused runs; repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other fine_tune.py config key for the image-only and fused runs; repeatable",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     from app.config import parse_set
 
-    rows = run_side_benchmark(weights=args.weights, seeds=args.seeds, per_class=args.per_class, noise=args.noise,
-                              task=args.task, log=lambda m: print(m, file=sys.stderr),
-                              **{"image_size": args.image_size, "epochs_head": args.epochs_head,
-                                 "epochs_finetune": args.epochs_finetune, **parse_set(args.set)})
+    rows = run_side_benchmark(
+        weights=args.weights,
+        seeds=args.seeds,
+        per_class=args.per_class,
+        noise=args.noise,
+        task=args.task,
+        log=lambda m: print(m, file=sys.stderr),
+        **{
+            "image_size": args.image_size,
+            "epochs_head": args.epochs_head,
+            "epochs_finetune": args.epochs_finetune,
+            **parse_set(args.set),
+        },
+    )
     summary = summarise(rows)
     print(format_summary(summary))
     print(json.dumps({"summary": summary, "runs": rows}))

@@ -17,8 +17,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from app.cli import run_cli
 from app.config import TrainConfig
@@ -27,13 +27,27 @@ from benchmarks.common import timed_phase1
 
 
 def run_training_benchmark(
-    data: str, *, backbone: str = "mobilenet_v2", weights: str = "none", image_size: int = 224, batch_size: int = 32,
-    epochs: int = 3, rounds: int = 3, log: Callable[[str], None] = print,
+    data: str,
+    *,
+    backbone: str = "mobilenet_v2",
+    weights: str = "none",
+    image_size: int = 224,
+    batch_size: int = 32,
+    epochs: int = 3,
+    rounds: int = 3,
+    log: Callable[[str], None] = print,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         base = TrainConfig(
-            data=data, out=str(Path(tmp) / "run"), backbone=backbone, weights=weights, image_size=image_size,
-            batch_size=batch_size, epochs_head=epochs, epochs_finetune=epochs, augment=False,
+            data=data,
+            out=str(Path(tmp) / "run"),
+            backbone=backbone,
+            weights=weights,
+            image_size=image_size,
+            batch_size=batch_size,
+            epochs_head=epochs,
+            epochs_finetune=epochs,
+            augment=False,
             early_stopping_patience=epochs + 1,
         )
         normal_cfg, cached_cfg = base.replace(cache_features="false"), base.replace(cache_features="true")
@@ -62,15 +76,22 @@ def main() -> None:
     p.add_argument("--weights", default="none", help="weights (default none: speed does not depend on them)")
     p.add_argument("--image-size", type=int, default=224, help="input size (default 224)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
-    p.add_argument("--epochs", type=int, default=3, help="epochs per phase; the cached speedup approaches this (default 3)")
+    p.add_argument(
+        "--epochs", type=int, default=3, help="epochs per phase; the cached speedup approaches this (default 3)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians reported (default 3)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     from app.data.demo import ensure_demo_records
 
     result = run_training_benchmark(
-        args.data or str(ensure_demo_records()), backbone=args.backbone, weights=args.weights,
-        image_size=args.image_size, batch_size=args.batch_size, epochs=args.epochs, rounds=args.rounds,
+        args.data or str(ensure_demo_records()),
+        backbone=args.backbone,
+        weights=args.weights,
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        rounds=args.rounds,
         log=lambda m: print(m, file=sys.stderr),
     )
     print(json.dumps(result))

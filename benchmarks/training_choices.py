@@ -63,8 +63,18 @@ class Run:
 
 def command(data: Path, out: Path, seed: int, weights: str, overrides: dict[str, str]) -> list[str]:
     sets = [f"--set={key}={value}" for key, value in {"seed": seed, **overrides}.items()]
-    return [sys.executable, str(FINE_TUNE), "--data", str(data), "--out", str(out), "--weights", weights,
-            "--overwrite", *sets]
+    return [
+        sys.executable,
+        str(FINE_TUNE),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--weights",
+        weights,
+        "--overwrite",
+        *sets,
+    ]
 
 
 def run_once(data: Path, variant: Variant, seed: int, weights: str, out: Path, log_file: Path) -> Run:
@@ -82,8 +92,9 @@ def run_once(data: Path, variant: Variant, seed: int, weights: str, out: Path, l
     return Run(str(data), name, seed, seconds, usage.ru_maxrss / 1024, metrics)
 
 
-def run_benchmark(datasets: list[Path], variants: list[Variant], seeds: tuple[int, ...], weights: str,
-                  logs: Path, report=print) -> list[Run]:
+def run_benchmark(
+    datasets: list[Path], variants: list[Variant], seeds: tuple[int, ...], weights: str, logs: Path, report=print
+) -> list[Run]:
     for _, overrides in variants:  # a bad key or value fails now, not after an hour of runs
         load_config(None, overrides)
     runs = []
@@ -95,8 +106,10 @@ def run_benchmark(datasets: list[Path], variants: list[Variant], seeds: tuple[in
                     run = run_once(data, variant, seed, weights, Path(tmp) / "run", log_file)
                     runs.append(run)
                     test = "-" if run.test_accuracy is None else f"{run.test_accuracy:.4f}"
-                    report(f"{data.name} {run.variant} seed {seed}: test {test}, kept val {run.kept_val_accuracy:.4f},"
-                           f" phase 2 {run.phase2}, {run.seconds:.1f} s, {run.peak_mb:.0f} MB")
+                    report(
+                        f"{data.name} {run.variant} seed {seed}: test {test}, kept val {run.kept_val_accuracy:.4f},"
+                        f" phase 2 {run.phase2}, {run.seconds:.1f} s, {run.peak_mb:.0f} MB"
+                    )
     return runs
 
 
@@ -105,15 +118,24 @@ def summary_table(runs: list[Run], data: str) -> str:
     rows = [r for r in runs if r.data == data]
     names = list(dict.fromkeys(r.variant for r in rows))
     baseline = statistics.median(r.seconds for r in rows if r.variant == names[0])
-    table = [["variant", "test accuracy", "kept val accuracy", "phase 2 (per seed)", "wall s (median)",
-              "x first", "peak MB"]]
+    table = [
+        ["variant", "test accuracy", "kept val accuracy", "phase 2 (per seed)", "wall s (median)", "x first", "peak MB"]
+    ]
     for name in names:
         group = [r for r in rows if r.variant == name]
         tests = [r.test_accuracy for r in group if r.test_accuracy is not None]
         seconds = statistics.median(r.seconds for r in group)
-        table.append([name, mean_sd(tests) if tests else "-", mean_sd([r.kept_val_accuracy for r in group]),
-                      ", ".join(r.phase2 for r in group), f"{seconds:.1f}", f"{seconds / baseline:.2f}",
-                      f"{statistics.median(r.peak_mb for r in group):.0f}"])
+        table.append(
+            [
+                name,
+                mean_sd(tests) if tests else "-",
+                mean_sd([r.kept_val_accuracy for r in group]),
+                ", ".join(r.phase2 for r in group),
+                f"{seconds:.1f}",
+                f"{seconds / baseline:.2f}",
+                f"{statistics.median(r.peak_mb for r in group):.0f}",
+            ]
+        )
     return f"{Path(data).name} ({len(rows) // len(names)} seeds)\n" + format_table(table)
 
 
@@ -121,9 +143,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("datasets", type=Path, nargs="+", help="make_tfrecords.py output folders (with a test split)")
     add_weights_and_seeds(p)
-    p.add_argument("--variant", action="append", default=None,
-                   help="NAME or NAME:key=value,... (fine_tune.py config keys); repeatable; the first is the"
-                        " baseline of the time ratio (default: defaults)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=None,
+        help="NAME or NAME:key=value,... (fine_tune.py config keys); repeatable; the first is the"
+        " baseline of the time ratio (default: defaults)",
+    )
     p.add_argument("--logs", type=Path, default=None, help="folder for each run's log (default: a temporary one)")
     args = p.parse_args()
     for data in args.datasets:
@@ -135,8 +161,14 @@ def main() -> None:
         p.error(str(err))
     logs = args.logs or Path(tempfile.mkdtemp(prefix="training-choices-"))
     logs.mkdir(parents=True, exist_ok=True)
-    runs = run_benchmark(args.datasets, variants, args.seeds, args.weights, logs,
-                         report=lambda line: print(line, file=sys.stderr, flush=True))
+    runs = run_benchmark(
+        args.datasets,
+        variants,
+        args.seeds,
+        args.weights,
+        logs,
+        report=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     for data in dict.fromkeys(r.data for r in runs):
         print(summary_table(runs, data), end="\n\n")
     print(json.dumps([{**r.__dict__, "metrics": _brief(r.metrics)} for r in runs]))
@@ -145,8 +177,10 @@ def main() -> None:
 def _brief(metrics: dict) -> dict:
     """What the JSON line keeps of a run's metrics.json: the phases without their confusion matrices."""
     keep = {k: metrics.get(k) for k in ("phase1", "phase2", "test", "phase2_plan")}
-    return {k: {n: v for n, v in value.items() if n != "val_confusion_matrix"} if isinstance(value, dict) else value
-            for k, value in keep.items()}
+    return {
+        k: {n: v for n, v in value.items() if n != "val_confusion_matrix"} if isinstance(value, dict) else value
+        for k, value in keep.items()
+    }
 
 
 if __name__ == "__main__":

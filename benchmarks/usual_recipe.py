@@ -48,8 +48,14 @@ def build_model(num_classes: int, image_size: int, weights: str) -> tuple[keras.
     return keras.Model(inputs, outputs), base
 
 
-def run_usual_recipe(split_folder: Path, weights: str, image_size: int, seed: int,
-                     epochs_head: int = EPOCHS_HEAD, epochs_finetune: int = EPOCHS_FINETUNE) -> float:
+def run_usual_recipe(
+    split_folder: Path,
+    weights: str,
+    image_size: int,
+    seed: int,
+    epochs_head: int = EPOCHS_HEAD,
+    epochs_finetune: int = EPOCHS_FINETUNE,
+) -> float:
     """Both phases; returns the final validation accuracy (the last epoch's weights)."""
     keras.utils.set_random_seed(seed)
     load = dict(batch_size=BATCH_SIZE, image_size=(image_size, image_size), seed=seed)
@@ -64,8 +70,14 @@ def run_usual_recipe(split_folder: Path, weights: str, image_size: int, seed: in
     for layer in base.layers[:FINE_TUNE_AT]:
         layer.trainable = False
     model.compile(optimizer=keras.optimizers.RMSprop(1e-5), loss=loss, metrics=["accuracy"])
-    history = model.fit(train, epochs=epochs_head + epochs_finetune, initial_epoch=len(history.epoch),
-                        validation_data=val, callbacks=[_PrintValAccuracy()], verbose=2)
+    history = model.fit(
+        train,
+        epochs=epochs_head + epochs_finetune,
+        initial_epoch=len(history.epoch),
+        validation_data=val,
+        callbacks=[_PrintValAccuracy()],
+        verbose=2,
+    )
     return float(history.history["val_accuracy"][-1])
 
 

@@ -1,6 +1,6 @@
 """Convert a folder of photos (one subfolder per class) or a CSV manifest into sharded TFRecords.
 
-    photoclf convert photos/ data/ --val-fraction 0.1 --test-fraction 0.1
+photoclf convert photos/ data/ --val-fraction 0.1 --test-fraction 0.1
 """
 
 from app.commands import run_command

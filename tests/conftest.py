@@ -32,12 +32,16 @@ def _register_tiny_backbone() -> None:
         x = layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False, name="stem_conv")(images)
         x = layers.ReLU(name="stem_relu")(layers.BatchNormalization(name="stem_bn")(x))
         for block, (channels, stride) in enumerate([(8, 1), (16, 2), (16, 1), (24, 2)], start=1):
-            y = layers.Conv2D(channels, 3, strides=stride, padding="same", use_bias=False, name=f"block_{block}_conv")(x)
+            y = layers.Conv2D(channels, 3, strides=stride, padding="same", use_bias=False, name=f"block_{block}_conv")(
+                x
+            )
             y = layers.ReLU(name=f"block_{block}_relu")(layers.BatchNormalization(name=f"block_{block}_bn")(y))
             x = layers.Add(name=f"block_{block}_add")([x, y]) if x.shape[-1] == channels and stride == 1 else y
         return keras.Model(images, x, name=TINY_BACKBONE)
 
-    register_backbone(TINY_BACKBONE, default_size=64, normalization=SCALE_MINUS1_1, block_pattern=r"^(block_\d+)_")(build)
+    register_backbone(TINY_BACKBONE, default_size=64, normalization=SCALE_MINUS1_1, block_pattern=r"^(block_\d+)_")(
+        build
+    )
 
 
 _register_tiny_backbone()
@@ -99,8 +103,16 @@ def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.delenv("PHOTOCLF_WEIGHTS", raising=False)
     return TrainConfig(
-        data=str(demo_records), out=str(tmp_path / "run"), backbone=TINY_BACKBONE, weights="none", image_size=64,
-        batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, early_stopping_patience=5,
+        data=str(demo_records),
+        out=str(tmp_path / "run"),
+        backbone=TINY_BACKBONE,
+        weights="none",
+        image_size=64,
+        batch_size=8,
+        epochs_head=1,
+        epochs_finetune=1,
+        max_steps_per_epoch=2,
+        early_stopping_patience=5,
         phase2_mode="views",
     )
 
@@ -113,7 +125,17 @@ def trained_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from app.training.train import train
 
     run = tmp_path_factory.mktemp("export") / "shapes"
-    cfg = TrainConfig(data=str(demo_records), out=str(run), backbone=TINY_BACKBONE, weights="none", image_size=64,
-                      batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, phase2_mode="views")
+    cfg = TrainConfig(
+        data=str(demo_records),
+        out=str(run),
+        backbone=TINY_BACKBONE,
+        weights="none",
+        image_size=64,
+        batch_size=8,
+        epochs_head=1,
+        epochs_finetune=1,
+        max_steps_per_epoch=2,
+        phase2_mode="views",
+    )
     train(cfg)
     return run

@@ -35,8 +35,14 @@ def faults_over_20_steps(allocator_setting: str | None) -> int:
     env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}  # the tests' own import set it
     if allocator_setting is not None:
         env["TF_CPU_ALLOCATOR_USE_BFC"] = allocator_setting
-    done = subprocess.run([sys.executable, "-c", STEPS], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = subprocess.run(
+        [sys.executable, "-c", STEPS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return int(done.stdout.split()[-1])
 

@@ -27,7 +27,9 @@ run_cli(main)
 
 def run(code: str, *arguments: str) -> subprocess.CompletedProcess:
     """A fresh interpreter: garbage collection and imports are per process."""
-    return subprocess.run([sys.executable, "-c", code, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_finished_script_freezes_its_objects_so_the_exit_skips_collecting_them():
@@ -90,21 +92,25 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("script,args,message", [
-    ("fine_tune.py", ["--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
-    ("fine_tune.py", ["--config", "{tmp}/missing.toml"], "--config: no such file {tmp}/missing.toml"),
-    ("fine_tune.py", ["--data", "{tmp}/records"], "--data {tmp}/records: no such folder"),
-    ("make_tfrecords.py", ["{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
-    ("audit.py", ["{tmp}/photos"], "{tmp}/photos: no such file or folder"),
-    ("export.py", ["{tmp}"], "{tmp}: not a finished run"),
-    ("evaluate.py", ["{tmp}", "--data", "{tmp}"], "{tmp}: no SavedModel found"),
-    ("predict.py", ["{tmp}", "{tmp}"], "{tmp}: no SavedModel found"),
-    ("serve.py", ["{tmp}/models"], "{tmp}/models: no such model folder"),
-    ("serve.py", ["{tmp}"], "{tmp}: no version folders holding a saved_model.pb"),
-    ("serve.py", ["{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
-])
-def test_a_wrong_path_or_flag_is_refused_before_tensorflow_is_imported(tmp_path: Path, script: str, args: list[str],
-                                                                         message: str):
+@pytest.mark.parametrize(
+    "script,args,message",
+    [
+        ("fine_tune.py", ["--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
+        ("fine_tune.py", ["--config", "{tmp}/missing.toml"], "--config: no such file {tmp}/missing.toml"),
+        ("fine_tune.py", ["--data", "{tmp}/records"], "--data {tmp}/records: no such folder"),
+        ("make_tfrecords.py", ["{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
+        ("audit.py", ["{tmp}/photos"], "{tmp}/photos: no such file or folder"),
+        ("export.py", ["{tmp}"], "{tmp}: not a finished run"),
+        ("evaluate.py", ["{tmp}", "--data", "{tmp}"], "{tmp}: no SavedModel found"),
+        ("predict.py", ["{tmp}", "{tmp}"], "{tmp}: no SavedModel found"),
+        ("serve.py", ["{tmp}/models"], "{tmp}/models: no such model folder"),
+        ("serve.py", ["{tmp}"], "{tmp}: no version folders holding a saved_model.pb"),
+        ("serve.py", ["{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
+    ],
+)
+def test_a_wrong_path_or_flag_is_refused_before_tensorflow_is_imported(
+    tmp_path: Path, script: str, args: list[str], message: str
+):
     filled = [a.format(tmp=tmp_path) for a in args]
     done = run(WITHOUT_TENSORFLOW, str(ROOT / "scripts" / script), *filled)
     assert done.returncode == 2, done.stderr

@@ -55,10 +55,15 @@ def test_every_script_is_a_wrapper_over_one_command_and_every_command_has_one():
 
 
 def test_a_script_and_its_command_take_the_same_flags():
-    script = subprocess.run([sys.executable, str(ROOT / "scripts/fine_tune.py"), "--help"], capture_output=True,
-                            text=True, timeout=60)
-    command = subprocess.run([sys.executable, "-c", "from app.commands import main; main()", "train", "--help"],
-                             capture_output=True, text=True, timeout=60)
+    script = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--help"], capture_output=True, text=True, timeout=60
+    )
+    command = subprocess.run(
+        [sys.executable, "-c", "from app.commands import main; main()", "train", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert script.returncode == command.returncode == 0
     flags = [re.findall(r"--[a-z-]+", done.stdout) for done in (script, command)]
     assert flags[0] == flags[1] and "--epochs-head" in flags[0]
@@ -73,15 +78,20 @@ main(sys.argv[1:])
 """
 
 
-@pytest.mark.parametrize("args,message", [
-    (["train", "--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
-    (["convert", "{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
-    (["serve", "{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
-])
-def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(tmp_path: Path, args: list[str],
-                                                                            message: str):
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["train", "--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
+        (["convert", "{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
+        (["serve", "{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
+    ],
+)
+def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(
+    tmp_path: Path, args: list[str], message: str
+):
     filled = [a.format(tmp=tmp_path) for a in args]
-    done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, *filled], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TENSORFLOW, *filled], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: {message.format(tmp=tmp_path)}") and done.stderr.count("\n") == 1

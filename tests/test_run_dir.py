@@ -14,9 +14,22 @@ from app.run_dir import RunDir
 
 def test_every_path_of_a_run_is_distinct_and_inside_the_run_dir(tmp_path: Path):
     run = RunDir(tmp_path / "run")
-    paths = [run.config, run.state, run.history, run.tensorboard, run.learning_curves, run.checkpoints,
-             run.final_weights, run.metrics, run.export_root, run.reports, run.phase_checkpoints(1),
-             run.phase_checkpoints(2), run.best_weights(1, 3), run.best_weights(2, 3)]
+    paths = [
+        run.config,
+        run.state,
+        run.history,
+        run.tensorboard,
+        run.learning_curves,
+        run.checkpoints,
+        run.final_weights,
+        run.metrics,
+        run.export_root,
+        run.reports,
+        run.phase_checkpoints(1),
+        run.phase_checkpoints(2),
+        run.best_weights(1, 3),
+        run.best_weights(2, 3),
+    ]
     assert len(set(paths)) == len(paths)
     assert all(p.is_relative_to(run.root) for p in paths)
     assert run.best_weights(1, 3).name.endswith(".weights.h5")  # what Keras' save_weights requires
@@ -43,7 +56,9 @@ def test_loading_a_finished_run_rebuilds_the_trained_model(trained_run: Path):
     x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     # The export was written from the in-memory model at the end of training.
     exported = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1")).signatures["predict_images"]
-    np.testing.assert_allclose(finished.build_model()(x).numpy(), exported(images=x)["probabilities"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        finished.build_model()(x).numpy(), exported(images=x)["probabilities"].numpy(), atol=1e-5
+    )
 
 
 def test_a_run_dir_that_is_not_finished_says_what_is_missing(tmp_path: Path):

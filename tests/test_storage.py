@@ -15,10 +15,9 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path: Path, base: str):
     storage.makedirs(folder)
     path = storage.join(folder, "data.json")
     storage.write_text_atomic(path, "old")
-    with pytest.raises(RuntimeError):
-        with storage.atomic_path(path) as tmp:
-            storage.write_bytes_atomic(tmp, b"half")  # whatever was written to the temp name...
-            raise RuntimeError("killed mid-write")
+    with pytest.raises(RuntimeError), storage.atomic_path(path) as tmp:
+        storage.write_bytes_atomic(tmp, b"half")  # whatever was written to the temp name...
+        raise RuntimeError("killed mid-write")
     assert storage.read_text(path) == "old"  # ...never reaches the real name
     assert storage.listdir(folder) == ["data.json"]  # and no temp file is left behind
     storage.write_json_atomic(path, {"new": 1})

@@ -31,11 +31,15 @@ def _pairs(scan: Scan, items: list[AuditItem], threshold: float) -> tuple[list[d
     item = lambda row: items[scan.indices[row]]  # noqa: E731
     exact = []
     for group in findings.exact_duplicate_groups(scan.pixel_hashes):
-        exact += [{"a": _image(item(group[0])), "b": _image(item(row)), "similarity": 1.0, "kind": "exact"}
-                  for row in group[1:]]
-    near = [{"a": _image(item(i)), "b": _image(item(j)), "similarity": round(s, 4), "kind": "near"}
-            for i, j, s in findings.near_duplicate_pairs(scan.embeddings, threshold)
-            if scan.pixel_hashes[i] != scan.pixel_hashes[j]]  # identical pixels are listed as exact
+        exact += [
+            {"a": _image(item(group[0])), "b": _image(item(row)), "similarity": 1.0, "kind": "exact"}
+            for row in group[1:]
+        ]
+    near = [
+        {"a": _image(item(i)), "b": _image(item(j)), "similarity": round(s, 4), "kind": "near"}
+        for i, j, s in findings.near_duplicate_pairs(scan.embeddings, threshold)
+        if scan.pixel_hashes[i] != scan.pixel_hashes[j]
+    ]  # identical pixels are listed as exact
     return exact, near
 
 
@@ -47,9 +51,15 @@ def _label_issues(scan: Scan, audit_input: AuditInput) -> tuple[list[dict], list
     if len(classes) < 2 or np.bincount(labels, minlength=len(classes)).min() < 2:
         return [], []
     probabilities = findings.out_of_sample_probabilities(scan.embeddings, labels)
-    flagged = [{**_image(audit_input.items[scan.indices[row]]), "suggested": classes[suggested],
-                "confidence_in_label": round(conf, 4), "confidence_in_suggested": round(float(probabilities[row, suggested]), 4)}
-               for row, suggested, conf in findings.label_issues(probabilities, labels)]
+    flagged = [
+        {
+            **_image(audit_input.items[scan.indices[row]]),
+            "suggested": classes[suggested],
+            "confidence_in_label": round(conf, 4),
+            "confidence_in_suggested": round(float(probabilities[row, suggested]), 4),
+        }
+        for row, suggested, conf in findings.label_issues(probabilities, labels)
+    ]
     self_confidence = probabilities[np.arange(len(labels)), labels]
     ranking = [_image(audit_input.items[scan.indices[row]]) for row in np.argsort(self_confidence, kind="stable")]
     return flagged, ranking
@@ -61,15 +71,18 @@ def default_report_dir(data: str | Path) -> Path:
     return data.parent / f"{data.stem}-audit"
 
 
-def run_audit(data: str | Path, report_dir: str | Path | None = None, manifest: str | Path | None = None,
-              **options) -> tuple[dict, list[Path]]:
+def run_audit(
+    data: str | Path, report_dir: str | Path | None = None, manifest: str | Path | None = None, **options
+) -> tuple[dict, list[Path]]:
     """`audit`, then audit.json, report.html and (if asked) the review manifest. Checks that a
     manifest can be written before any image is read."""
     audit_input = load_audit_input(data)
     if manifest is not None:
         if not all(item.source for item in audit_input.items):
-            raise UserError(f"--write-manifest needs the original photos; {data} is a TFRecord folder"
-                            " (audit the folder or CSV you converted)")
+            raise UserError(
+                f"--write-manifest needs the original photos; {data} is a TFRecord folder"
+                " (audit the folder or CSV you converted)"
+            )
         if not Path(manifest).parent.is_dir():
             raise UserError(f"--write-manifest: no such folder {Path(manifest).parent}")
     report_dir = Path(report_dir) if report_dir else default_report_dir(data)
@@ -80,8 +93,15 @@ def run_audit(data: str | Path, report_dir: str | Path | None = None, manifest: 
     return result, written
 
 
-def audit(data: str | Path | AuditInput, report_dir: str | Path, *, backbone: str = "mobilenet_v2", weights: str = "auto",
-          near_threshold: float = findings.NEAR_DUPLICATE_SIMILARITY, image_size: int = 0) -> dict:
+def audit(
+    data: str | Path | AuditInput,
+    report_dir: str | Path,
+    *,
+    backbone: str = "mobilenet_v2",
+    weights: str = "auto",
+    near_threshold: float = findings.NEAR_DUPLICATE_SIMILARITY,
+    image_size: int = 0,
+) -> dict:
     """Every finding about DATA, as a dict (what audit.json holds, plus thumbnails)."""
     if not 0.0 < near_threshold <= 1.0:
         raise UserError(f"--near-threshold must be in (0, 1], got {near_threshold}")
@@ -95,23 +115,38 @@ def audit(data: str | Path | AuditInput, report_dir: str | Path, *, backbone: st
     leaks = [p for p in exact + near if p["a"]["split"] != p["b"]["split"]]
     mislabels, ranking = _label_issues(scan, audit_input)
     similarity = findings.neighbour_similarity(scan.embeddings)
-    odd = findings.outliers(similarity, findings.PixelStats(scan.heights, scan.widths, scan.pixel_std, scan.detail,
-                                                            scan.flat_share))
+    odd = findings.outliers(
+        similarity, findings.PixelStats(scan.heights, scan.widths, scan.pixel_std, scan.detail, scan.flat_share)
+    )
     thumbnails = {audit_input.items[i].name: thumb for i, thumb in zip(scan.indices, scan.thumbnails)}
     return {
-        "data": str(audit_input.root), "images": len(audit_input.items), "readable": len(scan.indices),
-        "classes": audit_input.classes, "counts": _counts(audit_input.items), "weights": scan.weights_used,
-        "weights_warning": scan.weights_warning, "near_duplicate_threshold": near_threshold,
-        "leaks": leaks, "leaked_eval_images": _eval_images_in(leaks),
-        "exact_duplicates": exact, "near_duplicates": near, "likely_mislabels": mislabels,
-        "outliers": [{**_image(audit_input.items[scan.indices[row]]), "reasons": reasons} for row, reasons in sorted(odd.items())],
-        "unreadable": audit_input.unreadable, "label_ranking": ranking, "thumbnails": thumbnails,
+        "data": str(audit_input.root),
+        "images": len(audit_input.items),
+        "readable": len(scan.indices),
+        "classes": audit_input.classes,
+        "counts": _counts(audit_input.items),
+        "weights": scan.weights_used,
+        "weights_warning": scan.weights_warning,
+        "near_duplicate_threshold": near_threshold,
+        "leaks": leaks,
+        "leaked_eval_images": _eval_images_in(leaks),
+        "exact_duplicates": exact,
+        "near_duplicates": near,
+        "likely_mislabels": mislabels,
+        "outliers": [
+            {**_image(audit_input.items[scan.indices[row]]), "reasons": reasons} for row, reasons in sorted(odd.items())
+        ],
+        "unreadable": audit_input.unreadable,
+        "label_ranking": ranking,
+        "thumbnails": thumbnails,
     }
 
 
 def _eval_images_in(leaks: list[dict]) -> dict[str, int]:
     """How many validation and test images have a copy in another split."""
-    affected = {(side["split"], side["path"]) for pair in leaks for side in (pair["a"], pair["b"]) if side["split"] != "train"}
+    affected = {
+        (side["split"], side["path"]) for pair in leaks for side in (pair["a"], pair["b"]) if side["split"] != "train"
+    }
     return {split: sum(1 for s, _ in affected if s == split) for split in ("val", "test")}
 
 

@@ -29,8 +29,9 @@ def exact_duplicate_groups(pixel_hashes: list[str]) -> list[list[int]]:
     return [rows for rows in groups.values() if len(rows) > 1]
 
 
-def near_duplicate_pairs(embeddings: np.ndarray, threshold: float = NEAR_DUPLICATE_SIMILARITY,
-                         block_bytes: int = 2**27) -> list[tuple[int, int, float]]:
+def near_duplicate_pairs(
+    embeddings: np.ndarray, threshold: float = NEAR_DUPLICATE_SIMILARITY, block_bytes: int = 2**27
+) -> list[tuple[int, int, float]]:
     """(i, j, similarity) with i < j and cosine similarity >= threshold, from blocked matrix
     products of the L2-normalised embeddings: O(n^2 d) arithmetic in BLAS, O(block x n) memory.
     About a minute for 50,000 images on 2 cores; beyond a few hundred thousand an approximate
@@ -39,7 +40,7 @@ def near_duplicate_pairs(embeddings: np.ndarray, threshold: float = NEAR_DUPLICA
     rows_per_block = max(1, block_bytes // (4 * max(n, 1)))
     pairs = []
     for start in range(0, n, rows_per_block):
-        block = embeddings[start:start + rows_per_block] @ embeddings.T
+        block = embeddings[start : start + rows_per_block] @ embeddings.T
         i, j = np.nonzero(block >= threshold)
         keep = j > i + start
         pairs += [(int(a + start), int(b), float(block[a, b])) for a, b in zip(i[keep], j[keep])]
@@ -56,9 +57,9 @@ def neighbour_similarity(embeddings: np.ndarray, k: int = NEIGHBOURS, block_byte
         return scores
     rows_per_block = max(1, block_bytes // (4 * n))
     for start in range(0, n, rows_per_block):
-        block = embeddings[start:start + rows_per_block] @ embeddings.T
+        block = embeddings[start : start + rows_per_block] @ embeddings.T
         block[block > 0.9999] = -1.0  # itself and identical copies
-        scores[start:start + len(block)] = np.sort(np.partition(block, n - k, axis=1)[:, n - k:], axis=1).mean(1)
+        scores[start : start + len(block)] = np.sort(np.partition(block, n - k, axis=1)[:, n - k :], axis=1).mean(1)
     return scores
 
 
@@ -79,19 +80,25 @@ def outliers(similarity: np.ndarray, stats: PixelStats, mads: float = OUTLIER_MA
     mad = float(np.median(np.abs(similarity - median))) or 1e-6
     reasons: dict[int, list[str]] = defaultdict(list)
     for row in np.nonzero(similarity < median - mads * mad)[0]:
-        reasons[int(row)].append(f"far from every other image (neighbour similarity {similarity[row]:.2f}, median {median:.2f})")
+        reasons[int(row)].append(
+            f"far from every other image (neighbour similarity {similarity[row]:.2f}, median {median:.2f})"
+        )
     for row in range(len(stats.heights)):
         h, w = int(stats.heights[row]), int(stats.widths[row])
-        checks = [(min(h, w) < TINY_SIDE, f"tiny ({w}x{h})"),
-                  (max(h, w) / max(min(h, w), 1) > EXTREME_ASPECT, f"extreme aspect ratio ({w}x{h})"),
-                  (stats.pixel_std[row] < NEAR_CONSTANT_STD, f"near-constant (pixel std {stats.pixel_std[row]:.1f})"),
-                  (stats.detail[row] < LOW_DETAIL, f"no fine detail ({stats.detail[row]:.2f})"),
-                  (stats.flat_share[row] > FLAT_SHARE, f"mostly one flat colour ({stats.flat_share[row]:.0%})")]
+        checks = [
+            (min(h, w) < TINY_SIDE, f"tiny ({w}x{h})"),
+            (max(h, w) / max(min(h, w), 1) > EXTREME_ASPECT, f"extreme aspect ratio ({w}x{h})"),
+            (stats.pixel_std[row] < NEAR_CONSTANT_STD, f"near-constant (pixel std {stats.pixel_std[row]:.1f})"),
+            (stats.detail[row] < LOW_DETAIL, f"no fine detail ({stats.detail[row]:.2f})"),
+            (stats.flat_share[row] > FLAT_SHARE, f"mostly one flat colour ({stats.flat_share[row]:.0%})"),
+        ]
         reasons[row] += [reason for failed, reason in checks if failed]
     return {row: r for row, r in reasons.items() if r}
 
 
-def out_of_sample_probabilities(embeddings: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> np.ndarray:
+def out_of_sample_probabilities(
+    embeddings: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0
+) -> np.ndarray:
     """[n, classes] probabilities from a logistic-regression head trained on the other folds:
     no image is scored by a head that saw it. Classes with fewer images than folds use fewer folds."""
     from sklearn.linear_model import LogisticRegression
@@ -110,10 +117,17 @@ def label_issues(probabilities: np.ndarray, labels: np.ndarray) -> list[tuple[in
     threshold and beats the given label. Returns (row, suggested class, self-confidence),
     most suspicious (lowest probability of the given label) first."""
     classes = probabilities.shape[1]
-    thresholds = np.array([probabilities[labels == c, c].mean() if (labels == c).any() else 1.0 for c in range(classes)])
+    thresholds = np.array(
+        [probabilities[labels == c, c].mean() if (labels == c).any() else 1.0 for c in range(classes)]
+    )
     confident = np.where(probabilities >= thresholds, probabilities, -1.0)
     suggested = confident.argmax(1)
     self_confidence = probabilities[np.arange(len(labels)), labels]
-    flagged = [r for r in range(len(labels)) if confident[r, suggested[r]] > 0 and suggested[r] != labels[r]
-               and probabilities[r, suggested[r]] > self_confidence[r]]
+    flagged = [
+        r
+        for r in range(len(labels))
+        if confident[r, suggested[r]] > 0
+        and suggested[r] != labels[r]
+        and probabilities[r, suggested[r]] > self_confidence[r]
+    ]
     return sorted(((r, int(suggested[r]), float(self_confidence[r])) for r in flagged), key=lambda t: t[2])

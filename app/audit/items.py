@@ -9,9 +9,9 @@ audit sees what training would see, and rejects what the converter would reject,
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import tensorflow as tf
 
@@ -55,7 +55,9 @@ def load_audit_input(data: str | Path) -> AuditInput:
             except (ImageRejected, OSError) as err:
                 unreadable.append({"path": item.name, "reason": str(err)})
 
-    stats = [(i.name, i.split, i.label, Path(i.source).stat().st_size, Path(i.source).stat().st_mtime_ns) for i in items]
+    stats = [
+        (i.name, i.split, i.label, Path(i.source).stat().st_size, Path(i.source).stat().st_mtime_ns) for i in items
+    ]
     return AuditInput(str(data), items, source.classes, unreadable, read, _digest(stats))
 
 
@@ -76,8 +78,10 @@ def _from_records(data: Path) -> AuditInput:
             for raw in tf.data.TFRecordDataset(path):
                 yield split, tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
 
-    items = [AuditItem(ex[schema.FILENAME].numpy().decode(), split, info.classes[int(ex[schema.LABEL])], "")
-             for split, ex in records()]
+    items = [
+        AuditItem(ex[schema.FILENAME].numpy().decode(), split, info.classes[int(ex[schema.LABEL])], "")
+        for split, ex in records()
+    ]
     if not items:
         raise UserError(f"{data}: the TFRecord folder holds no records")
 

@@ -28,14 +28,18 @@ def summary(result: dict) -> str:
     splits = sorted(result["counts"])
     rows = [[c, *[str(result["counts"][s].get(c, 0)) for s in splits]] for c in result["classes"]]
     leaked = result["leaked_eval_images"]
-    lines = [format_table([["class", *splits], *rows]), "",
-             f"{result['readable']} of {result['images']} images read; {len(result['unreadable'])} unreadable",
-             f"leaks across splits:   {len(result['leaks'])} pairs"
-             f" ({leaked['val']} val and {leaked['test']} test images have a copy elsewhere)",
-             f"exact duplicates:      {len(result['exact_duplicates'])} pairs",
-             f"near duplicates:       {len(result['near_duplicates'])} pairs (cosine >= {result['near_duplicate_threshold']})",
-             f"likely wrong labels:   {len(result['likely_mislabels'])}",
-             f"outliers:              {len(result['outliers'])}"]
+    lines = [
+        format_table([["class", *splits], *rows]),
+        "",
+        f"{result['readable']} of {result['images']} images read; {len(result['unreadable'])} unreadable",
+        f"leaks across splits:   {len(result['leaks'])} pairs"
+        f" ({leaked['val']} val and {leaked['test']} test images have a copy elsewhere)",
+        f"exact duplicates:      {len(result['exact_duplicates'])} pairs",
+        f"near duplicates:       {len(result['near_duplicates'])} pairs"
+        f" (cosine >= {result['near_duplicate_threshold']})",
+        f"likely wrong labels:   {len(result['likely_mislabels'])}",
+        f"outliers:              {len(result['outliers'])}",
+    ]
     if result["weights_warning"]:
         lines.append(f"WARNING: {result['weights_warning']}")
     return "\n".join(lines)
@@ -43,13 +47,18 @@ def summary(result: dict) -> str:
 
 def _thumb(result: dict, image: dict, caption: str) -> str:
     src = result["thumbnails"].get(image["path"], "")
-    return (f'<figure><img src="{src}" alt=""><figcaption>{html.escape(image["path"])}<br>'
-            f'{html.escape(image["split"])} · {html.escape(image["label"])}{caption}</figcaption></figure>')
+    return (
+        f'<figure><img src="{src}" alt=""><figcaption>{html.escape(image["path"])}<br>'
+        f"{html.escape(image['split'])} · {html.escape(image['label'])}{caption}</figcaption></figure>"
+    )
 
 
 def _pair_rows(result: dict, pairs: list[dict]) -> str:
-    return "".join(f'<div class="pair">{_thumb(result, p["a"], "")}{_thumb(result, p["b"], "")}'
-                   f'<p>{p["kind"]}, similarity {p["similarity"]:.3f}</p></div>' for p in pairs[:SHOWN])
+    return "".join(
+        f'<div class="pair">{_thumb(result, p["a"], "")}{_thumb(result, p["b"], "")}'
+        f"<p>{p['kind']}, similarity {p['similarity']:.3f}</p></div>"
+        for p in pairs[:SHOWN]
+    )
 
 
 def _section(title: str, count: int, body: str) -> str:
@@ -58,16 +67,24 @@ def _section(title: str, count: int, body: str) -> str:
 
 
 def _html(result: dict) -> str:
-    mislabels = "".join(_thumb(result, m, f"<br>suggested <b>{html.escape(m['suggested'])}</b> "
-                                          f"({m['confidence_in_suggested']:.2f}; label {m['confidence_in_label']:.2f})")
-                        for m in result["likely_mislabels"][:SHOWN])
-    outliers = "".join(_thumb(result, o, "<br>" + html.escape("; ".join(o["reasons"]))) for o in result["outliers"][:SHOWN])
+    mislabels = "".join(
+        _thumb(
+            result,
+            m,
+            f"<br>suggested <b>{html.escape(m['suggested'])}</b> "
+            f"({m['confidence_in_suggested']:.2f}; label {m['confidence_in_label']:.2f})",
+        )
+        for m in result["likely_mislabels"][:SHOWN]
+    )
+    outliers = "".join(
+        _thumb(result, o, "<br>" + html.escape("; ".join(o["reasons"]))) for o in result["outliers"][:SHOWN]
+    )
     unreadable = "".join(f"<li>{html.escape(u['path'])}: {html.escape(u['reason'])}</li>" for u in result["unreadable"])
     counts = html.escape(summary({**result, "weights_warning": None}))
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>Dataset audit: {html.escape(result['data'])}</title>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>Dataset audit: {html.escape(result["data"])}</title>
 <style>body{{font-family:sans-serif;margin:2em}} figure{{display:inline-block;margin:4px;width:150px;vertical-align:top;font-size:11px;word-break:break-all}}
 img{{max-width:140px;max-height:140px}} .pair{{border-bottom:1px solid #ddd;padding:4px}} .pair p{{display:inline-block;vertical-align:top}}</style></head>
-<body><h1>Dataset audit</h1><p>{html.escape(result['data'])}; embeddings: {html.escape(result['weights'])}</p><pre>{counts}</pre>
+<body><h1>Dataset audit</h1><p>{html.escape(result["data"])}; embeddings: {html.escape(result["weights"])}</p><pre>{counts}</pre>
 {_section("Leaks across splits", len(result["leaks"]), _pair_rows(result, result["leaks"]))}
 {_section("Exact duplicates", len(result["exact_duplicates"]), _pair_rows(result, result["exact_duplicates"]))}
 {_section("Near duplicates", len(result["near_duplicates"]), _pair_rows(result, result["near_duplicates"]))}
@@ -82,8 +99,11 @@ def write_manifest(result: dict, items: list[AuditItem], path: Path) -> Path:
     `suggested_label` for review, and `keep`: true, except the val/test copy of every leak and
     the second image of every other exact duplicate pair. Edit labels or `keep`, then convert."""
     notes: dict[str, list[str]] = {}
-    for kind, pairs in (("leak", result["leaks"]), ("exact duplicate", result["exact_duplicates"]),
-                        ("near duplicate", result["near_duplicates"])):
+    for kind, pairs in (
+        ("leak", result["leaks"]),
+        ("exact duplicate", result["exact_duplicates"]),
+        ("near duplicate", result["near_duplicates"]),
+    ):
         for p in pairs:
             notes.setdefault(p["b"]["path"], []).append(f"{kind} of {p['a']['path']}")
     for m in result["likely_mislabels"]:
@@ -97,9 +117,16 @@ def write_manifest(result: dict, items: list[AuditItem], path: Path) -> Path:
         writer = csv.writer(f)
         writer.writerow(["path", "label", "split", "finding", "suggested_label", "keep"])
         for item in items:
-            writer.writerow([_relative(Path(item.source), path.parent), item.label, item.split,
-                             " | ".join(notes.get(item.name, [])), suggested.get(item.name, ""),
-                             "false" if item.name in drop else "true"])
+            writer.writerow(
+                [
+                    _relative(Path(item.source), path.parent),
+                    item.label,
+                    item.split,
+                    " | ".join(notes.get(item.name, [])),
+                    suggested.get(item.name, ""),
+                    "false" if item.name in drop else "true",
+                ]
+            )
     return path
 
 

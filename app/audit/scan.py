@@ -57,22 +57,33 @@ def _describe(pixels: np.ndarray) -> tuple[str, float, float, float]:
     """(pixel hash, pixel std, detail, flat share): what the cheap outlier checks need."""
     digest = hashlib.sha256(str(pixels.shape).encode() + pixels.tobytes()).hexdigest()
     gray = pixels.astype(np.float32).mean(axis=2)
-    detail = (np.abs(np.diff(gray, axis=0)).mean() + np.abs(np.diff(gray, axis=1)).mean()) / 2 if min(gray.shape) > 1 else 0.0
+    detail = (
+        (np.abs(np.diff(gray, axis=0)).mean() + np.abs(np.diff(gray, axis=1)).mean()) / 2
+        if min(gray.shape) > 1
+        else 0.0
+    )
     q = (pixels // 16).reshape(-1, 3).astype(np.int64)
     flat_share = np.bincount(q[:, 0] * 256 + q[:, 1] * 16 + q[:, 2]).max() / len(q)
     return digest, float(pixels.std()), float(detail), float(flat_share)
 
 
-def scan_images(audit_input: AuditInput, cache: Path, backbone: str = "mobilenet_v2", weights: str = "auto",
-                image_size: int = 0) -> Scan:
+def scan_images(
+    audit_input: AuditInput, cache: Path, backbone: str = "mobilenet_v2", weights: str = "auto", image_size: int = 0
+) -> Scan:
     """Everything the finders need, in one pass; the backbone runs only when `cache` is stale."""
     spec = get_backbone(backbone)
     size = image_size or spec.default_size
     pretrained = load_pretrained_backbone(spec, size, weights)
     features = build_classifier(spec, pretrained.model, max(2, len(audit_input.classes)), size, 0.0).features_model
-    key = {"input": audit_input.fingerprint, "backbone": spec.name, "weights": weights_fingerprint(pretrained.model),
-           "image_size": size}
-    cols: dict[str, list] = {k: [] for k in ("indices", "hashes", "heights", "widths", "stds", "detail", "flat", "thumbs")}
+    key = {
+        "input": audit_input.fingerprint,
+        "backbone": spec.name,
+        "weights": weights_fingerprint(pretrained.model),
+        "image_size": size,
+    }
+    cols: dict[str, list] = {
+        k: [] for k in ("indices", "hashes", "heights", "widths", "stds", "detail", "flat", "thumbs")
+    }
 
     def embed() -> dict[str, np.ndarray]:
         return {"embeddings": _pass(audit_input, cols, features, size, with_embeddings=True)}
@@ -80,16 +91,29 @@ def scan_images(audit_input: AuditInput, cache: Path, backbone: str = "mobilenet
     arrays = load_or_compute(cache, key, embed, "audit embeddings")
     if not cols["indices"]:  # the embeddings came from the cache: the cheap part of the pass still runs
         _pass(audit_input, cols, features, size, with_embeddings=False)
-    return Scan(np.array(cols["indices"], np.int64), cols["hashes"], np.array(cols["heights"]),
-                np.array(cols["widths"]), np.array(cols["stds"]), np.array(cols["detail"]), np.array(cols["flat"]),
-                cols["thumbs"], arrays["embeddings"], pretrained.weights_used, pretrained.warning)
+    return Scan(
+        np.array(cols["indices"], np.int64),
+        cols["hashes"],
+        np.array(cols["heights"]),
+        np.array(cols["widths"]),
+        np.array(cols["stds"]),
+        np.array(cols["detail"]),
+        np.array(cols["flat"]),
+        cols["thumbs"],
+        arrays["embeddings"],
+        pretrained.weights_used,
+        pretrained.warning,
+    )
 
 
 def _pass(audit_input: AuditInput, cols: dict[str, list], features, size: int, with_embeddings: bool) -> np.ndarray:
     """Read every image once: fill `cols`; return the L2-normalised embeddings (if asked)."""
     # traced once for any batch size: the last, smaller batch would trace the backbone again
-    extract = tf.function(lambda images: features(tf.cast(images, tf.float32), training=False), autograph=False,
-                          input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8)])
+    extract = tf.function(
+        lambda images: features(tf.cast(images, tf.float32), training=False),
+        autograph=False,
+        input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8)],
+    )
     batches, pending = [], []
     total = len(audit_input.items)
     with tqdm(total=total, unit="img", desc="Embedding" if with_embeddings else "Reading", dynamic_ncols=True) as bar:

@@ -16,8 +16,19 @@ from types import ModuleType
 
 from app.cli import run_cli
 
-COMMANDS = ("convert", "audit", "train", "find-lr", "evaluate", "export", "serve", "predict",
-            "compare-backbones", "data-service", "merge")
+COMMANDS = (
+    "convert",
+    "audit",
+    "train",
+    "find-lr",
+    "evaluate",
+    "export",
+    "serve",
+    "predict",
+    "compare-backbones",
+    "data-service",
+    "merge",
+)
 
 
 def command_module(name: str) -> ModuleType:
@@ -26,13 +37,16 @@ def command_module(name: str) -> ModuleType:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="photoclf", description="Transfer-learning image classification: photos → TFRecords → a served model.",
-        epilog="`photoclf COMMAND --help` for a command's flags.")
+        prog="photoclf",
+        description="Transfer-learning image classification: photos → TFRecords → a served model.",
+        epilog="`photoclf COMMAND --help` for a command's flags.",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         module = command_module(name)
-        sub = commands.add_parser(name, help=module.HELP, description=module.__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(
+            name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
     return parser
@@ -47,8 +61,9 @@ def main(argv: list[str] | None = None) -> None:
 def run_command(name: str, argv: list[str] | None = None) -> None:
     """scripts/NAME.py: the command `name` under the script's own name, same flags, same errors."""
     module = command_module(name)
-    parser = argparse.ArgumentParser(prog=Path(sys.argv[0]).name, description=module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=Path(sys.argv[0]).name, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     module.add_arguments(parser)
     args = parser.parse_args(argv)
     run_cli(lambda: module.run(args))

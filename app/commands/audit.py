@@ -19,14 +19,25 @@ from app.storage import must_exist
 
 HELP = "audit a photo dataset before trusting a number: duplicates, leaks, likely wrong labels, outliers"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", type=Path, help="class folders, a train/val[/test] tree, a CSV manifest, or a TFRecord folder")
+    p.add_argument(
+        "data", type=Path, help="class folders, a train/val[/test] tree, a CSV manifest, or a TFRecord folder"
+    )
     p.add_argument("--report", type=Path, default=None, help="report folder (default: DATA's sibling DATA-audit/)")
-    p.add_argument("--write-manifest", type=Path, default=None, metavar="FILE", help="also write a review manifest (CSV)")
+    p.add_argument(
+        "--write-manifest", type=Path, default=None, metavar="FILE", help="also write a review manifest (CSV)"
+    )
     p.add_argument("--backbone", default="mobilenet_v2", help="backbone for the embeddings (default mobilenet_v2)")
-    p.add_argument("--weights", default="auto", help="auto | imagenet | PATH (default auto: ImageNet, else $PHOTOCLF_WEIGHTS)")
-    p.add_argument("--near-threshold", type=float, default=0.85,
-                   help="cosine similarity of embeddings at or above which two images are near duplicates (default 0.85)")
+    p.add_argument(
+        "--weights", default="auto", help="auto | imagenet | PATH (default auto: ImageNet, else $PHOTOCLF_WEIGHTS)"
+    )
+    p.add_argument(
+        "--near-threshold",
+        type=float,
+        default=0.85,
+        help="cosine similarity of embeddings at or above which two images are near duplicates (default 0.85)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -34,8 +45,13 @@ def run(args: argparse.Namespace) -> None:
     from app.audit.audit import run_audit
     from app.audit.report import summary
 
-    result, written = run_audit(args.data, args.report, args.write_manifest, backbone=args.backbone,
-                                weights=args.weights, near_threshold=args.near_threshold)
+    result, written = run_audit(
+        args.data,
+        args.report,
+        args.write_manifest,
+        backbone=args.backbone,
+        weights=args.weights,
+        near_threshold=args.near_threshold,
+    )
     print(summary(result))
     print("\n" + "\n".join(f"wrote {path}" for path in written))
-

@@ -21,10 +21,12 @@ from app.storage import must_exist
 
 HELP = "which backbone for your photos? Ranks candidates by a linear probe on their frozen features"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("data", type=Path, help="TFRecord folder from make_tfrecords.py (train and val splits)")
-    p.add_argument("--backbones", required=True,
-                   help="comma-separated NAME[@WEIGHTS], e.g. mobilenet_v2,efficientnet_b0")
+    p.add_argument(
+        "--backbones", required=True, help="comma-separated NAME[@WEIGHTS], e.g. mobilenet_v2,efficientnet_b0"
+    )
     p.add_argument("--image-size", type=int, default=0, help="input size; 0 = each backbone's own (default)")
 
 
@@ -40,4 +42,3 @@ def run(args: argparse.Namespace) -> None:
 
     candidates = parse_candidates(args.backbones)
     print(format_ranking(compare_backbones(str(args.data), candidates, args.image_size)))
-

@@ -17,15 +17,26 @@ import socket
 
 HELP = "start a tf.data service dispatcher or worker, to decode and augment on other machines"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("role", choices=["dispatcher", "worker"], help="which server to start")
-    p.add_argument("--port", type=int, default=None,
-                   help="port to listen on (default: 5050 for the dispatcher, any free port for a worker)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port to listen on (default: 5050 for the dispatcher, any free port for a worker)",
+    )
     p.add_argument("--dispatcher", default=None, help="worker only: the dispatcher's HOST:PORT (required)")
-    p.add_argument("--advertise", default=socket.gethostname(),
-                   help="worker only: the host name trainers reach this worker by (default: this machine's name)")
-    p.add_argument("--work-dir", default=None,
-                   help="dispatcher only: folder (or gs:// path) where it journals its state, to recover after a restart")
+    p.add_argument(
+        "--advertise",
+        default=socket.gethostname(),
+        help="worker only: the host name trainers reach this worker by (default: this machine's name)",
+    )
+    p.add_argument(
+        "--work-dir",
+        default=None,
+        help="dispatcher only: folder (or gs:// path) where it journals its state, to recover after a restart",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -52,4 +63,3 @@ def run(args: argparse.Namespace) -> None:
     # A server's graceful stop waits for every trainer to hang up; a signal means stop now
     # (a dispatcher with --work-dir has journaled its state already).
     os._exit(0)
-

@@ -18,18 +18,37 @@ from app.export.layout import resolve_model_dir
 
 HELP = "evaluate an exported model on a TFRecord split or an image folder: table, metrics, figures, HTML"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
-    p.add_argument("--data", required=True, help="TFRecord folder or gs:// URL (make_tfrecords.py), or a local folder of class folders")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="TFRecord folder or gs:// URL (make_tfrecords.py), or a local folder of class folders",
+    )
     p.add_argument("--split", default="val", help="split of a TFRecord folder (default val)")
-    p.add_argument("--report", type=Path, default=None, help="report folder (default RUN_DIR/reports/<name>-v<version>-<split> for an export in its run dir, else EXPORT_DIR/<name>-reports/v<version>-<split>)")
+    p.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="report folder (default RUN_DIR/reports/<name>-v<version>-<split> for an export in its run dir,"
+        " else EXPORT_DIR/<name>-reports/v<version>-<split>)",
+    )
     p.add_argument("--label-map", type=Path, default=None, help="JSON {dataset class: model class} when names differ")
     p.add_argument("--top-k", type=int, default=5, help="k for top-k accuracy (default 5)")
-    p.add_argument("--runtime", choices=["tf", "litert", "auto"], default="tf",
-                   help="tf: the SavedModel, as TF Serving runs it; litert: the export's checked LiteRT file,"
-                        " as serve.py --runtime auto runs it on a CPU (default tf)")
-    p.add_argument("--tta", choices=["none", "flip"], default="none",
-                   help="flip: average each image's probabilities with its mirror's (2x the compute; default none)")
+    p.add_argument(
+        "--runtime",
+        choices=["tf", "litert", "auto"],
+        default="tf",
+        help="tf: the SavedModel, as TF Serving runs it; litert: the export's checked LiteRT file,"
+        " as serve.py --runtime auto runs it on a CPU (default tf)",
+    )
+    p.add_argument(
+        "--tta",
+        choices=["none", "flip"],
+        default="none",
+        help="flip: average each image's probabilities with its mirror's (2x the compute; default none)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -37,10 +56,19 @@ def run(args: argparse.Namespace) -> None:
     with lasting_imports():
         from app.evaluation.evaluate import evaluate
 
-    result = evaluate(args.model_dir, args.data, split=args.split, report_dir=args.report,
-                      label_map=args.label_map, top_k=args.top_k, runtime=args.runtime, tta=args.tta)
+    result = evaluate(
+        args.model_dir,
+        args.data,
+        split=args.split,
+        report_dir=args.report,
+        label_map=args.label_map,
+        top_k=args.top_k,
+        runtime=args.runtime,
+        tta=args.tta,
+    )
     print(result.summary)
     if result.metrics["skipped"]:
-        print(f"skipped {len(result.metrics['skipped'])} file(s) the model refused (undecodable or over its pixel limit)")
+        print(
+            f"skipped {len(result.metrics['skipped'])} file(s) the model refused (undecodable or over its pixel limit)"
+        )
     print(f"\nreport: {result.html}\nmetrics: {result.report_dir / 'metrics.json'}")
-

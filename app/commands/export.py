@@ -20,18 +20,31 @@ from app.run_dir import RunDir
 
 HELP = "export a finished run as a TF Serving SavedModel (image bytes in) with its LiteRT file(s)"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path, help="run directory written by fine_tune.py")
     p.add_argument("--export-dir", type=Path, default=None, help="base folder (default RUN_DIR/export)")
     p.add_argument("--name", default=None, help="model name (default: the run dir's name)")
     p.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
     p.add_argument("--top-k", type=int, default=5, help="classes returned per image (default 5)")
-    p.add_argument("--tflite", choices=["none", "float16", "int8"], default="none",
-                   help="also write this smaller LiteRT file for phones (the float32 one is always written; default none)")
-    p.add_argument("--tta", choices=["none", "flip"], default="none",
-                   help="flip: every signature averages each image with its mirror (2x the compute; default none)")
-    p.add_argument("--max-megapixels", type=float, default=40.0,
-                   help="the serving signature refuses images larger than this, from the header (default 40)")
+    p.add_argument(
+        "--tflite",
+        choices=["none", "float16", "int8"],
+        default="none",
+        help="also write this smaller LiteRT file for phones (the float32 one is always written; default none)",
+    )
+    p.add_argument(
+        "--tta",
+        choices=["none", "flip"],
+        default="none",
+        help="flip: every signature averages each image with its mirror (2x the compute; default none)",
+    )
+    p.add_argument(
+        "--max-megapixels",
+        type=float,
+        default=40.0,
+        help="the serving signature refuses images larger than this, from the header (default 40)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -39,7 +52,14 @@ def run(args: argparse.Namespace) -> None:
     with lasting_imports():
         from app.export.run_export import export_run
 
-    paths = export_run(args.run_dir, export_dir=args.export_dir, name=args.name, version=args.version,
-                       tflite=args.tflite, top_k=args.top_k, max_megapixels=args.max_megapixels, tta=args.tta)
+    paths = export_run(
+        args.run_dir,
+        export_dir=args.export_dir,
+        name=args.name,
+        version=args.version,
+        tflite=args.tflite,
+        top_k=args.top_k,
+        max_megapixels=args.max_megapixels,
+        tta=args.tta,
+    )
     print(json.dumps(paths, indent=2))
-

@@ -21,11 +21,16 @@ from app.cli import lasting_imports
 
 HELP = "find learning rates for both phases: a short exponential sweep on your data and model"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help="TFRecord folder (default: the built-in demo)")
-    p.add_argument("--out", default=None, help="the run dir you will train into; the sweep goes beside it (default runs/demo)")
+    p.add_argument(
+        "--out", default=None, help="the run dir you will train into; the sweep goes beside it (default runs/demo)"
+    )
     p.add_argument("--config", type=Path, default=None, help="TOML file with config keys, as for fine_tune.py")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key; repeatable")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key; repeatable"
+    )
     p.add_argument("--steps", type=int, default=100, help="batches per sweep (default 100)")
     p.add_argument("--lr-min", type=float, default=1e-7, help="first learning rate (default 1e-7)")
     p.add_argument("--lr-max", type=float, default=1.0, help="last learning rate (default 1)")
@@ -54,4 +59,3 @@ def run(args: argparse.Namespace) -> None:
         key = "lr_head" if s.phase == 1 else "lr_finetune"
         print(f"{s.summary()}\n  apply with: --set {key}={s.suggestion:.2g}")
     print(f"plot: {report_dir(cfg.out) / 'lr_find.png'}")
-

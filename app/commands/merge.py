@@ -11,6 +11,7 @@ import argparse
 
 HELP = "combine the shards of several convert --num-writers N writers into one dataset"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", help="the OUT folder (or gs:// URL) all writers wrote to")
 
@@ -20,4 +21,3 @@ def run(args: argparse.Namespace) -> None:
     from app.data.summary import format_summary
 
     print(format_summary(merge_writers(args.out), str(args.out)))
-

@@ -24,16 +24,25 @@ SHOW_FAILED = 10
 
 HELP = "predict labels for unlabelled photos with an exported model: CSV or JSONL, one row per file"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
     p.add_argument("input", help="folder of photos, glob pattern, or .txt/.csv file of paths")
-    p.add_argument("--output", type=Path, default=Path("predictions.csv"),
-                   help="CSV, or JSONL when it ends in .jsonl (default predictions.csv)")
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=Path("predictions.csv"),
+        help="CSV, or JSONL when it ends in .jsonl (default predictions.csv)",
+    )
     p.add_argument("--format", choices=["csv", "jsonl"], default=None, help="override the format the suffix implies")
     p.add_argument("--top-k", type=int, default=5, help="labels per photo (default 5, at most the classes)")
     p.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
-    p.add_argument("--runtime", choices=["auto", "tf", "litert"], default="auto",
-                   help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)")
+    p.add_argument(
+        "--runtime",
+        choices=["auto", "tf", "litert"],
+        default="auto",
+        help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -41,8 +50,15 @@ def run(args: argparse.Namespace) -> None:
     with lasting_imports():
         from app.serving.predict_files import predict_files
 
-    summary = predict_files(args.model_dir, args.input, args.output, runtime=args.runtime, top_k=args.top_k,
-                            batch_size=args.batch_size, fmt=args.format)
+    summary = predict_files(
+        args.model_dir,
+        args.input,
+        args.output,
+        runtime=args.runtime,
+        top_k=args.top_k,
+        batch_size=args.batch_size,
+        fmt=args.format,
+    )
     print(f"{summary.predicted} photo(s) predicted ({summary.runtime}) → {summary.output}")
     if summary.failed:
         print(f"{len(summary.failed)} file(s) could not be predicted:")
@@ -50,4 +66,3 @@ def run(args: argparse.Namespace) -> None:
             print(f"  {row['path']}: {row['error']}")
         if len(summary.failed) > SHOW_FAILED:
             print(f"  ... and {len(summary.failed) - SHOW_FAILED} more (see the error column)")
-

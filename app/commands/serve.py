@@ -24,28 +24,51 @@ from app.export import layout
 
 HELP = "serve an exported model over TF Serving's REST API, with an image-upload endpoint and a page"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", type=Path, help="EXPORT_DIR/<name>: the folder holding numbered versions")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8501, help="port (default 8501, as TF Serving's REST port)")
     p.add_argument("--max-batch", type=int, default=32, help="most instances merged into one model call (default 32)")
-    p.add_argument("--max-wait-ms", type=float, default=0.0,
-                   help="also hold a batch this long for company (default 0: batch what queued while the model was busy)")
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=0.0,
+        help="also hold a batch this long for company (default 0: batch what queued while the model was busy)",
+    )
     p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body in MB (default 8)")
     p.add_argument("--max-instances", type=int, default=64, help="most instances per request (default 64)")
     p.add_argument("--poll-seconds", type=float, default=2.0, help="how often to look for new versions (default 2)")
-    p.add_argument("--runtime", choices=["auto", "tf", "litert"], default="auto",
-                   help="auto: LiteRT when the export's LiteRT file passed its parity check, else TensorFlow (default auto)")
-    p.add_argument("--litert-model", choices=["float32", "float16", "int8"], default="float32",
-                   help="which LiteRT file of the export to serve (default float32)")
-    p.add_argument("--max-megapixels", type=float, default=40.0, help="refuse larger images, read from the header (default 40)")
-    p.add_argument("--max-queue", type=int, default=128, help="most instances waiting; beyond, 503 + Retry-After (default 128)")
-    p.add_argument("--request-timeout-ms", type=float, default=10_000, help="answer 504 after this long (default 10000)")
+    p.add_argument(
+        "--runtime",
+        choices=["auto", "tf", "litert"],
+        default="auto",
+        help="auto: LiteRT when the export's LiteRT file passed its parity check, else TensorFlow (default auto)",
+    )
+    p.add_argument(
+        "--litert-model",
+        choices=["float32", "float16", "int8"],
+        default="float32",
+        help="which LiteRT file of the export to serve (default float32)",
+    )
+    p.add_argument(
+        "--max-megapixels", type=float, default=40.0, help="refuse larger images, read from the header (default 40)"
+    )
+    p.add_argument(
+        "--max-queue", type=int, default=128, help="most instances waiting; beyond, 503 + Retry-After (default 128)"
+    )
+    p.add_argument(
+        "--request-timeout-ms", type=float, default=10_000, help="answer 504 after this long (default 10000)"
+    )
 
 
 def run(args: argparse.Namespace) -> None:
-    for flag, value in (("--max-megapixels", args.max_megapixels), ("--max-queue", args.max_queue),
-                        ("--request-timeout-ms", args.request_timeout_ms), ("--max-batch", args.max_batch)):
+    for flag, value in (
+        ("--max-megapixels", args.max_megapixels),
+        ("--max-queue", args.max_queue),
+        ("--request-timeout-ms", args.request_timeout_ms),
+        ("--max-batch", args.max_batch),
+    ):
         if not value > 0:
             raise UserError(f"{flag} must be > 0, got {value}")
     layout.served_versions(args.model_dir)  # a wrong folder is said before TensorFlow's seconds of import
@@ -57,11 +80,19 @@ def run(args: argparse.Namespace) -> None:
         from app.serving.rest import Limits, make_app
         from app.serving.store import ModelStore
 
-    store = ModelStore(args.model_dir, poll_seconds=args.poll_seconds, runtime=args.runtime, litert_mode=args.litert_model)
-    limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20), max_instances=args.max_instances,
-                    max_megapixels=args.max_megapixels, request_timeout_ms=args.request_timeout_ms)
+    store = ModelStore(
+        args.model_dir, poll_seconds=args.poll_seconds, runtime=args.runtime, litert_mode=args.litert_model
+    )
+    limits = Limits(
+        max_body_bytes=int(args.max_body_mb * 2**20),
+        max_instances=args.max_instances,
+        max_megapixels=args.max_megapixels,
+        request_timeout_ms=args.request_timeout_ms,
+    )
     app = make_app(store, Batcher(args.max_batch, args.max_wait_ms, args.max_queue), limits)
-    print(f"serving {store.name} version {store.current.version} ({store.current.runtime.name}) at"
-          f" http://{args.host}:{args.port}/ (API: /v1/models/{store.name})", flush=True)
+    print(
+        f"serving {store.name} version {store.current.version} ({store.current.runtime.name}) at"
+        f" http://{args.host}:{args.port}/ (API: /v1/models/{store.name})",
+        flush=True,
+    )
     web.run_app(app, host=args.host, port=args.port, print=None, handle_signals=True, access_log=None)
-

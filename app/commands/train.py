@@ -24,6 +24,7 @@ FLAG_KEYS = [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["flag
 
 HELP = "fine-tune a pretrained backbone on TFRecords in two phases, then export a SavedModel"
 
+
 def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
@@ -33,9 +34,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = f"config keys (for --config and --set) with their defaults:\n{keys}"
     for key in FLAG_KEYS:
         field = FIELDS[key]
-        p.add_argument(_flag(key), type=type(field.default), default=None, help=f"{field.metadata['help']} (default {field.default!r})")
-    p.add_argument("--config", type=Path, default=None, help="TOML file with config keys (flat, or under [train]); see configs/")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key; repeatable")
+        p.add_argument(
+            _flag(key),
+            type=type(field.default),
+            default=None,
+            help=f"{field.metadata['help']} (default {field.default!r})",
+        )
+    p.add_argument(
+        "--config", type=Path, default=None, help="TOML file with config keys (flat, or under [train]); see configs/"
+    )
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key; repeatable"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run dir instead of resuming it")
 
 
@@ -51,4 +61,3 @@ def run(args: argparse.Namespace) -> None:
 
     metrics = train_main(cfg, overwrite=args.overwrite)
     print(format_result(metrics))
-

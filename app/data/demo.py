@@ -72,15 +72,18 @@ def _shape_points(kind: str, cx: float, cy: float, r: float, rot: float) -> list
     return [(cx + rad * math.cos(a), cy + rad * math.sin(a)) for a, rad in zip(angles, radii)]
 
 
-def _draw_shape(draw: ImageDraw.ImageDraw, kind: str, cx: float, cy: float, r: float, rng: np.random.Generator,
-                width: int) -> None:
+def _draw_shape(
+    draw: ImageDraw.ImageDraw, kind: str, cx: float, cy: float, r: float, rng: np.random.Generator, width: int
+) -> None:
     """One filled shape in a random colour with the opposite outline (a polygon randomly rotated)."""
     color = tuple(int(v) for v in rng.integers(0, 256, 3))
     outline = tuple(255 - v for v in color)
     if kind == "circle":
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=color, outline=outline, width=width)
     else:
-        draw.polygon(_shape_points(kind, cx, cy, r, rng.uniform(0, 2 * math.pi)), fill=color, outline=outline, width=width)
+        draw.polygon(
+            _shape_points(kind, cx, cy, r, rng.uniform(0, 2 * math.pi)), fill=color, outline=outline, width=width
+        )
 
 
 def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None = None) -> Image.Image:

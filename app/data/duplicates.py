@@ -30,14 +30,23 @@ def describe(groups: list[list[SourceImage]]) -> dict:
     """What dataset.json records: every group, and how many val/test images are leaked copies."""
     leaks = [g for g in groups if len({i.split for i in g}) > 1]
     leaked = [i for g in leaks for i in g[1:] if i.split != g[0].split]
-    return {"exact_groups": [[i.relpath for i in g] for g in groups],
-            "leaks": len(leaks), "leaked_images": {s: sum(1 for i in leaked if i.split == s) for s in ("val", "test")}}
+    return {
+        "exact_groups": [[i.relpath for i in g] for g in groups],
+        "leaks": len(leaks),
+        "leaked_images": {s: sum(1 for i in leaked if i.split == s) for s in ("val", "test")},
+    }
 
 
 def drop_duplicates(source: Source, groups: list[list[SourceImage]]) -> Source:
     """The source without the second and later file of every group, each listed as skipped."""
     dropped = {id(i): g[0] for g in groups for i in g[1:]}
-    skipped = [{"path": i.relpath, "reason": f"exact duplicate of {dropped[id(i)].relpath} ({dropped[id(i)].split}); --drop-duplicates"}
-               for i in source.images if id(i) in dropped]
+    skipped = [
+        {
+            "path": i.relpath,
+            "reason": f"exact duplicate of {dropped[id(i)].relpath} ({dropped[id(i)].split}); --drop-duplicates",
+        }
+        for i in source.images
+        if id(i) in dropped
+    ]
     kept = [i for i in source.images if id(i) not in dropped]
     return dataclasses.replace(source, images=kept, skipped=source.skipped + skipped)

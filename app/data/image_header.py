@@ -53,8 +53,9 @@ def _uint(data: tf.Tensor, offset, length: int, big_endian: bool) -> tf.Tensor:
 
 
 def _need(data: tf.Tensor, length: int, what: str) -> tf.Operation:
-    return tf.debugging.assert_greater_equal(tf.size(data, out_type=tf.int64), tf.constant(length, tf.int64),
-                                             message=f"truncated {what} header")
+    return tf.debugging.assert_greater_equal(
+        tf.size(data, out_type=tf.int64), tf.constant(length, tf.int64), message=f"truncated {what} header"
+    )
 
 
 def _png(data: tf.Tensor) -> tf.Tensor:
@@ -96,8 +97,12 @@ def _gif_frames_area(data: tf.Tensor, start: tf.Tensor) -> tf.Tensor:
         frame = _uint(padded, pos + 5, 2, False) * _uint(padded, pos + 7, 2, False)
         is_image, known = byte == 0x2C, tf.logical_or(byte == 0x2C, byte == 0x21)
         if_blocks = (tf.where(byte == 0, pos + 1, pos + byte + 1), byte != 0, area, done)
-        if_record = (tf.where(is_image, pos + 10 + local_table + 1, pos + 2), known,
-                     tf.where(is_image, area + frame, area), tf.logical_not(known))
+        if_record = (
+            tf.where(is_image, pos + 10 + local_table + 1, pos + 2),
+            known,
+            tf.where(is_image, area + frame, area),
+            tf.logical_not(known),
+        )
         chosen = [tf.where(in_blocks, a, b) for a, b in zip(if_blocks, if_record)]
         return (*chosen, steps + 1)
 
@@ -105,8 +110,11 @@ def _gif_frames_area(data: tf.Tensor, start: tf.Tensor) -> tf.Tensor:
         return tf.logical_and(tf.logical_not(done), pos < size)
 
     _, _, area, done, steps = tf.while_loop(
-        more, step, (start, tf.constant(False), tf.constant(0, tf.int64), tf.constant(False), tf.constant(0, tf.int64)),
-        maximum_iterations=GIF_MAX_BLOCKS)
+        more,
+        step,
+        (start, tf.constant(False), tf.constant(0, tf.int64), tf.constant(False), tf.constant(0, tf.int64)),
+        maximum_iterations=GIF_MAX_BLOCKS,
+    )
     finished = tf.logical_or(done, steps < GIF_MAX_BLOCKS)
     check = tf.debugging.Assert(finished, [f"GIF with more than {GIF_MAX_BLOCKS} blocks; refused"])
     with tf.control_dependencies([check]):
@@ -137,8 +145,16 @@ def header_size(encoded: tf.Tensor) -> tf.Tensor:
         with tf.control_dependencies([check]):
             return tf.zeros([3], tf.int64)
 
-    return tf.case([(is_jpeg, lambda: _jpeg(encoded)), (is_png, lambda: _png(data)), (is_gif, lambda: _gif(data)),
-                    (is_bmp, lambda: _bmp(data))], default=unknown, exclusive=True)
+    return tf.case(
+        [
+            (is_jpeg, lambda: _jpeg(encoded)),
+            (is_png, lambda: _png(data)),
+            (is_gif, lambda: _gif(data)),
+            (is_bmp, lambda: _bmp(data)),
+        ],
+        default=unknown,
+        exclusive=True,
+    )
 
 
 def max_pixels(max_megapixels: float) -> int:
@@ -149,7 +165,8 @@ def assert_within(size: tf.Tensor, max_megapixels: float) -> tf.Operation:
     """In-graph refusal: the error names the limit and carries [height, width, pixels]."""
     return tf.debugging.Assert(
         size[2] <= max_pixels(max_megapixels),
-        [f"image too large: over the {max_megapixels:g} megapixel limit; [height width pixels] =", size])
+        [f"image too large: over the {max_megapixels:g} megapixel limit; [height width pixels] =", size],
+    )
 
 
 @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
@@ -170,15 +187,25 @@ def check_size(data: bytes, max_megapixels: float) -> HeaderSize:
     """Host-side guard: the header's size, or ImageRejected (413) naming the size and the limit."""
     size = read_header(data)
     if size.pixels > max_pixels(max_megapixels):
-        frames = f", {size.megapixels:.1f} megapixels with every frame" if size.pixels != size.height * size.width else ""
-        raise ImageRejected(f"image is {size.width}x{size.height} pixels{frames}; the limit is"
-                            f" {max_megapixels:g} megapixels", status=413)
+        frames = (
+            f", {size.megapixels:.1f} megapixels with every frame" if size.pixels != size.height * size.width else ""
+        )
+        raise ImageRejected(
+            f"image is {size.width}x{size.height} pixels{frames}; the limit is {max_megapixels:g} megapixels",
+            status=413,
+        )
     return size
 
 
-_REASONS = ("not a JPEG, PNG, GIF or BMP image", "truncated JPEG header", "truncated PNG header",
-            "truncated GIF header", "truncated BMP header", "PNG without an IHDR chunk first",
-            f"GIF with more than {GIF_MAX_BLOCKS} blocks; refused")
+_REASONS = (
+    "not a JPEG, PNG, GIF or BMP image",
+    "truncated JPEG header",
+    "truncated PNG header",
+    "truncated GIF header",
+    "truncated BMP header",
+    "PNG without an IHDR chunk first",
+    f"GIF with more than {GIF_MAX_BLOCKS} blocks; refused",
+)
 
 
 def _reason(err: tf.errors.InvalidArgumentError) -> str:

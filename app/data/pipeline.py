@@ -78,8 +78,16 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
         raise UserError(f"{meta_path}: not valid JSON ({err})") from None
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")
-    return DatasetInfo(root, meta["classes"], meta["counts"], meta["shards"], meta.get("shard_records", {}),
-                       meta.get("side_features", []), meta.get("task", "single_label"), meta.get("examples", {}))
+    return DatasetInfo(
+        root,
+        meta["classes"],
+        meta["counts"],
+        meta["shards"],
+        meta.get("shard_records", {}),
+        meta.get("side_features", []),
+        meta.get("task", "single_label"),
+        meta.get("examples", {}),
+    )
 
 
 def map_image(inputs, fn):
@@ -188,9 +196,7 @@ def _records(
             records = records.ignore_errors(log_warning=True)  # the rest of a corrupt shard is lost
         return records.map(as_written(lambda r: (r, path)))
 
-    return files.interleave(
-        read, cycle_length=cycle_length, num_parallel_calls=AUTOTUNE, deterministic=deterministic
-    )
+    return files.interleave(read, cycle_length=cycle_length, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
 def _record_shard(files: list[str], input_context: tf.distribute.InputContext | None) -> tuple[int, int] | None:
@@ -216,8 +222,12 @@ def _parse(records: tf.data.Dataset, counter: RecordCounter | None, info: Datase
             counter.read.assign_add(tf.cast(tf.size(serialized), tf.int64))
         labels = features[schema.LABEL]
         labels = _multi_hot(labels, len(info.classes)) if info.multi_label else tf.cast(labels, tf.int32)
-        parsed = {"encoded": features[schema.ENCODED], "label": labels,
-                  "filename": features[schema.FILENAME], "shard": shards}
+        parsed = {
+            "encoded": features[schema.ENCODED],
+            "label": labels,
+            "filename": features[schema.FILENAME],
+            "shard": shards,
+        }
         if info.side_width:
             parsed["side"] = features[schema.SIDE_VALUES]
         return parsed
@@ -230,6 +240,7 @@ def _decoded(
 ) -> tf.data.Dataset:
     """Decode each example; in skip mode bad payloads are filtered out (and counted) first."""
     if not strict:
+
         @as_written
         def keep(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> tf.Tensor:
             return _is_complete_jpeg(example["encoded"])
@@ -255,7 +266,9 @@ def _train_decoder(image_size: int, augment: Augment):
     if augment.random_crop:
         return lambda encoded, seed: decode_random_crop(encoded, image_size, seed, augment)
     if augment.flip:
-        return lambda encoded, seed: tf.image.stateless_random_flip_left_right(decode_for_eval(encoded, image_size), seed)
+        return lambda encoded, seed: tf.image.stateless_random_flip_left_right(
+            decode_for_eval(encoded, image_size), seed
+        )
     return lambda encoded, seed: decode_for_eval(encoded, image_size)
 
 
@@ -265,7 +278,7 @@ def make_train_dataset(
     split: str = "train",
     image_size: int = 224,
     batch_size: int = 32,
-    augment: Augment = Augment(),
+    augment: Augment | None = None,
     shuffle_buffer: int = 2048,
     seed: int | None = None,
     deterministic: bool = False,
@@ -277,7 +290,8 @@ def make_train_dataset(
     service_job: str | None = None,
 ) -> tf.data.Dataset:
     """Shuffled batches for training, with the host's share of `augment` (random-resized crop and
-    flip, done while decoding); `augment.color_jitter` is the training step's. `batch_size` is the batch this dataset yields
+    flip, done while decoding; default `Augment()`); `augment.color_jitter` is the training step's.
+    `batch_size` is the batch this dataset yields
     (per replica under a distribution strategy). `deterministic=True` (with a seed) gives the
     same stream every time, for tests; otherwise order is traded for speed.
 
@@ -295,13 +309,24 @@ def make_train_dataset(
     file_ds = _shard_files(files, input_context).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         file_ds = file_ds.repeat()
-    ds = _records(file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8),
-                  record_shard=_record_shard(files, input_context))
+    ds = _records(
+        file_ds,
+        strict=strict,
+        deterministic=deterministic,
+        cycle_length=min(len(files), 8),
+        record_shard=_record_shard(files, input_context),
+    )
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = _parse(ds, counter, info)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
     ds = tf.data.Dataset.zip(ds, seeds)
-    ds = _decoded(ds, _train_decoder(image_size, augment), strict=strict, deterministic=deterministic, counter=counter)
+    ds = _decoded(
+        ds,
+        _train_decoder(image_size, augment or Augment()),
+        strict=strict,
+        deterministic=deterministic,
+        counter=counter,
+    )
     ds = ds.batch(batch_size, drop_remainder=repeat)
     ds = ds.map(as_written(lambda e: (model_inputs(e), e["label"])))
     if data_service:
@@ -329,8 +354,13 @@ def make_eval_dataset(
     files = info.shard_paths(split)
     if strict:
         verify_shards(files)
-    ds = _records(_shard_files(files, input_context), strict=strict, deterministic=True, cycle_length=1,
-                  record_shard=_record_shard(files, input_context))
+    ds = _records(
+        _shard_files(files, input_context),
+        strict=strict,
+        deterministic=True,
+        cycle_length=1,
+        record_shard=_record_shard(files, input_context),
+    )
     ds = _parse(ds, counter, info)
     decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)

@@ -34,7 +34,7 @@ class Augment:
     color_jitter: float = 0.2  # max relative change of brightness/contrast/saturation; 0 = off
 
     @staticmethod
-    def off() -> "Augment":
+    def off() -> Augment:
         return Augment(random_crop=False, flip=False, color_jitter=0.0)
 
     @property
@@ -77,8 +77,11 @@ def decode_within_limit(encoded: tf.Tensor, image_size: int, crop_fraction: floa
 
 def decode_batch(encoded: tf.Tensor, image_size: int, crop_fraction: float, max_megapixels: float) -> tf.Tensor:
     """String [N] of request bytes → uint8 [N, S, S, 3]; the serving graph and the host runtimes use it."""
-    return tf.map_fn(lambda b: decode_within_limit(b, image_size, crop_fraction, max_megapixels), encoded,
-                     fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8))
+    return tf.map_fn(
+        lambda b: decode_within_limit(b, image_size, crop_fraction, max_megapixels),
+        encoded,
+        fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8),
+    )
 
 
 def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, augment: Augment) -> tf.Tensor:
@@ -88,7 +91,7 @@ def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, aug
     the flip is done on the small uint8 crop before resizing; uint8 out. `seed` is a shape-[2]
     int tensor; every op is stateless, so a seeded pipeline is reproducible. Resizing is plain
     bilinear: after the scaled decode a crop shrinks by less than 2×, where antialiasing
-    changes little and costs a lot (see README benchmark).
+    changes little and costs a lot (python -m benchmarks.input_pipeline).
     """
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     shape = tf.io.extract_jpeg_shape(encoded)
@@ -146,7 +149,9 @@ def color_jitter(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tens
 
 
 @tf.function(jit_compile=True, autograph=False)
-def _apply_color_jitter(images: tf.Tensor, brightness: tf.Tensor, contrast: tf.Tensor, saturation: tf.Tensor) -> tf.Tensor:
+def _apply_color_jitter(
+    images: tf.Tensor, brightness: tf.Tensor, contrast: tf.Tensor, saturation: tf.Tensor
+) -> tf.Tensor:
     """Brightness, then contrast around the brightened image's mean, then saturation towards its
     luma, composed into one linear expression of the pixels. XLA fuses it into a single pass
     (on 2 CPU cores 2.7x faster than the same ops unfused, for a batch of 32 at 224)."""

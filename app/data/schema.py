@@ -41,7 +41,12 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 
 def make_example(
-    jpeg: bytes, label: int | list[int], class_name: str, height: int, width: int, filename: str,
+    jpeg: bytes,
+    label: int | list[int],
+    class_name: str,
+    height: int,
+    width: int,
+    filename: str,
     side: list[float] | None = None,
 ) -> tf.train.Example:
     """One image as a `tf.train.Example`; `jpeg` must already be a valid RGB JPEG. A multi-label

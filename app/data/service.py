@@ -57,9 +57,13 @@ def job_name(run_id: str, phase: int) -> str:
 
 def distribute(dataset: tf.data.Dataset, address: str, job: str | None) -> tf.data.Dataset:
     """Run everything `dataset` does so far on the service; the trainer only receives batches."""
-    return dataset.apply(service.distribute(
-        processing_mode=service.ShardingPolicy.DYNAMIC, service=address, job_name=job,
-    ))
+    return dataset.apply(
+        service.distribute(
+            processing_mode=service.ShardingPolicy.DYNAMIC,
+            service=address,
+            job_name=job,
+        )
+    )
 
 
 def start_dispatcher(port: int, work_dir: str | None = None) -> service.DispatchServer:

@@ -42,8 +42,9 @@ def _row(rng: np.random.Generator, image_name: str, shape: str, level: str, nois
     return [image_name, f"{shape}_{level}", *cells]
 
 
-def generate_side_feature_dataset(out: Path, per_class: int = 60, seed: int = 0, image_size: int = 128,
-                                  noise: float = 0.6, task: str = "levels") -> Path:
+def generate_side_feature_dataset(
+    out: Path, per_class: int = 60, seed: int = 0, image_size: int = 128, noise: float = 0.6, task: str = "levels"
+) -> Path:
     """Write `out/images/*.jpg` and `out/manifest.csv` (path,label,reading,site); returns the
     manifest. Written to a temp folder, then renamed."""
     if task not in TASKS:

@@ -66,8 +66,10 @@ def parse_numeric(raw: str, where: str, column: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise UserError(f"{where}: column '{column}' is numeric but holds '{raw.strip()}'"
-                        f" (mark it '{column}:{CATEGORICAL}' if it is a category)") from None
+        raise UserError(
+            f"{where}: column '{column}' is numeric but holds '{raw.strip()}'"
+            f" (mark it '{column}:{CATEGORICAL}' if it is a category)"
+        ) from None
     if not math.isfinite(value):
         raise UserError(f"{where}: column '{column}' holds '{raw.strip()}'; numbers must be finite")
     return value
@@ -83,8 +85,9 @@ def fit(columns: list[Column], train_rows: list[tuple[str, ...]]) -> list[dict]:
             if numbers.size == 0:
                 raise UserError(f"--feature-columns: column '{column.name}' has no value in the training split")
             std = float(numbers.std())
-            described.append({"name": column.name, "kind": NUMERIC, "mean": float(numbers.mean()),
-                              "std": std if std > 0 else 1.0})
+            described.append(
+                {"name": column.name, "kind": NUMERIC, "mean": float(numbers.mean()), "std": std if std > 0 else 1.0}
+            )
         else:
             vocabulary = sorted({v.strip() for v in values if not is_missing(v)})
             described.append({"name": column.name, "kind": CATEGORICAL, "vocabulary": vocabulary})
@@ -101,7 +104,9 @@ def encode(described: list[dict], row: tuple[str, ...]) -> tuple[list[float], li
             missing.append(math.isnan(value))
         else:
             vocabulary = column["vocabulary"]
-            index = MISSING_INDEX if is_missing(raw) or raw.strip() not in vocabulary else vocabulary.index(raw.strip()) + 1
+            index = (
+                MISSING_INDEX if is_missing(raw) or raw.strip() not in vocabulary else vocabulary.index(raw.strip()) + 1
+            )
             values.append(float(index))
             missing.append(index == MISSING_INDEX)
     return values, missing

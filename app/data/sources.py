@@ -139,7 +139,10 @@ def _manifest_header(csv_path: Path, header: list[str]) -> tuple[bool, int | Non
     findings) are allowed and ignored."""
     names = [h.strip() for h in header]
     if names[:2] != ["path", "label"]:
-        raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split' (more columns may follow)")
+        raise UserError(
+            f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'"
+            " (more columns may follow)"
+        )
     return "split" in names[2:3], names.index(KEEP_COLUMN) if KEEP_COLUMN in names else None
 
 
@@ -168,19 +171,24 @@ def _label_key(label: str, multi_label: bool, where: str) -> str:
     labels sorted and joined by LABEL_SEPARATOR ('' for none)."""
     if not multi_label:
         if LABEL_SEPARATOR in label:
-            raise UserError(f"{where}: label '{label}' lists several labels; pass --multi-label for a multi-label dataset")
+            raise UserError(
+                f"{where}: label '{label}' lists several labels; pass --multi-label for a multi-label dataset"
+            )
         if not label:
             raise UserError(f"{where}: empty label")
         return label
     names = sorted({n.strip() for n in label.split(LABEL_SEPARATOR) if n.strip()})
     for name in names:
         if any(sep in name for sep in _OTHER_SEPARATORS):
-            raise UserError(f"{where}: label '{name}' looks like a list; separate a photo's labels with '{LABEL_SEPARATOR}'")
+            raise UserError(
+                f"{where}: label '{name}' looks like a list; separate a photo's labels with '{LABEL_SEPARATOR}'"
+            )
     return LABEL_SEPARATOR.join(names)
 
 
-def _from_manifest(csv_path: Path, skipped: list[dict[str, str]], columns: tuple[Column, ...] = (),
-                   multi_label: bool = False) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
+def _from_manifest(
+    csv_path: Path, skipped: list[dict[str, str]], columns: tuple[Column, ...] = (), multi_label: bool = False
+) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
     """Returns {split: {class: paths}} (split '' when the manifest has no split column), whether
     it has a split column, and each path's side-feature cells."""
     with csv_path.open(newline="") as f:
@@ -202,7 +210,9 @@ def _from_manifest(csv_path: Path, skipped: list[dict[str, str]], columns: tuple
         if has_split and split not in SPLITS:
             raise UserError(f"{csv_path}:{line_no}: split must be one of {SPLITS}, got '{split}'")
         if keep_at is not None and row[keep_at].strip().lower() in _FALSE:
-            skipped.append({"path": row[0].strip(), "reason": f"{KEEP_COLUMN} = {row[keep_at].strip()} in the manifest"})
+            skipped.append(
+                {"path": row[0].strip(), "reason": f"{KEEP_COLUMN} = {row[keep_at].strip()} in the manifest"}
+            )
             continue
         if not path.is_file():
             raise UserError(f"{csv_path}:{line_no}: no such file {path}")
@@ -244,8 +254,15 @@ def _split_multi_label(manifest: Manifest, val_fraction: float, test_fraction: f
     return by_split
 
 
-def _manifest_splits(src: Path, skipped: list[dict[str, str]], val_fraction: float, test_fraction: float, seed: int,
-                     feature_columns: tuple[Column, ...], multi_label: bool) -> tuple[Manifest, dict]:
+def _manifest_splits(
+    src: Path,
+    skipped: list[dict[str, str]],
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    feature_columns: tuple[Column, ...],
+    multi_label: bool,
+) -> tuple[Manifest, dict]:
     """A CSV manifest → ({split: {class: paths}}, each path's side-feature cells)."""
     if src.suffix.lower() != ".csv":
         raise UserError(f"{src}: expected a folder of class folders or a .csv manifest")
@@ -259,8 +276,9 @@ def _manifest_splits(src: Path, skipped: list[dict[str, str]], val_fraction: flo
     return split_stratified(manifest[""], val_fraction, test_fraction, seed), cells
 
 
-def _folder_splits(src: Path, skipped: list[dict[str, str]], val_fraction: float, test_fraction: float,
-                   seed: int) -> tuple[Manifest, str]:
+def _folder_splits(
+    src: Path, skipped: list[dict[str, str]], val_fraction: float, test_fraction: float, seed: int
+) -> tuple[Manifest, str]:
     """A folder of class folders (split here) or of train/val[/test] → ({split: {class: paths}}, layout)."""
     subdirs = {p.name for p in class_dirs(src)}
     if not subdirs:
@@ -272,8 +290,14 @@ def _folder_splits(src: Path, skipped: list[dict[str, str]], val_fraction: float
     return split_stratified(_from_folders(src, src, skipped), val_fraction, test_fraction, seed), "folders"
 
 
-def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                feature_columns: tuple[Column, ...] = (), multi_label: bool = False) -> Source:
+def scan_source(
+    src: Path,
+    val_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+    feature_columns: tuple[Column, ...] = (),
+    multi_label: bool = False,
+) -> Source:
     """Resolve SRC into a list of images with class (multi-label: label set), split and
     side-feature cells. Raises UserError on bad input."""
     src = Path(src)
@@ -284,12 +308,15 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
     if feature_columns and not src.is_file():
         raise UserError(f"--feature-columns: {src} is a folder; side features come from a CSV manifest's columns")
     if multi_label and not src.is_file():
-        raise UserError(f"--multi-label: {src} is a folder of class folders, one label per photo;"
-                        f" several labels per photo come from a CSV manifest ('car{LABEL_SEPARATOR}person')")
+        raise UserError(
+            f"--multi-label: {src} is a folder of class folders, one label per photo;"
+            f" several labels per photo come from a CSV manifest ('car{LABEL_SEPARATOR}person')"
+        )
     if src.is_file():
         root, layout = src.parent.resolve(), "manifest"
-        by_split, cells = _manifest_splits(src, skipped, val_fraction, test_fraction, seed, tuple(feature_columns),
-                                           multi_label)
+        by_split, cells = _manifest_splits(
+            src, skipped, val_fraction, test_fraction, seed, tuple(feature_columns), multi_label
+        )
     else:
         root = src
         by_split, layout = _folder_splits(src, skipped, val_fraction, test_fraction, seed)
@@ -302,5 +329,11 @@ def scan_source(src: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
         for name, paths in sorted(by_split[split].items())
         for p in paths
     ]
-    return Source(images=images, classes=classes, skipped=skipped, layout=layout, side_columns=tuple(feature_columns),
-                  task="multi_label" if multi_label else "single_label")
+    return Source(
+        images=images,
+        classes=classes,
+        skipped=skipped,
+        layout=layout,
+        side_columns=tuple(feature_columns),
+        task="multi_label" if multi_label else "single_label",
+    )

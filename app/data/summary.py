@@ -39,10 +39,15 @@ def _duplicate_lines(found: dict | None) -> list[str]:
     if not found or not found["exact_groups"]:
         return []
     leaked = found["leaked_images"]
-    text = (f"exact duplicates (byte-identical files): {len(found['exact_groups'])} group(s), {found['leaks']} across"
-            f" splits ({leaked['val']} val and {leaked['test']} test images are copies of another split's)")
-    advice = ("; dropped: the train copy (else the first) of each was kept" if found["dropped"]
-              else "; --drop-duplicates drops them; photoclf audit finds near duplicates too")
+    text = (
+        f"exact duplicates (byte-identical files): {len(found['exact_groups'])} group(s), {found['leaks']} across"
+        f" splits ({leaked['val']} val and {leaked['test']} test images are copies of another split's)"
+    )
+    advice = (
+        "; dropped: the train copy (else the first) of each was kept"
+        if found["dropped"]
+        else "; --drop-duplicates drops them; photoclf audit finds near duplicates too"
+    )
     return [("WARNING: " if found["leaks"] and not found["dropped"] else "") + text + advice]
 
 
@@ -51,7 +56,10 @@ def _side_feature_lines(meta: dict) -> list[str]:
     lines = []
     for column in meta.get("side_features", []):
         missing = ", ".join(f"{s} {per[column['name']]}" for s, per in meta["side_feature_missing"].items())
-        kind = (f"numeric, train mean {column['mean']:.4g}, std {column['std']:.4g}" if column["kind"] == "numeric"
-                else f"categorical, {len(column['vocabulary'])} values in train")
+        kind = (
+            f"numeric, train mean {column['mean']:.4g}, std {column['std']:.4g}"
+            if column["kind"] == "numeric"
+            else f"categorical, {len(column['vocabulary'])} values in train"
+        )
         lines.append(f"side feature {column['name']}: {kind}; missing or unseen: {missing}")
     return lines

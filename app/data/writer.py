@@ -61,10 +61,10 @@ class ShardResult:
         return self.written
 
 
-_progress: "mp.Queue | None" = None
+_progress: mp.Queue | None = None
 
 
-def _init_worker(progress: "mp.Queue") -> None:
+def _init_worker(progress: mp.Queue) -> None:
     global _progress
     _progress = progress
 
@@ -126,8 +126,11 @@ def plan_shards(
         count = min(count, len(images))
         for index in range(count):
             name = schema.shard_name(split, index, count)
-            tasks.append(ShardTask(split, name, images[index::count], labels, max_side, max_pixels, side,
-                                   source.task == "multi_label"))
+            tasks.append(
+                ShardTask(
+                    split, name, images[index::count], labels, max_side, max_pixels, side, source.task == "multi_label"
+                )
+            )
     return tasks
 
 
@@ -148,7 +151,9 @@ def _check_out(out: str, overwrite: bool, part: str | None = None) -> None:
     if not overwrite:
         existing = [n for n in storage.listdir(out) if n.endswith(".tfrecord") or n == schema.METADATA_FILE]
         if existing:
-            raise UserError(f"{out}: already holds {existing[0]} (and {len(existing) - 1} more); pass --overwrite to replace")
+            raise UserError(
+                f"{out}: already holds {existing[0]} (and {len(existing) - 1} more); pass --overwrite to replace"
+            )
 
 
 def _run_tasks(tasks: list[ShardTask], directory: str, workers: int) -> list[ShardResult]:
@@ -175,8 +180,9 @@ def _run_tasks(tasks: list[ShardTask], directory: str, workers: int) -> list[Sha
         return [f.result() for f in futures]
 
 
-def _install(results: list[ShardResult], staging: str, out: str, metadata: dict, classes: list[str],
-             part: str | None = None) -> None:
+def _install(
+    results: list[ShardResult], staging: str, out: str, metadata: dict, classes: list[str], part: str | None = None
+) -> None:
     """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards.
     In split-writer mode this writer's part file goes last instead, and dataset.json waits for the merge."""
     if part is not None:
@@ -199,8 +205,9 @@ def _install(results: list[ShardResult], staging: str, out: str, metadata: dict,
     storage.write_json_atomic(storage.join(out, schema.METADATA_FILE), metadata)
 
 
-def _check_options(num_shards: int | None, max_side: int | None, workers: int | None, num_writers: int,
-                   writer_index: int) -> None:
+def _check_options(
+    num_shards: int | None, max_side: int | None, workers: int | None, num_writers: int, writer_index: int
+) -> None:
     if num_shards is not None and num_shards < 1:
         raise UserError(f"--num-shards must be >= 1, got {num_shards}")
     if max_side is not None and max_side < 16:
@@ -211,12 +218,20 @@ def _check_options(num_shards: int | None, max_side: int | None, workers: int | 
         raise UserError(f"--writer-index must be in [0, --num-writers), got {writer_index} of {num_writers}")
 
 
-def _scan(src: Path, val_fraction: float, test_fraction: float, seed: int,
-          drop_duplicates: bool, feature_columns: str | None, multi_label: bool) -> tuple[Source, list[list[SourceImage]]]:
+def _scan(
+    src: Path,
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    drop_duplicates: bool,
+    feature_columns: str | None,
+    multi_label: bool,
+) -> tuple[Source, list[list[SourceImage]]]:
     """The source to convert, and its byte-identical groups (the same on every writer: they
     plan the same shards), dropped from it with `drop_duplicates`."""
-    source = scan_source(src, val_fraction, test_fraction, seed, tuple(side_features.parse_columns(feature_columns)),
-                         multi_label)
+    source = scan_source(
+        src, val_fraction, test_fraction, seed, tuple(side_features.parse_columns(feature_columns)), multi_label
+    )
     groups = duplicates.duplicate_groups(source)
     return (duplicates.drop_duplicates(source, groups) if drop_duplicates else source), groups
 
@@ -262,11 +277,22 @@ def write_tfrecords(
     staging = storage.make_temp_dir(out, ".incomplete-")
     try:
         results = _run_tasks(tasks, staging, workers)
-        metadata = _metadata(source, results, src, dict(
-            val_fraction=val_fraction, test_fraction=test_fraction, seed=seed, num_shards=num_shards,
-            target_shard_mb=target_shard_mb, max_side=max_side, max_pixels=max_pixels, layout=source.layout,
-            drop_duplicates=drop_duplicates,
-        ))
+        metadata = _metadata(
+            source,
+            results,
+            src,
+            dict(
+                val_fraction=val_fraction,
+                test_fraction=test_fraction,
+                seed=seed,
+                num_shards=num_shards,
+                target_shard_mb=target_shard_mb,
+                max_side=max_side,
+                max_pixels=max_pixels,
+                layout=source.layout,
+                drop_duplicates=drop_duplicates,
+            ),
+        )
         metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
         metadata.update(_kind_metadata(source, tasks, results, feature_columns))
         if part is not None:
@@ -283,7 +309,9 @@ def _worker_count(workers: int | None, source: Source, tasks: list[ShardTask]) -
     return max(1, min(workers, len(tasks)))
 
 
-def _kind_metadata(source: Source, tasks: list[ShardTask], results: list[ShardResult], feature_columns: str | None) -> dict:
+def _kind_metadata(
+    source: Source, tasks: list[ShardTask], results: list[ShardResult], feature_columns: str | None
+) -> dict:
     """dataset.json's keys for side features and for multi-label data; none for a plain dataset."""
     extra = {}
     if tasks and tasks[0].side:

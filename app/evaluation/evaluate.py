@@ -73,13 +73,17 @@ def _check_task(version_dir: Path, data: str) -> None:
     is_records = storage.exists(storage.join(data, schema.METADATA_FILE))
     data_task = load_dataset_info(data).task if is_records else "single_label"
     if model_task != data_task:
-        raise UserError(f"--data {data}: {data_task.replace('_', '-')} data for a {model_task.replace('_', '-')} model"
-                        " (a multi-label model is evaluated on TFRecords written with --multi-label)")
+        raise UserError(
+            f"--data {data}: {data_task.replace('_', '-')} data for a {model_task.replace('_', '-')} model"
+            " (a multi-label model is evaluated on TFRecords written with --multi-label)"
+        )
 
 
 def _figures(metrics: dict, predictions: Predictions, version_dir: Path, out: Path) -> dict[str, Path]:
     figures = {
-        "Confusion matrix": plot_confusion_matrix(metrics["confusion_matrix"], predictions.classes, out / "confusion_matrix.png"),
+        "Confusion matrix": plot_confusion_matrix(
+            metrics["confusion_matrix"], predictions.classes, out / "confusion_matrix.png"
+        ),
         "Per-class precision, recall, F1": plot_per_class(metrics, out / "per_class.png"),
         "Reliability diagram": plot_reliability(metrics, out / "reliability.png"),
     }
@@ -92,28 +96,49 @@ def _figures(metrics: dict, predictions: Predictions, version_dir: Path, out: Pa
     return figures
 
 
-def _multilabel_result(predictions: Predictions, version_dir: Path, data: str, split: str,
-                       report_dir: str | Path | None) -> EvaluationResult:
+def _multilabel_result(
+    predictions: Predictions, version_dir: Path, data: str, split: str, report_dir: str | Path | None
+) -> EvaluationResult:
     """Per-label figures at the export's own thresholds, mAP and exact match (app.evaluation.multilabel)."""
     from app.evaluation.multilabel import compute_multilabel_metrics
     from app.evaluation.multilabel_report import plot_label_confusion, plot_per_label
 
     thresholds = read_metadata(version_dir)["thresholds"]
     metrics = compute_multilabel_metrics(predictions.labels, predictions.probabilities, thresholds, predictions.classes)
-    metrics.update({"model": str(version_dir), "data": str(data), "split": split, "skipped": predictions.skipped,
-                    "runtime": predictions.runtime})
+    metrics.update(
+        {
+            "model": str(version_dir),
+            "data": str(data),
+            "split": split,
+            "skipped": predictions.skipped,
+            "runtime": predictions.runtime,
+        }
+    )
     out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
     out.mkdir(parents=True, exist_ok=True)
-    figures = {"Per label: precision, recall, F1, AP": plot_per_label(metrics, out / "per_label.png"),
-               "Per label: true (rows) vs predicted (columns)": plot_label_confusion(metrics, out / "label_confusion.png")}
+    figures = {
+        "Per label: precision, recall, F1, AP": plot_per_label(metrics, out / "per_label.png"),
+        "Per label: true (rows) vs predicted (columns)": plot_label_confusion(metrics, out / "label_confusion.png"),
+    }
     write_metrics(metrics, out / "metrics.json")
     title = f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}"
-    return EvaluationResult(metrics, figures, out, write_html(metrics, figures, out / "report.html", title), predictions)
+    return EvaluationResult(
+        metrics, figures, out, write_html(metrics, figures, out / "report.html", title), predictions
+    )
 
 
-def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_dir: str | Path | None = None,
-             label_map: str | Path | dict | None = None, top_k: int = 5, batch_size: int = 32,
-             runtime: str = "tf", tta: str = "none") -> EvaluationResult:
+def evaluate(
+    model: str | Path,
+    data: str | Path,
+    *,
+    split: str = "val",
+    report_dir: str | Path | None = None,
+    label_map: str | Path | dict | None = None,
+    top_k: int = 5,
+    batch_size: int = 32,
+    runtime: str = "tf",
+    tta: str = "none",
+) -> EvaluationResult:
     version_dir = resolve_model_dir(model)
     baked = read_metadata(version_dir).get("tta", "none")
     if check_tta(tta) != "none" and baked != "none":
@@ -122,17 +147,27 @@ def evaluate(model: str | Path, data: str | Path, *, split: str = "val", report_
     _check_task(version_dir, data)
     data_classes, total, examples = _examples(data, split)
     mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
-    predictions = predict(version_dir, data_classes, total, examples, label_map=mapping, batch_size=batch_size,
-                          runtime=runtime, tta=tta)
+    predictions = predict(
+        version_dir, data_classes, total, examples, label_map=mapping, batch_size=batch_size, runtime=runtime, tta=tta
+    )
     if read_metadata(version_dir).get("task") == "multi_label":
         return _multilabel_result(predictions, version_dir, data, split, report_dir)
     metrics = compute_metrics(predictions.labels, predictions.probabilities, predictions.classes, top_k)
     calibration = read_metadata(version_dir).get("calibration")
     if calibration:  # the model serves softmax(logits / T): show what T changed
-        metrics["calibration"] = calibration_effect(predictions.labels, predictions.probabilities, calibration["temperature"])
-    metrics.update({"model": str(version_dir), "data": str(data), "split": split, "skipped": predictions.skipped,
-                    "runtime": predictions.runtime,
-                    "tta": baked if baked != "none" else tta})  # baked into the export, or added here
+        metrics["calibration"] = calibration_effect(
+            predictions.labels, predictions.probabilities, calibration["temperature"]
+        )
+    metrics.update(
+        {
+            "model": str(version_dir),
+            "data": str(data),
+            "split": split,
+            "skipped": predictions.skipped,
+            "runtime": predictions.runtime,
+            "tta": baked if baked != "none" else tta,
+        }
+    )  # baked into the export, or added here
     out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
     out.mkdir(parents=True, exist_ok=True)
     figures = _figures(metrics, predictions, version_dir, out)

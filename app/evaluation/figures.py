@@ -55,8 +55,15 @@ def confusion_matrix_figure(counts: np.ndarray, classes: list[str]):
         for t in range(n):
             for p in range(n):
                 if counts[t, p]:
-                    ax.text(p, t, str(counts[t, p]), ha="center", va="center", fontsize=8,
-                            color="white" if normalized[t, p] > 0.5 else "black")
+                    ax.text(
+                        p,
+                        t,
+                        str(counts[t, p]),
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="white" if normalized[t, p] > 0.5 else "black",
+                    )
     ax.set_title("Confusion matrix")
     return fig
 
@@ -82,15 +89,33 @@ def plot_reliability(metrics: dict, path: Path) -> Path:
     bins = [b for b in metrics["reliability"] if b["count"]]
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
-    ax.bar([b["low"] for b in bins], [b["accuracy"] for b in bins], width=[b["high"] - b["low"] for b in bins],
-           align="edge", alpha=0.7, edgecolor="black", label="accuracy in bin")
-    ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o-", color="C3", label="calibrated" if "calibration" in metrics else "mean confidence")
+    ax.bar(
+        [b["low"] for b in bins],
+        [b["accuracy"] for b in bins],
+        width=[b["high"] - b["low"] for b in bins],
+        align="edge",
+        alpha=0.7,
+        edgecolor="black",
+        label="accuracy in bin",
+    )
+    ax.plot(
+        [b["confidence"] for b in bins],
+        [b["accuracy"] for b in bins],
+        "o-",
+        color="C3",
+        label="calibrated" if "calibration" in metrics else "mean confidence",
+    )
     title = f"Reliability (ECE {metrics['ece']:.3f})"
     if "calibration" in metrics:  # the same predictions without the export's temperature
         c = metrics["calibration"]
         raw = [b for b in c["reliability_uncalibrated"] if b["count"]]
-        ax.plot([b["confidence"] for b in raw], [b["accuracy"] for b in raw], "s--", color="C7",
-                label=f"without temperature {c['temperature']:.2f}")
+        ax.plot(
+            [b["confidence"] for b in raw],
+            [b["accuracy"] for b in raw],
+            "s--",
+            color="C7",
+            label=f"without temperature {c['temperature']:.2f}",
+        )
         title = f"Reliability (ECE {metrics['ece']:.3f}; {c['ece_uncalibrated']:.3f} without T)"
     ax.set_xlabel("confidence")
     ax.set_ylabel("accuracy")

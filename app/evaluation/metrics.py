@@ -33,9 +33,15 @@ def reliability_bins(labels: np.ndarray, probabilities: np.ndarray, bins: int = 
     out = []
     for low, high in zip(edges[:-1], edges[1:]):
         in_bin = (confidence > low) & (confidence <= high)
-        out.append({"low": float(low), "high": float(high), "count": int(in_bin.sum()),
-                    "accuracy": float(correct[in_bin].mean()) if in_bin.any() else None,
-                    "confidence": float(confidence[in_bin].mean()) if in_bin.any() else None})
+        out.append(
+            {
+                "low": float(low),
+                "high": float(high),
+                "count": int(in_bin.sum()),
+                "accuracy": float(correct[in_bin].mean()) if in_bin.any() else None,
+                "confidence": float(confidence[in_bin].mean()) if in_bin.any() else None,
+            }
+        )
     return out
 
 
@@ -54,8 +60,12 @@ def calibration_effect(labels: np.ndarray, probabilities: np.ndarray, temperatur
     """Log loss, ECE and reliability bins of the same predictions without the temperature."""
     before = uncalibrated(probabilities, temperature)
     bins = reliability_bins(labels, before)
-    return {"temperature": temperature, "log_loss_uncalibrated": log_loss(labels, before),
-            "ece_uncalibrated": expected_calibration_error(bins), "reliability_uncalibrated": bins}
+    return {
+        "temperature": temperature,
+        "log_loss_uncalibrated": log_loss(labels, before),
+        "ece_uncalibrated": expected_calibration_error(bins),
+        "reliability_uncalibrated": bins,
+    }
 
 
 def log_loss(labels: np.ndarray, probabilities: np.ndarray, eps: float = 1e-15) -> float:
@@ -88,7 +98,12 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
     top = np.argsort(-probabilities, axis=1)[:, :k]
     normalized = row_normalized(matrix)
     weights = support / support.sum()
-    pairs = [(int(t), int(p), int(matrix[t, p])) for t in range(num_classes) for p in range(num_classes) if t != p and matrix[t, p]]
+    pairs = [
+        (int(t), int(p), int(matrix[t, p]))
+        for t in range(num_classes)
+        for p in range(num_classes)
+        if t != p and matrix[t, p]
+    ]
     pairs.sort(key=lambda x: -x[2])
     reliability = reliability_bins(labels, probabilities)
     return {
@@ -99,12 +114,20 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
         "log_loss": log_loss(labels, probabilities),
         "ece": expected_calibration_error(reliability),
         "per_class": {
-            name: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]), "support": int(support[i])}
+            name: {
+                "precision": float(precision[i]),
+                "recall": float(recall[i]),
+                "f1": float(f1[i]),
+                "support": int(support[i]),
+            }
             for i, name in enumerate(classes)
         },
         "macro_avg": {"precision": float(precision.mean()), "recall": float(recall.mean()), "f1": float(f1.mean())},
-        "weighted_avg": {"precision": float((precision * weights).sum()), "recall": float((recall * weights).sum()),
-                         "f1": float((f1 * weights).sum())},
+        "weighted_avg": {
+            "precision": float((precision * weights).sum()),
+            "recall": float((recall * weights).sum()),
+            "f1": float((f1 * weights).sum()),
+        },
         "confusion_matrix": matrix.tolist(),
         "confusion_matrix_normalized": normalized.round(6).tolist(),
         "most_confused": [{"true": classes[t], "predicted": classes[p], "count": n} for t, p, n in pairs[:10]],

@@ -24,7 +24,9 @@ def best_threshold(truth: np.ndarray, scores: np.ndarray) -> tuple[float, float 
     if not truth.any():
         return DEFAULT_THRESHOLD, None
     precision, recall, thresholds = precision_recall_curve(truth, scores)
-    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(precision), where=precision + recall > 0)
+    f1 = np.divide(
+        2 * precision * recall, precision + recall, out=np.zeros_like(precision), where=precision + recall > 0
+    )
     best = int(np.argmax(f1[:-1]))  # the last point (recall 0) has no threshold
     below = thresholds[best - 1] if best > 0 else 0.0  # thresholds ascend: the next lower score
     return float((thresholds[best] + below) / 2), float(f1[best])
@@ -34,7 +36,9 @@ def _safe(numerator: float, denominator: float) -> float | None:
     return float(numerator / denominator) if denominator else None
 
 
-def label_metrics(truth: np.ndarray, probabilities: np.ndarray, thresholds: list[float], classes: list[str]) -> list[dict]:
+def label_metrics(
+    truth: np.ndarray, probabilities: np.ndarray, thresholds: list[float], classes: list[str]
+) -> list[dict]:
     """Per label: support (photos with it), counts, precision, recall, F1 at its threshold, AP."""
     truth = np.asarray(truth).astype(bool)
     predicted = probabilities >= np.asarray(thresholds)[None, :]
@@ -44,23 +48,40 @@ def label_metrics(truth: np.ndarray, probabilities: np.ndarray, thresholds: list
         tp, fp, fn = int((t & p).sum()), int((~t & p).sum()), int((t & ~p).sum())
         precision, recall = _safe(tp, tp + fp), _safe(tp, tp + fn)
         f1 = _safe(2 * tp, 2 * tp + fp + fn) if t.any() or p.any() else None
-        rows.append({"label": name, "threshold": float(thresholds[c]), "support": int(t.sum()), "tp": tp, "fp": fp,
-                     "fn": fn, "tn": int((~t & ~p).sum()), "precision": precision, "recall": recall, "f1": f1,
-                     "average_precision": float(average_precision_score(t, probabilities[:, c])) if t.any() else None})
+        rows.append(
+            {
+                "label": name,
+                "threshold": float(thresholds[c]),
+                "support": int(t.sum()),
+                "tp": tp,
+                "fp": fp,
+                "fn": fn,
+                "tn": int((~t & ~p).sum()),
+                "precision": precision,
+                "recall": recall,
+                "f1": f1,
+                "average_precision": float(average_precision_score(t, probabilities[:, c])) if t.any() else None,
+            }
+        )
     return rows
 
 
-def compute_multilabel_metrics(truth: np.ndarray, probabilities: np.ndarray, thresholds: list[float],
-                               classes: list[str]) -> dict:
+def compute_multilabel_metrics(
+    truth: np.ndarray, probabilities: np.ndarray, thresholds: list[float], classes: list[str]
+) -> dict:
     """What evaluate.py reports of a multi-label model."""
     truth = np.asarray(truth).astype(bool)
     rows = label_metrics(truth, probabilities, thresholds, classes)
     aps = [r["average_precision"] for r in rows if r["average_precision"] is not None]
     f1s = [r["f1"] for r in rows if r["f1"] is not None]
     predicted = probabilities >= np.asarray(thresholds)[None, :]
-    return {"task": "multi_label", "count": int(len(truth)), "labels": rows,
-            "macro_map": float(np.mean(aps)) if aps else None,
-            "micro_map": float(average_precision_score(truth.ravel(), probabilities.ravel())) if truth.any() else None,
-            "macro_f1": float(np.mean(f1s)) if f1s else None,
-            "exact_match": float((predicted == truth).all(axis=1).mean()),
-            "thresholds": [float(t) for t in thresholds]}
+    return {
+        "task": "multi_label",
+        "count": int(len(truth)),
+        "labels": rows,
+        "macro_map": float(np.mean(aps)) if aps else None,
+        "micro_map": float(average_precision_score(truth.ravel(), probabilities.ravel())) if truth.any() else None,
+        "macro_f1": float(np.mean(f1s)) if f1s else None,
+        "exact_match": float((predicted == truth).all(axis=1).mean()),
+        "thresholds": [float(t) for t in thresholds],
+    }

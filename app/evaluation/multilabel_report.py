@@ -17,24 +17,61 @@ def _f(value: float | None) -> str:
 
 
 def multilabel_summary(metrics: dict) -> str:
-    overall = [["metric", "value"], ["photos", str(metrics["count"])], ["exact match", _f(metrics["exact_match"])],
-               ["macro mAP", _f(metrics["macro_map"])], ["micro mAP", _f(metrics["micro_map"])],
-               ["macro F1", _f(metrics["macro_f1"])], ["runtime", metrics.get("runtime", "tf")]]
+    overall = [
+        ["metric", "value"],
+        ["photos", str(metrics["count"])],
+        ["exact match", _f(metrics["exact_match"])],
+        ["macro mAP", _f(metrics["macro_map"])],
+        ["micro mAP", _f(metrics["micro_map"])],
+        ["macro F1", _f(metrics["macro_f1"])],
+        ["runtime", metrics.get("runtime", "tf")],
+    ]
     rows = [["label", "threshold", "support", "precision", "recall", "F1", "AP", "tp", "fp", "fn", "tn"]]
     for r in metrics["labels"]:
-        rows.append([r["label"], f"{r['threshold']:.3f}", str(r["support"]), _f(r["precision"]), _f(r["recall"]),
-                     _f(r["f1"]), _f(r["average_precision"]), str(r["tp"]), str(r["fp"]), str(r["fn"]), str(r["tn"])])
+        rows.append(
+            [
+                r["label"],
+                f"{r['threshold']:.3f}",
+                str(r["support"]),
+                _f(r["precision"]),
+                _f(r["recall"]),
+                _f(r["f1"]),
+                _f(r["average_precision"]),
+                str(r["tp"]),
+                str(r["fp"]),
+                str(r["fn"]),
+                str(r["tn"]),
+            ]
+        )
     return "\n".join([format_table(overall), "", format_table(rows)])
 
 
 def multilabel_table_html(metrics: dict) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("label", "threshold", "support", "precision", "recall", "F1", "AP",
-                                             "tp", "fp", "fn", "tn"))
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("label", "threshold", "support", "precision", "recall", "F1", "AP", "tp", "fp", "fn", "tn")
+    )
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            r["label"], f"{r['threshold']:.3f}", r["support"], _f(r["precision"]), _f(r["recall"]), _f(r["f1"]),
-            _f(r["average_precision"]), r["tp"], r["fp"], r["fn"], r["tn"])) + "</tr>"
-        for r in metrics["labels"])
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (
+                r["label"],
+                f"{r['threshold']:.3f}",
+                r["support"],
+                _f(r["precision"]),
+                _f(r["recall"]),
+                _f(r["f1"]),
+                _f(r["average_precision"]),
+                r["tp"],
+                r["fp"],
+                r["fn"],
+                r["tn"],
+            )
+        )
+        + "</tr>"
+        for r in metrics["labels"]
+    )
     return f"<h2>Per label (at each label's threshold)</h2><table><tr>{head}</tr>{body}</table>"
 
 
@@ -66,7 +103,7 @@ def plot_label_confusion(metrics: dict, path: Path, columns: int = 4) -> Path:
         ax.set_xticks([0, 1], ["no", "yes"])
         ax.set_yticks([0, 1], ["no", "yes"])
         ax.set_title(r["label"], fontsize=9)
-    for ax in list(axes.flat)[len(rows):]:
+    for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
     fig.supxlabel("predicted")
     fig.supylabel("true")

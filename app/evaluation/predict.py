@@ -2,8 +2,9 @@
 
 It evaluates exactly what will be deployed: raw encoded bytes in, the export's own
 preprocessing and pixel limit, `serving_default` out, through the runtime chosen
-(app.serving.runtime: the SavedModel by default, or its checked LiteRT file). Only labels, probabilities and a handful of the most
-confident mistakes are kept, never the images, so any dataset size fits in memory.
+(app.serving.runtime: the SavedModel by default, or its checked LiteRT file). Only labels,
+probabilities and a handful of the most confident mistakes are kept, never the images, so any
+dataset size fits in memory.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -53,7 +54,9 @@ def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int,
         for raw in tf.data.TFRecordDataset(paths).ignore_errors(log_warning=True):
             ex = tf.io.parse_single_example(raw, spec)
             side = side_features.decode(info.side_features, ex[schema.SIDE_VALUES].numpy()) if info.side_width else {}
-            label = tuple(int(i) for i in ex[schema.LABEL].values.numpy()) if info.multi_label else int(ex[schema.LABEL])
+            label = (
+                tuple(int(i) for i in ex[schema.LABEL].values.numpy()) if info.multi_label else int(ex[schema.LABEL])
+            )
             yield ex[schema.ENCODED].numpy(), label, ex[schema.FILENAME].numpy().decode(), side
 
     return info.classes, total, gen()
@@ -64,7 +67,11 @@ def folder_examples(folder: str | Path) -> tuple[list[str], int, Iterator[Exampl
     folder = Path(folder)
     class_folders = class_dirs(folder)
     files = [(f, i) for i, c in enumerate(class_folders) for f in list_files(c)]
-    return [c.name for c in class_folders], len(files), ((f.read_bytes(), i, str(f.relative_to(folder)), {}) for f, i in files)
+    return (
+        [c.name for c in class_folders],
+        len(files),
+        ((f.read_bytes(), i, str(f.relative_to(folder)), {}) for f, i in files),
+    )
 
 
 def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[str, str] | None) -> np.ndarray:
@@ -75,7 +82,7 @@ def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[s
     if missing:
         raise UserError(
             f"dataset classes {missing} are not among the model's classes {classes};"
-            " pass --label-map FILE with a JSON object {\"dataset class\": \"model class\"}"
+            ' pass --label-map FILE with a JSON object {"dataset class": "model class"}'
         )
     return np.array([classes.index(n) for n in names])
 
@@ -99,16 +106,27 @@ def _with_side_features(examples: Iterator[Example], model, tta: str) -> Iterato
     if first is None:
         return iter(())
     if needed and sorted(first[3]) != needed:
-        raise UserError(f"the model takes side features {needed}; evaluate it on TFRecords written with"
-                        f" --feature-columns (this data has {sorted(first[3]) or 'none'})")
+        raise UserError(
+            f"the model takes side features {needed}; evaluate it on TFRecords written with"
+            f" --feature-columns (this data has {sorted(first[3]) or 'none'})"
+        )
     if needed and tta != "none":
         raise UserError(f"--tta {tta}: not supported for a model with side features (export it with --tta instead)")
     return itertools.chain([first], examples)
 
 
-def predict(version_dir: Path, data_classes: list[str], total: int, examples: Iterator[Example], *,
-            label_map: dict[str, str] | None = None, batch_size: int = 32, keep_mistakes: int = 16,
-            runtime: str = "tf", tta: str = "none") -> Predictions:
+def predict(
+    version_dir: Path,
+    data_classes: list[str],
+    total: int,
+    examples: Iterator[Example],
+    *,
+    label_map: dict[str, str] | None = None,
+    batch_size: int = 32,
+    keep_mistakes: int = 16,
+    runtime: str = "tf",
+    tta: str = "none",
+) -> Predictions:
     if total == 0:
         raise UserError("the evaluation data is empty")
     classes = layout.read_classes(version_dir)
@@ -137,8 +155,17 @@ def predict(version_dir: Path, data_classes: list[str], total: int, examples: It
             names.append(name)
             guess = int(p.argmax())
             if guess != label:
-                item = (float(p[guess]), len(names), {"filename": name, "image": data, "true": classes[label],
-                                                      "predicted": classes[guess], "confidence": float(p[guess])})
+                item = (
+                    float(p[guess]),
+                    len(names),
+                    {
+                        "filename": name,
+                        "image": data,
+                        "true": classes[label],
+                        "predicted": classes[guess],
+                        "confidence": float(p[guess]),
+                    },
+                )
                 heapq.heappush(mistakes, item) if len(mistakes) < keep_mistakes else heapq.heappushpop(mistakes, item)
 
     batch: list[Example] = []
@@ -154,6 +181,12 @@ def predict(version_dir: Path, data_classes: list[str], total: int, examples: It
     bar.close()
     if not labels:
         raise UserError("no image in the evaluation data could be decoded")
-    return Predictions(np.array(labels), np.stack(probs), names, classes,
-                       [m[2] for m in sorted(mistakes, key=lambda m: -m[0])], skipped, model.name)
-
+    return Predictions(
+        np.array(labels),
+        np.stack(probs),
+        names,
+        classes,
+        [m[2] for m in sorted(mistakes, key=lambda m: -m[0])],
+        skipped,
+        model.name,
+    )

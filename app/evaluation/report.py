@@ -16,21 +16,33 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
         from app.evaluation.multilabel_report import multilabel_summary
 
         return multilabel_summary(metrics)
-    overall = [["metric", "value"],
-               ["examples", str(metrics["num_examples"])], ["accuracy", f"{metrics['accuracy']:.4f}"],
-               [f"top-{metrics['top_k']} accuracy", f"{metrics['top_k_accuracy']:.4f}"],
-               ["macro F1", f"{metrics['macro_avg']['f1']:.4f}"], ["weighted F1", f"{metrics['weighted_avg']['f1']:.4f}"],
-               ["log loss", f"{metrics['log_loss']:.4f}"], ["ECE", f"{metrics['ece']:.4f}"],
-               ["runtime", metrics.get("runtime", "tf")], ["test-time augmentation", metrics.get("tta", "none")]]
+    overall = [
+        ["metric", "value"],
+        ["examples", str(metrics["num_examples"])],
+        ["accuracy", f"{metrics['accuracy']:.4f}"],
+        [f"top-{metrics['top_k']} accuracy", f"{metrics['top_k_accuracy']:.4f}"],
+        ["macro F1", f"{metrics['macro_avg']['f1']:.4f}"],
+        ["weighted F1", f"{metrics['weighted_avg']['f1']:.4f}"],
+        ["log loss", f"{metrics['log_loss']:.4f}"],
+        ["ECE", f"{metrics['ece']:.4f}"],
+        ["runtime", metrics.get("runtime", "tf")],
+        ["test-time augmentation", metrics.get("tta", "none")],
+    ]
     if "calibration" in metrics:  # before the export's temperature
         c = metrics["calibration"]
-        overall += [[f"log loss without T={c['temperature']:.2f}", f"{c['log_loss_uncalibrated']:.4f}"],
-                    [f"ECE without T={c['temperature']:.2f}", f"{c['ece_uncalibrated']:.4f}"]]
+        overall += [
+            [f"log loss without T={c['temperature']:.2f}", f"{c['log_loss_uncalibrated']:.4f}"],
+            [f"ECE without T={c['temperature']:.2f}", f"{c['ece_uncalibrated']:.4f}"],
+        ]
     classes = sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"])[:worst]
     rows = [["worst classes", "precision", "recall", "f1", "support"]] + [
-        [name, f"{v['precision']:.3f}", f"{v['recall']:.3f}", f"{v['f1']:.3f}", str(v["support"])] for name, v in classes]
+        [name, f"{v['precision']:.3f}", f"{v['recall']:.3f}", f"{v['f1']:.3f}", str(v["support"])]
+        for name, v in classes
+    ]
     confused = [f"  {c['true']} → {c['predicted']}: {c['count']}" for c in metrics["most_confused"][:5]]
-    return "\n".join([format_table(overall), "", format_table(rows)] + (["", "most confused:"] + confused if confused else []))
+    return "\n".join(
+        [format_table(overall), "", format_table(rows)] + (["", "most confused:"] + confused if confused else [])
+    )
 
 
 def write_metrics(metrics: dict, path: Path) -> Path:
@@ -45,13 +57,17 @@ def _table_html(metrics: dict) -> str:
         return multilabel_table_html(metrics)
     rows = "".join(
         f"<tr><td>{html.escape(n)}</td><td>{v['precision']:.3f}</td><td>{v['recall']:.3f}</td><td>{v['f1']:.3f}</td><td>{v['support']}</td></tr>"
-        for n, v in sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"]))
-    return ("<h2>Per class (worst F1 first)</h2><table><tr><th>class</th><th>precision</th><th>recall</th><th>F1</th>"
-            f"<th>support</th></tr>{rows}</table>")
+        for n, v in sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"])
+    )
+    return (
+        "<h2>Per class (worst F1 first)</h2><table><tr><th>class</th><th>precision</th><th>recall</th><th>F1</th>"
+        f"<th>support</th></tr>{rows}</table>"
+    )
 
 
 def write_html(metrics: dict, figures: dict[str, Path], path: Path, title: str) -> Path:
     """One file, images inlined as data URIs, so it opens anywhere (mail it, attach it)."""
+
     def img(p: Path) -> str:
         data = base64.b64encode(p.read_bytes()).decode()
         return f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{data}">'

@@ -47,7 +47,8 @@ def frozen_forward(model: keras.Model, image_size: int, side_width: int = 0) -> 
 
     def imported(*tensors: tf.Tensor) -> tf.Tensor:
         (probabilities,) = tf.graph_util.import_graph_def(
-            graph_def, input_map=dict(zip(inputs, tensors)), return_elements=[output], name="frozen")
+            graph_def, input_map=dict(zip(inputs, tensors)), return_elements=[output], name="frozen"
+        )
         return probabilities
 
     return FrozenForward(graph_def, inputs, output, trace(imported, specs))
@@ -61,7 +62,8 @@ def trace(body: Callable, input_signature: list[tf.TensorSpec]) -> tf.types.expe
 def _constants_for_variables(traced: tf.types.experimental.ConcreteFunction) -> tf.compat.v1.GraphDef:
     """The GraphDef that `convert_variables_to_constants_v2` builds before it copies it into a new
     function; control flow kept as it is (as the LiteRT converter freezes)."""
-    data = convert_to_constants._FunctionConverterDataInEager(func=traced, lower_control_flow=False,
-                                                              aggressive_inlining=False)
+    data = convert_to_constants._FunctionConverterDataInEager(
+        func=traced, lower_control_flow=False, aggressive_inlining=False
+    )
     graph_def, _ = convert_to_constants._replace_variables_by_constants(converter_data=data)
     return graph_def

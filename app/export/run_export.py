@@ -32,21 +32,33 @@ def _thresholds(run: FinishedRun, metrics: dict) -> list[float] | None:
 
 def build_metadata(run: FinishedRun, metrics: dict) -> dict:
     return {
-        "backbone": run.state["backbone"], "input_size": run.image_size, "classes": run.classes,
-        "weights": run.state.get("weights"), "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test")},
+        "backbone": run.state["backbone"],
+        "input_size": run.image_size,
+        "classes": run.classes,
+        "weights": run.state.get("weights"),
+        "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test")},
         "calibration": metrics.get("calibration"),  # served probabilities are softmax(logits / temperature)
         "dataset_fingerprint": dataset_fingerprint(run.config.data),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "package_version": app.__version__, "input": "0..255 RGB; serving_default takes encoded image bytes",
+        "package_version": app.__version__,
+        "input": "0..255 RGB; serving_default takes encoded image bytes",
         **({"side_features": run.side_features} if run.side_features else {}),
         **({"task": "multi_label", "thresholds": _thresholds(run, metrics)} if run.multi_label else {}),
     }
 
 
 def export_run(
-    run_dir: Path, *, export_dir: Path | None = None, name: str | None = None, version: int | None = None,
-    tflite: str = "none", top_k: int = DEFAULT_TOP_K, model: keras.Model | None = None, metrics: dict | None = None,
-    max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, tta: str = "none",
+    run_dir: Path,
+    *,
+    export_dir: Path | None = None,
+    name: str | None = None,
+    version: int | None = None,
+    tflite: str = "none",
+    top_k: int = DEFAULT_TOP_K,
+    model: keras.Model | None = None,
+    metrics: dict | None = None,
+    max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
+    tta: str = "none",
 ) -> dict:
     """Returns {"saved_model": path, "litert": {mode: {file, passed, top1_agreement, ...}}}: the
     float32 LiteRT file always, plus `tflite` (float16/int8) when asked. With `model` (the
@@ -67,11 +79,23 @@ def export_run(
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
     def litert(staged: Path, forward: FrozenForward) -> dict:
-        return write_litert(forward, staged, finished.image_size, finished.config.data, modes, tta,
-                            len(finished.side_features))
+        return write_litert(
+            forward, staged, finished.image_size, finished.config.data, modes, tta, len(finished.side_features)
+        )
 
-    path = export_saved_model(model, finished.classes, finished.image_size, export_dir, name, version=version,
-                              metadata=metadata, top_k=top_k, max_megapixels=max_megapixels, tta=tta,
-                              finish=litert, side_features=finished.side_features,
-                              thresholds=metadata.get("thresholds"))
+    path = export_saved_model(
+        model,
+        finished.classes,
+        finished.image_size,
+        export_dir,
+        name,
+        version=version,
+        metadata=metadata,
+        top_k=top_k,
+        max_megapixels=max_megapixels,
+        tta=tta,
+        finish=litert,
+        side_features=finished.side_features,
+        thresholds=metadata.get("thresholds"),
+    )
     return {"saved_model": str(path), "litert": read_metadata(path)["litert"]}

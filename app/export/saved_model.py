@@ -47,10 +47,20 @@ DEFAULT_TOP_K = 5
 
 
 class ServingModule(tf.Module):
-    def __init__(self, model: keras.Model, classes: list[str], image_size: int, crop_fraction: float, top_k: int,
-                 labels_file: Path, metadata_file: Path, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-                 tta: str = "none", side_features: list[dict] | None = None,
-                 thresholds: list[float] | None = None) -> None:
+    def __init__(
+        self,
+        model: keras.Model,
+        classes: list[str],
+        image_size: int,
+        crop_fraction: float,
+        top_k: int,
+        labels_file: Path,
+        metadata_file: Path,
+        max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
+        tta: str = "none",
+        side_features: list[dict] | None = None,
+        thresholds: list[float] | None = None,
+    ) -> None:
         super().__init__()
         self.thresholds = tf.constant(thresholds, tf.float32) if thresholds else None
         # The model's weights are constants in this graph: nothing of the Keras model is tracked
@@ -63,7 +73,10 @@ class ServingModule(tf.Module):
         self.labels_txt = tf.saved_model.Asset(str(labels_file))
         self.metadata_json = tf.saved_model.Asset(str(metadata_file))
         images = tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")
-        image_bytes, key = tf.TensorSpec([None], tf.string, name="image_bytes"), tf.TensorSpec([None], tf.string, name="key")
+        image_bytes, key = (
+            tf.TensorSpec([None], tf.string, name="image_bytes"),
+            tf.TensorSpec([None], tf.string, name="key"),
+        )
         side_vector = [tf.TensorSpec([None, len(side_features)], tf.float32, name="side")] if side_features else []
         columns = self.side.specs() if self.side else []
         # Traced here, once each, as concrete functions: a tf.function would be traced again inside
@@ -80,8 +93,12 @@ class ServingModule(tf.Module):
     def _from_images(self, images: tf.Tensor, *side: tf.Tensor) -> dict[str, tf.Tensor]:
         probabilities = tf.cast(with_tta(lambda x: self.forward(x, *side), images, self.tta), tf.float32)
         scores, class_ids = tf.math.top_k(probabilities, k=self.top_k)
-        outputs = {"probabilities": probabilities, "class_ids": class_ids,
-                   "classes": tf.gather(self.class_names, class_ids), "scores": scores}
+        outputs = {
+            "probabilities": probabilities,
+            "class_ids": class_ids,
+            "classes": tf.gather(self.class_names, class_ids),
+            "scores": scores,
+        }
         if self.thresholds is not None:
             outputs["labels_above_threshold"] = self._above_threshold(probabilities)
         return outputs
@@ -119,10 +136,19 @@ def tensorflow_log_level(level: int) -> Iterator[None]:
 
 
 def export_saved_model(
-    model: keras.Model, classes: list[str], image_size: int, export_root: Path, name: str, *,
-    version: int | None = None, metadata: dict | None = None, top_k: int = DEFAULT_TOP_K,
-    crop_fraction: float = DEFAULT_CROP_FRACTION, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-    tta: str = "none", finish: Callable[[Path, FrozenForward], dict] | None = None,
+    model: keras.Model,
+    classes: list[str],
+    image_size: int,
+    export_root: Path,
+    name: str,
+    *,
+    version: int | None = None,
+    metadata: dict | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    crop_fraction: float = DEFAULT_CROP_FRACTION,
+    max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
+    tta: str = "none",
+    finish: Callable[[Path, FrozenForward], dict] | None = None,
     side_features: list[dict] | None = None,
     thresholds: list[float] | None = None,
 ) -> Path:
@@ -142,7 +168,9 @@ def export_saved_model(
     if final.exists():
         raise UserError(f"{final} already exists; versions are never overwritten (omit --version for the next one)")
     model_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{layout.STAGING_PREFIX}{version}-", dir=model_dir))  # hidden: servers skip it
+    staging = Path(
+        tempfile.mkdtemp(prefix=f"{layout.STAGING_PREFIX}{version}-", dir=model_dir)
+    )  # hidden: servers skip it
     try:
         # Written outside the SavedModel; tf.saved_model.save copies assets into its assets/.
         extra = staging / "extra"
@@ -151,15 +179,30 @@ def export_saved_model(
         write_labels(labels, classes)
         metadata = {**(metadata or {}), "max_megapixels": max_megapixels, "top_k": min(top_k, len(classes)), "tta": tta}
         storage.write_json_atomic(metadata_file, metadata)
-        module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file, max_megapixels, tta,
-                               side_features, thresholds)
+        module = ServingModule(
+            model,
+            classes,
+            image_size,
+            crop_fraction,
+            top_k,
+            labels,
+            metadata_file,
+            max_megapixels,
+            tta,
+            side_features,
+            thresholds,
+        )
         saved = staging / "model"
         with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
-            tf.saved_model.save(module, str(saved), signatures={
-                "serving_default": module.serving_default,
-                "serving_keyed": module.serving_keyed,
-                "predict_images": module.predict_images,
-            })
+            tf.saved_model.save(
+                module,
+                str(saved),
+                signatures={
+                    "serving_default": module.serving_default,
+                    "serving_keyed": module.serving_keyed,
+                    "predict_images": module.predict_images,
+                },
+            )
         if finish is not None:
             finished = finish(saved, module.forward)
             storage.write_json_atomic(layout.metadata_path(saved), {**metadata, **finished})

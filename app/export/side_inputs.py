@@ -36,6 +36,8 @@ class SideInputs(tf.Module):
 
     def encode(self, values: tuple[tf.Tensor, ...]) -> tf.Tensor:
         """One tensor per column, in `columns` order → float32 [N, F]."""
-        encoded = [value if table is None else table.lookup(tf.strings.strip(value))
-                   for value, table in zip(values, self.tables)]
+        encoded = [
+            value if table is None else table.lookup(tf.strings.strip(value))
+            for value, table in zip(values, self.tables)
+        ]
         return tf.stack(encoded, axis=-1)

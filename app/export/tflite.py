@@ -84,8 +84,10 @@ def convert(forward: FrozenForward, image_size: int, mode: str, data_dir: str | 
     with graph.as_default():
         tf.graph_util.import_graph_def(forward.graph_def, name="")
     converter = tf.compat.v1.lite.TFLiteConverter(
-        forward.graph_def, [graph.get_tensor_by_name(name) for name in forward.inputs],
-        [graph.get_tensor_by_name(forward.output)])
+        forward.graph_def,
+        [graph.get_tensor_by_name(name) for name in forward.inputs],
+        [graph.get_tensor_by_name(forward.output)],
+    )
     _set_mode(converter, mode, data_dir, image_size)
     with warnings.catch_warnings(), tensorflow_log_level(logging.WARNING):  # "Using new converter: ..."
         # The graph route warns for int8 that the inputs' quantization statistics are missing;
@@ -143,8 +145,9 @@ def _correct(probabilities: np.ndarray, labels: np.ndarray) -> int:
     return int((probabilities.argmax(-1) == labels).sum())
 
 
-def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, image_size: int, mode: str,
-                  tta: str = "none") -> dict:
+def parity_report(
+    tflite_model: bytes, saved_model_dir: Path, data_dir: str, image_size: int, mode: str, tta: str = "none"
+) -> dict:
     """Top-1 agreement, largest probability difference and both accuracies on the val split, or
     on its first PARITY_IMAGES[mode] (with the export's TTA applied around the LiteRT file, as its
     runtime applies it)."""
@@ -156,7 +159,8 @@ def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, ima
         images, side = (inputs["image"], inputs["side"]) if isinstance(inputs, dict) else (inputs, None)
         saved = predict(images=tf.cast(images, tf.float32), **({"side": side} if side is not None else {}))
         saved = saved["probabilities"].numpy()
-        lite = with_tta(lambda x: lite_model(x, None if side is None else side.numpy()), images.numpy(), tta)
+        side_values = None if side is None else side.numpy()
+        lite = with_tta(lambda x, side_values=side_values: lite_model(x, side_values), images.numpy(), tta)
         labels = labels.numpy()
         max_diff = max(max_diff, float(np.abs(saved - lite).max()))
         agree += int((saved.argmax(-1) == lite.argmax(-1)).sum())
@@ -164,10 +168,18 @@ def parity_report(tflite_model: bytes, saved_model_dir: Path, data_dir: str, ima
         correct_tflite += _correct(lite, labels)
         total += len(labels)
     agreement = agree / max(total, 1)
-    passed = total > 0 and agreement >= REQUIRED_AGREEMENT[mode] and (mode != "float32" or max_diff <= FLOAT32_MAX_ABS_DIFF)
-    return {"images": total, "top1_agreement": agreement, "max_abs_diff": max_diff, "passed": passed,
-            "required_agreement": REQUIRED_AGREEMENT[mode], "tflite_accuracy": correct_tflite / max(total, 1),
-            "saved_model_accuracy": correct_saved / max(total, 1)}
+    passed = (
+        total > 0 and agreement >= REQUIRED_AGREEMENT[mode] and (mode != "float32" or max_diff <= FLOAT32_MAX_ABS_DIFF)
+    )
+    return {
+        "images": total,
+        "top1_agreement": agreement,
+        "max_abs_diff": max_diff,
+        "passed": passed,
+        "required_agreement": REQUIRED_AGREEMENT[mode],
+        "tflite_accuracy": correct_tflite / max(total, 1),
+        "saved_model_accuracy": correct_saved / max(total, 1),
+    }
 
 
 def _val_batches(data_dir: str, image_size: int, limit: int | None):
@@ -179,19 +191,31 @@ def _val_batches(data_dir: str, image_size: int, limit: int | None):
 
 # Under mixed precision the forward pass computes in float16 (or bfloat16), which LiteRT's
 # built-in ops cannot run; the run still exports its SavedModel, and says why no file was written.
-FLOAT16_GRAPH = ("not written: the model computes in reduced precision (mixed_precision on), which LiteRT's"
-                 " built-in ops cannot convert; train with --set mixed_precision=off for a LiteRT file")
+FLOAT16_GRAPH = (
+    "not written: the model computes in reduced precision (mixed_precision on), which LiteRT's"
+    " built-in ops cannot convert; train with --set mixed_precision=off for a LiteRT file"
+)
 
 
-def write_litert(forward: FrozenForward, version: Path, image_size: int,
-                 data_dir: str | None, modes: list[str], tta: str = "none", side_width: int = 0) -> dict:
+def write_litert(
+    forward: FrozenForward,
+    version: Path,
+    image_size: int,
+    data_dir: str | None,
+    modes: list[str],
+    tta: str = "none",
+    side_width: int = 0,
+) -> dict:
     """Write each mode's file into the (staged) version folder → metadata["litert"]. Without
     validation data the check is recorded as missing, and the files will not be served."""
     result = {}
     for mode in modes:
         if side_width and mode == "int8":  # its calibration feeds images only
-            result[mode] = {"passed": False, "missing": "not written: int8 LiteRT files of models with side features"
-                                                        " are not supported yet (float32 and float16 are)"}
+            result[mode] = {
+                "passed": False,
+                "missing": "not written: int8 LiteRT files of models with side features"
+                " are not supported yet (float32 and float16 are)",
+            }
             continue
         try:
             tflite_model = convert(forward, image_size, mode, data_dir)
@@ -207,6 +231,8 @@ def write_litert(forward: FrozenForward, version: Path, image_size: int,
             parity = parity_report(tflite_model, version, data_dir, image_size, mode, tta) if data_dir else None
         except UserError as err:
             parity = {"passed": False, "missing": f"no validation data to check against: {err}"}
-        result[mode] = {"file": str(layout.tflite_model_path(version, mode).relative_to(version)),
-                        **(parity or {"passed": False, "missing": "no validation data to check against"})}
+        result[mode] = {
+            "file": str(layout.tflite_model_path(version, mode).relative_to(version)),
+            **(parity or {"passed": False, "missing": "no validation data to check against"}),
+        }
     return {"litert": result}

@@ -8,8 +8,8 @@ adding an architecture is one short function.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import keras
 
@@ -70,9 +70,12 @@ def get_backbone(name: str) -> BackboneSpec:
     if not is_hub_handle(name):
         raise UserError(f"unknown backbone '{name}'; known: {', '.join(sorted(BACKBONES))}")
     return BackboneSpec(
-        name=name, build=lambda shape, weights: build_hub_backbone(name, shape), default_size=224,
+        name=name,
+        build=lambda shape, weights: build_hub_backbone(name, shape),
+        default_size=224,
         normalization={"mean": (0.0,) * 3, "std": (255.0,) * 3},  # TF-Hub image models take [0, 1]
-        block_pattern=r"^(hub_module)$", hub_handle=name,
+        block_pattern=r"^(hub_module)$",
+        hub_handle=name,
     )
 
 
@@ -85,15 +88,24 @@ def _apps(fn_name: str, **kwargs) -> Builder:
 
 
 register_backbone(
-    "mobilenet_v2", default_size=224, normalization=SCALE_MINUS1_1, block_pattern=r"^(block_\d+)_",
+    "mobilenet_v2",
+    default_size=224,
+    normalization=SCALE_MINUS1_1,
+    block_pattern=r"^(block_\d+)_",
     imagenet_sizes=(96, 128, 160, 192, 224),
 )(_apps("MobileNetV2"))
 register_backbone(
-    "mobilenet_v3_small", default_size=224, normalization=None, block_pattern=r"^(expanded_conv(?:_\d+)?)_",
+    "mobilenet_v3_small",
+    default_size=224,
+    normalization=None,
+    block_pattern=r"^(expanded_conv(?:_\d+)?)_",
     imagenet_sizes=(224,),
 )(_apps("MobileNetV3Small", include_preprocessing=True))
 register_backbone(
-    "mobilenet_v3_large", default_size=224, normalization=None, block_pattern=r"^(expanded_conv(?:_\d+)?)_",
+    "mobilenet_v3_large",
+    default_size=224,
+    normalization=None,
+    block_pattern=r"^(expanded_conv(?:_\d+)?)_",
     imagenet_sizes=(224,),
 )(_apps("MobileNetV3Large", include_preprocessing=True))
 for _i, _size in enumerate((224, 240, 260, 300)):
@@ -104,9 +116,9 @@ for _i, _size in enumerate((224, 240, 260, 300)):
     register_backbone(
         f"efficientnetv2_b{_i}", default_size=_size, normalization=None, block_pattern=r"^(block\d+[a-z])_"
     )(_apps(f"EfficientNetV2B{_i}", include_preprocessing=True))
-register_backbone(
-    "resnet50", default_size=224, normalization=CAFFE_BGR, block_pattern=r"^(conv\d_block\d+)_"
-)(_apps("ResNet50"))
+register_backbone("resnet50", default_size=224, normalization=CAFFE_BGR, block_pattern=r"^(conv\d_block\d+)_")(
+    _apps("ResNet50")
+)
 register_backbone(
     "convnext_tiny", default_size=224, normalization=None, block_pattern=r"^convnext_tiny_(stage_\d+_block_\d+)_"
 )(_apps("ConvNeXtTiny", include_preprocessing=True))

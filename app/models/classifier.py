@@ -8,7 +8,7 @@ a small MLP ("side_dense"), and directly ("side_wide", wide and deep), scaled by
 image features D. Adam moves every weight by about the learning rate per step, so D image
 features move the logits about D times as fast as one unscaled column: behind the MLP alone, a
 threshold on one column lagged while the head fitted the training photos' labels from image
-features instead (the README's "Side features" has the measurements).
+features instead (benchmarks/README.md, "Side features", has the measurements).
 
 Layer names are stable ("normalize", "backbone", "pool", "dropout", "logits",
 "probabilities") so checkpoints, tests and exports can find them. Logits and softmax stay
@@ -41,13 +41,22 @@ class Classifier:
 
 
 def _side_branch(side_features: list[dict]) -> tuple[keras.layers.Layer, ...]:
-    return (SideFeatureEncoding(side_features, name="side_encoding"),
-            keras.layers.Dense(SIDE_UNITS, activation="relu", name="side_dense"),
-            keras.layers.Concatenate(name="fuse"))
+    return (
+        SideFeatureEncoding(side_features, name="side_encoding"),
+        keras.layers.Dense(SIDE_UNITS, activation="relu", name="side_dense"),
+        keras.layers.Concatenate(name="fuse"),
+    )
 
 
-def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int, image_size: int, dropout: float,
-                     side_features: list[dict] | None = None, multi_label: bool = False) -> Classifier:
+def build_classifier(
+    spec: BackboneSpec,
+    backbone: keras.Model,
+    num_classes: int,
+    image_size: int,
+    dropout: float,
+    side_features: list[dict] | None = None,
+    multi_label: bool = False,
+) -> Classifier:
     """The models of one classifier, sharing every layer; `side_features` adds the side branch;
     `multi_label` gives one sigmoid per label instead of a softmax over classes."""
     backbone = keras.Model(backbone.input, backbone.output, name="backbone")
@@ -72,8 +81,11 @@ def build_classifier(spec: BackboneSpec, backbone: keras.Model, num_classes: int
         features = fuse([features, dense(encoded), wide(encoded)])
         head_features = fuse([feature_input, dense(head_encoded), wide(head_encoded)])
     logits = logits_layer(dropout_layer(features))
-    probabilities = (keras.layers.Activation("sigmoid", name="probabilities", dtype="float32") if multi_label
-                     else keras.layers.Softmax(name="probabilities", dtype="float32"))(logits)
+    probabilities = (
+        keras.layers.Activation("sigmoid", name="probabilities", dtype="float32")
+        if multi_label
+        else keras.layers.Softmax(name="probabilities", dtype="float32")
+    )(logits)
     return Classifier(
         model=keras.Model(inputs, probabilities, name=f"{spec.model_name}_classifier"),
         logits_model=keras.Model(inputs, logits, name=f"{spec.model_name}_logits"),

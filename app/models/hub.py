@@ -41,7 +41,9 @@ def _load(handle: str):
 def _shared_keras_variable(variable: tf.Variable, trainable: bool) -> keras.Variable:
     """A Keras variable backed by the SavedModel's own tf.Variable (no copy)."""
     shared = keras.Variable(
-        initializer=tf.zeros_like(variable), dtype=variable.dtype.name, trainable=trainable,
+        initializer=tf.zeros_like(variable),
+        dtype=variable.dtype.name,
+        trainable=trainable,
         name=re.sub(r"[^A-Za-z0-9_.-]", "_", variable.name.split(":")[0]),  # optimizer slot names need this
     )
     shared._value = variable  # the forward pass reads `variable`; so does the optimizer now

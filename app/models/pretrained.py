@@ -74,7 +74,9 @@ def load_pretrained_backbone(spec: BackboneSpec, image_size: int, weights: str) 
     """`weights` as in load_backbone, or `auto`: ImageNet, else $PHOTOCLF_WEIGHTS, else none (warned)."""
     if weights != "auto" or spec.hub_handle:
         model, used = load_backbone(spec, image_size, weights)
-        return PretrainedBackbone(model, used, "training from random initialisation (--weights none)" if weights == "none" else None)
+        return PretrainedBackbone(
+            model, used, "training from random initialisation (--weights none)" if weights == "none" else None
+        )
     reasons = []
     local = os.environ.get(WEIGHTS_ENV)
     if not spec.imagenet_sizes or image_size in spec.imagenet_sizes:

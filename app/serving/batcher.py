@@ -5,8 +5,9 @@ request runs alone): under load batches form by themselves, and an idle server a
 request at once. `max_wait_ms` > 0 also holds a batch back that long for company, trading
 latency for bigger batches. At most `max_queue` instances wait: beyond that `submit` raises
 Overloaded at once (HTTP 503) instead of letting memory and latency grow without bound. A
-request whose caller stopped waiting (its deadline passed) is dropped before it runs. If a merged batch fails (an undecodable image), each request is
-retried alone, so one client's bad image never fails another client's request; a failing
+request whose caller stopped waiting (its deadline passed) is dropped before it runs. If a
+merged batch fails (an undecodable image), each request is retried alone, so one client's bad
+image never fails another client's request; a failing
 request is then probed instance by instance to name the bad one.
 """
 
@@ -54,8 +55,13 @@ def _first_line(err: Exception) -> str:
 
 
 class Batcher:
-    def __init__(self, max_batch: int = 32, max_wait_ms: float = 0.0, max_queue: int = 128,
-                 on_batch: Callable[[int], None] = lambda size: None) -> None:
+    def __init__(
+        self,
+        max_batch: int = 32,
+        max_wait_ms: float = 0.0,
+        max_queue: int = 128,
+        on_batch: Callable[[int], None] = lambda size: None,
+    ) -> None:
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait_ms / 1000.0, max_queue
         self.on_batch = on_batch  # called with each model call's size (the metrics' histogram)
         self.waiting = 0  # instances queued, not yet taken for a model call

@@ -28,16 +28,24 @@ class ServingMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("photoclf_requests", "HTTP requests by endpoint and status code",
-                                ["endpoint", "status"], registry=r)
-        self.latency = Histogram("photoclf_request_latency_seconds", "Request latency, receipt to answer",
-                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
-        self.batch_size = Histogram("photoclf_batch_size", "Instances per model call (server-side batching)",
-                                    buckets=BATCH_BUCKETS, registry=r)
+        self.requests = Counter(
+            "photoclf_requests", "HTTP requests by endpoint and status code", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "photoclf_request_latency_seconds",
+            "Request latency, receipt to answer",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "photoclf_batch_size", "Instances per model call (server-side batching)", buckets=BATCH_BUCKETS, registry=r
+        )
         self.queue_depth = Gauge("photoclf_queue_depth", "Instances waiting for the model", registry=r)
         self.model_version = Gauge("photoclf_model_version", "Version being served", ["model", "runtime"], registry=r)
-        self.image_failures = Counter("photoclf_image_decode_failures", "Images refused or not decodable, by reason",
-                                      ["reason"], registry=r)
+        self.image_failures = Counter(
+            "photoclf_image_decode_failures", "Images refused or not decodable, by reason", ["reason"], registry=r
+        )
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()
@@ -53,5 +61,14 @@ class ServingMetrics:
 
 def log_access(method: str, path: str, status: int, instances: int, seconds: float) -> None:
     """One JSON line per request: easy to grep, easy to load."""
-    access_log.info(json.dumps({"method": method, "path": path, "status": status, "instances": instances,
-                                "latency_ms": round(seconds * 1000, 2)}))
+    access_log.info(
+        json.dumps(
+            {
+                "method": method,
+                "path": path,
+                "status": status,
+                "instances": instances,
+                "latency_ms": round(seconds * 1000, 2),
+            }
+        )
+    )

@@ -89,8 +89,14 @@ def _batches(paths: list[Path], batch_size: int) -> Iterator[list[tuple[Path, by
             yield batch
 
 
-def _rows(batch: list[tuple[Path, bytes | str]], model, classes: list[str], top_k: int, limit: float,
-          thresholds: list[float] | None = None) -> list[dict]:
+def _rows(
+    batch: list[tuple[Path, bytes | str]],
+    model,
+    classes: list[str],
+    top_k: int,
+    limit: float,
+    thresholds: list[float] | None = None,
+) -> list[dict]:
     """One row per file; a multi-label model's rows add the labels at or above its thresholds."""
     readable = [(i, data) for i, (_, data) in enumerate(batch) if isinstance(data, bytes)]
     results: list = [data for _, data in batch]  # read errors stay as their message
@@ -102,8 +108,13 @@ def _rows(batch: list[tuple[Path, bytes | str]], model, classes: list[str], top_
             rows.append({"path": str(path), "predictions": [], "error": result})
             continue
         ranked = np.argsort(-result, kind="stable")
-        rows.append({"path": str(path), "predictions": [{"label": classes[c], "score": round(float(result[c]), 6)}
-                                                        for c in ranked[:top_k]], "error": None})
+        rows.append(
+            {
+                "path": str(path),
+                "predictions": [{"label": classes[c], "score": round(float(result[c]), 6)} for c in ranked[:top_k]],
+                "error": None,
+            }
+        )
         if thresholds:
             names = above_threshold(result[None], thresholds, np.array([c.encode() for c in classes], dtype=object))[0]
             rows[-1]["labels_above_threshold"] = [n.decode() for n in names if n]
@@ -117,16 +128,30 @@ def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
             return
         writer = csv.writer(f)
         multi = any("labels_above_threshold" in row for row in rows)  # a multi-label model's: labels joined by |
-        writer.writerow(["path", *[f"{k}_{i}" for i in range(1, top_k + 1) for k in ("label", "score")], "error",
-                         *(["labels_above_threshold"] if multi else [])])
+        writer.writerow(
+            [
+                "path",
+                *[f"{k}_{i}" for i in range(1, top_k + 1) for k in ("label", "score")],
+                "error",
+                *(["labels_above_threshold"] if multi else []),
+            ]
+        )
         for row in rows:
             cells = [v for p in row["predictions"] for v in (p["label"], p["score"])]
             extra = ["|".join(row.get("labels_above_threshold", []))] if multi else []
             writer.writerow([row["path"], *cells, *[""] * (2 * top_k - len(cells)), row["error"] or "", *extra])
 
 
-def predict_files(model_dir: str | Path, source: str, output: str | Path, *, runtime: str = "auto", top_k: int = 5,
-                  batch_size: int = 32, fmt: str | None = None) -> PredictionSummary:
+def predict_files(
+    model_dir: str | Path,
+    source: str,
+    output: str | Path,
+    *,
+    runtime: str = "auto",
+    top_k: int = 5,
+    batch_size: int = 32,
+    fmt: str | None = None,
+) -> PredictionSummary:
     output = Path(output)
     fmt = fmt or ("jsonl" if output.suffix.lower() in (".jsonl", ".json") else "csv")
     if fmt not in FORMATS:
@@ -138,8 +163,10 @@ def predict_files(model_dir: str | Path, source: str, output: str | Path, *, run
     version = layout.resolve_model_dir(model_dir)
     side = [c["name"] for c in layout.read_metadata(version).get("side_features", [])]
     if side:
-        raise UserError(f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
-                        " send them to the server's :predict, or evaluate TFRecords written with --feature-columns")
+        raise UserError(
+            f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
+            " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
+        )
     paths = list_inputs(str(source))
     classes = layout.read_classes(version)
     model = load_runtime(version, runtime)

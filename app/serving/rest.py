@@ -69,14 +69,18 @@ def _model(request: web.Request) -> LoadedModel:
     model = store.current
     version = request.match_info.get("version")
     if version is not None and int(version) != model.version:
-        raise ApiError(404, f"Servable not found for request: Specific({name}, {version}); serving version {model.version}")
+        raise ApiError(
+            404, f"Servable not found for request: Specific({name}, {version}); serving version {model.version}"
+        )
     return model
 
 
 def _signature_inputs(model: LoadedModel, name: str) -> dict[str, tf.TensorSpec]:
     signatures = model.signatures
     if name not in signatures:
-        raise ApiError(400, f"Serving signature name: \"{name}\" not found in signature def (have: {', '.join(sorted(signatures))})")
+        raise ApiError(
+            400, f'Serving signature name: "{name}" not found in signature def (have: {", ".join(sorted(signatures))})'
+        )
     return signatures[name][0]
 
 
@@ -86,14 +90,14 @@ def _value(spec: tf.TensorSpec, value, where: str):
             return b""
         if isinstance(value, dict):
             if set(value) != {"b64"} or not isinstance(value["b64"], str):
-                raise ApiError(400, f"{where}: expected {{\"b64\": \"...\"}}")
+                raise ApiError(400, f'{where}: expected {{"b64": "..."}}')
             try:
                 return base64.b64decode(value["b64"], validate=True)
             except (binascii.Error, ValueError):
                 raise ApiError(400, f"{where}: invalid base64") from None
         if isinstance(value, str):
             return value.encode()
-        raise ApiError(400, f"{where}: expected a string or {{\"b64\": ...}}")
+        raise ApiError(400, f'{where}: expected a string or {{"b64": ...}}')
     return value
 
 
@@ -109,15 +113,17 @@ def _array(spec: tf.TensorSpec, values: list, name: str) -> np.ndarray:
     return array
 
 
-def parse_predict(body: dict, specs: dict[str, tf.TensorSpec], max_instances: int) -> tuple[dict[str, np.ndarray], bool]:
+def parse_predict(
+    body: dict, specs: dict[str, tf.TensorSpec], max_instances: int
+) -> tuple[dict[str, np.ndarray], bool]:
     """→ (inputs by name, row format?) from TF Serving's row ("instances") or columnar ("inputs") form."""
     if ("instances" in body) == ("inputs" in body):
-        raise ApiError(400, "Request must have exactly one of \"instances\" (row format) or \"inputs\" (columnar format)")
+        raise ApiError(400, 'Request must have exactly one of "instances" (row format) or "inputs" (columnar format)')
     names = sorted(specs)
     if "instances" in body:
         rows = body["instances"]
         if not isinstance(rows, list) or not rows:
-            raise ApiError(400, "\"instances\" must be a non-empty list")
+            raise ApiError(400, '"instances" must be a non-empty list')
         if len(names) == 1:
             columns = {names[0]: [r[names[0]] if isinstance(r, dict) and names[0] in r else r for r in rows]}
         else:
@@ -126,9 +132,19 @@ def parse_predict(body: dict, specs: dict[str, tf.TensorSpec], max_instances: in
             columns = {n: [r[n] for r in rows] for n in names}
     else:
         inputs = body["inputs"]
-        columns = inputs if isinstance(inputs, dict) and set(inputs) <= set(names) and inputs else {names[0]: inputs} if len(names) == 1 else None
-        if columns is None or set(columns) != set(names) or not all(isinstance(v, list) and v for v in columns.values()):
-            raise ApiError(400, f"\"inputs\" must give a non-empty list for each of {names}")
+        columns = (
+            inputs
+            if isinstance(inputs, dict) and set(inputs) <= set(names) and inputs
+            else {names[0]: inputs}
+            if len(names) == 1
+            else None
+        )
+        if (
+            columns is None
+            or set(columns) != set(names)
+            or not all(isinstance(v, list) and v for v in columns.values())
+        ):
+            raise ApiError(400, f'"inputs" must give a non-empty list for each of {names}')
     counts = {len(v) for v in columns.values()}
     if len(counts) != 1:
         raise ApiError(400, "all inputs must have the same number of instances")
@@ -178,15 +194,19 @@ async def _infer(request: web.Request, model: LoadedModel, signature: str, input
     request[INSTANCES] = count = len(next(iter(inputs.values())))
     pending = batcher.waiting + app[CHECKING][0]
     if pending > 0 and pending + count > batcher.max_queue:
-        raise ApiError(503, f"{pending} instances are waiting (limit {batcher.max_queue}); retry shortly",
-                       {"Retry-After": str(RETRY_AFTER_SECONDS)})
+        raise ApiError(
+            503,
+            f"{pending} instances are waiting (limit {batcher.max_queue}); retry shortly",
+            {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
     async def checked_then_run() -> dict:
         if "image_bytes" in inputs:  # off the event loop: a hostile GIF costs time
             app[CHECKING][0] += count
             try:
                 await asyncio.get_running_loop().run_in_executor(
-                    app[HEADER_POOL], _check_images, inputs["image_bytes"], limits.max_megapixels, app[METRICS])
+                    app[HEADER_POOL], _check_images, inputs["image_bytes"], limits.max_megapixels, app[METRICS]
+                )
             finally:
                 app[CHECKING][0] -= count
         return await batcher.submit(model, signature, inputs)
@@ -250,8 +270,10 @@ async def classify(request: web.Request) -> web.Response:
     inputs = {"image_bytes": np.array([data], dtype=object), **_side_from_query(request, model)}
     outputs = await _infer(request, model, "serving_default", inputs)
     labels = [c.decode() for c in outputs["classes"][0]]
-    answer = {"model_version": model.version, "predictions": [
-        {"label": label, "score": float(score)} for label, score in zip(labels, outputs["scores"][0])]}
+    answer = {
+        "model_version": model.version,
+        "predictions": [{"label": label, "score": float(score)} for label, score in zip(labels, outputs["scores"][0])],
+    }
     if "labels_above_threshold" in outputs:  # a multi-label model's answer: the labels it says yes to
         answer["labels_above_threshold"] = [c.decode() for c in outputs["labels_above_threshold"][0] if c]
     return web.json_response(answer)
@@ -259,13 +281,26 @@ async def classify(request: web.Request) -> web.Response:
 
 async def status(request: web.Request) -> web.Response:
     model = _model(request)
-    return web.json_response({"model_version_status": [
-        {"version": str(model.version), "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]})
+    return web.json_response(
+        {
+            "model_version_status": [
+                {
+                    "version": str(model.version),
+                    "state": "AVAILABLE",
+                    "status": {"error_code": "OK", "error_message": ""},
+                }
+            ]
+        }
+    )
 
 
 def _tensor_info(spec: tf.TensorSpec) -> dict:
     dims = [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape]
-    return {"dtype": f"DT_{spec.dtype.name.upper()}", "tensor_shape": {"dim": dims, "unknown_rank": False}, "name": spec.name or ""}
+    return {
+        "dtype": f"DT_{spec.dtype.name.upper()}",
+        "tensor_shape": {"dim": dims, "unknown_rank": False},
+        "name": spec.name or "",
+    }
 
 
 async def metadata(request: web.Request) -> web.Response:
@@ -277,10 +312,16 @@ async def metadata(request: web.Request) -> web.Response:
             "outputs": {k: _tensor_info(v) for k, v in outputs.items()},
             "method_name": "tensorflow/serving/predict",
         }
-    return web.json_response({
-        "model_spec": {"name": request.app[STORE].name, "signature_name": "", "version": str(model.version)},
-        "metadata": {"signature_def": {"signature_def": defs}, "app": model.metadata(), "runtime": model.runtime.name},
-    })
+    return web.json_response(
+        {
+            "model_spec": {"name": request.app[STORE].name, "signature_name": "", "version": str(model.version)},
+            "metadata": {
+                "signature_def": {"signature_def": defs},
+                "app": model.metadata(),
+                "runtime": model.runtime.name,
+            },
+        }
+    )
 
 
 async def page(request: web.Request) -> web.Response:

@@ -41,8 +41,11 @@ def host_decoder(version: Path, metadata: dict | None = None):
     string [N] → uint8 [N, S, S, 3]."""
     metadata = layout.read_metadata(version) if metadata is None else metadata
     size, max_mp = int(metadata["input_size"]), float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
-    decode = tf.function(lambda b: decode_batch(b, size, DEFAULT_CROP_FRACTION, max_mp),
-                         input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    decode = tf.function(
+        lambda b: decode_batch(b, size, DEFAULT_CROP_FRACTION, max_mp),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+        autograph=False,
+    )
     return lambda image_bytes: decode(tf.constant(image_bytes)).numpy()
 
 
@@ -60,8 +63,10 @@ class TFRuntime:
         return self._decode(image_bytes)
 
     def signatures(self) -> dict[str, tuple[dict[str, tf.TensorSpec], dict[str, tf.TensorSpec]]]:
-        return {name: (fn.structured_input_signature[1], fn.structured_outputs)
-                for name, fn in self._module.signatures.items()}
+        return {
+            name: (fn.structured_input_signature[1], fn.structured_outputs)
+            for name, fn in self._module.signatures.items()
+        }
 
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> Outputs:
         fn = self._module.signatures[signature]
@@ -82,8 +87,9 @@ class LiteRTRuntime:
         self.top_k = int(metadata.get("top_k", min(5, len(self.classes))))
         self.thresholds = metadata.get("thresholds")  # a multi-label export's: its graph's labels_above_threshold
         self.side_features = metadata.get("side_features", [])
-        self._specs = _signature_specs(int(metadata["input_size"]), len(self.classes), self.top_k, bool(self.thresholds),
-                                       self.side_features)
+        self._specs = _signature_specs(
+            int(metadata["input_size"]), len(self.classes), self.top_k, bool(self.thresholds), self.side_features
+        )
         self.tta = metadata.get("tta", "none")  # baked into the export's graph: applied here the same way
         self.decode = host_decoder(version, metadata)
         self._class_names = np.array([c.encode() for c in self.classes], dtype=object)
@@ -111,13 +117,18 @@ class LiteRTRuntime:
             return value.decode() if isinstance(value, bytes) else str(value)  # NaN → "nan": missing
 
         rows = zip(*(inputs[c["name"]] for c in self.side_features))
-        return np.array([side_features.encode(self.side_features, tuple(cell(v) for v in row))[0] for row in rows],
-                        np.float32)
+        return np.array(
+            [side_features.encode(self.side_features, tuple(cell(v) for v in row))[0] for row in rows], np.float32
+        )
 
     def _top_k(self, probabilities: np.ndarray) -> Outputs:
         class_ids = np.argsort(-probabilities, axis=1, kind="stable")[:, : self.top_k].astype(np.int32)
-        outputs = {"probabilities": probabilities, "class_ids": class_ids, "classes": self._class_names[class_ids],
-                   "scores": np.take_along_axis(probabilities, class_ids, axis=1)}
+        outputs = {
+            "probabilities": probabilities,
+            "class_ids": class_ids,
+            "classes": self._class_names[class_ids],
+            "scores": np.take_along_axis(probabilities, class_ids, axis=1),
+        }
         if self.thresholds:
             outputs["labels_above_threshold"] = self._above_threshold(probabilities)
         return outputs
@@ -136,48 +147,66 @@ def above_threshold(probabilities: np.ndarray, thresholds: list[float], class_na
     return names
 
 
-def _signature_specs(size: int, num_classes: int, k: int, multi_label: bool = False,
-                     side: list[dict] | None = None) -> dict:
-    outputs = {"probabilities": tf.TensorSpec([None, num_classes], tf.float32, "probabilities"),
-               "class_ids": tf.TensorSpec([None, k], tf.int32, "class_ids"),
-               "classes": tf.TensorSpec([None, k], tf.string, "classes"),
-               "scores": tf.TensorSpec([None, k], tf.float32, "scores")}
+def _signature_specs(
+    size: int, num_classes: int, k: int, multi_label: bool = False, side: list[dict] | None = None
+) -> dict:
+    outputs = {
+        "probabilities": tf.TensorSpec([None, num_classes], tf.float32, "probabilities"),
+        "class_ids": tf.TensorSpec([None, k], tf.int32, "class_ids"),
+        "classes": tf.TensorSpec([None, k], tf.string, "classes"),
+        "scores": tf.TensorSpec([None, k], tf.float32, "scores"),
+    }
     if multi_label:
         outputs["labels_above_threshold"] = tf.TensorSpec([None, num_classes], tf.string, "labels_above_threshold")
     image_bytes, key = tf.TensorSpec([None], tf.string, "image_bytes"), tf.TensorSpec([None], tf.string, "key")
     columns = {spec.name: spec for spec in column_specs(side or [])}
     vector = {"side": tf.TensorSpec([None, len(side)], tf.float32, "side")} if side else {}
-    return {"serving_default": ({"image_bytes": image_bytes, **columns}, outputs),
-            "serving_keyed": ({"image_bytes": image_bytes, **columns, "key": key}, {**outputs, "key": key}),
-            "predict_images": ({"images": tf.TensorSpec([None, size, size, 3], tf.float32, "images"), **vector}, outputs)}
+    return {
+        "serving_default": ({"image_bytes": image_bytes, **columns}, outputs),
+        "serving_keyed": ({"image_bytes": image_bytes, **columns, "key": key}, {**outputs, "key": key}),
+        "predict_images": ({"images": tf.TensorSpec([None, size, size, 3], tf.float32, "images"), **vector}, outputs),
+    }
 
 
 def tiny_jpeg() -> bytes:
     return tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
 
 
-def missing_side_inputs(runtime: "TFRuntime | LiteRTRuntime", count: int) -> dict[str, np.ndarray]:
+def missing_side_inputs(runtime: TFRuntime | LiteRTRuntime, count: int) -> dict[str, np.ndarray]:
     """Every serving_default input besides the image (a side-features model's columns), given
     as missing: NaN for a number, "" for a category."""
     specs = runtime.signatures()["serving_default"][0]
-    return side_arrays(runtime, {name: [np.nan if spec.dtype == tf.float32 else ""] * count
-                                 for name, spec in specs.items() if name != "image_bytes"})
+    return side_arrays(
+        runtime,
+        {
+            name: [np.nan if spec.dtype == tf.float32 else ""] * count
+            for name, spec in specs.items()
+            if name != "image_bytes"
+        },
+    )
 
 
 def warm_up(runtime: TFRuntime | LiteRTRuntime) -> None:
     """One call before the first request, which would otherwise pay for tracing (~1 s)."""
-    runtime.run("serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object), **missing_side_inputs(runtime, 1)})
+    runtime.run(
+        "serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object), **missing_side_inputs(runtime, 1)}
+    )
 
 
-def side_arrays(runtime: "TFRuntime | LiteRTRuntime", side: dict[str, list]) -> dict[str, np.ndarray]:
+def side_arrays(runtime: TFRuntime | LiteRTRuntime, side: dict[str, list]) -> dict[str, np.ndarray]:
     """Raw side-feature values (numbers, category names) → the arrays serving_default takes."""
     specs = runtime.signatures()["serving_default"][0]
-    return {name: np.array(values, np.float32) if specs[name].dtype == tf.float32
-            else np.array([str(v).encode() for v in values], dtype=object) for name, values in side.items()}
+    return {
+        name: np.array(values, np.float32)
+        if specs[name].dtype == tf.float32
+        else np.array([str(v).encode() for v in values], dtype=object)
+        for name, values in side.items()
+    }
 
 
-def _probabilities(runtime: "TFRuntime | LiteRTRuntime", images: list[bytes], tta: str,
-                   side: dict[str, list] | None = None) -> np.ndarray:
+def _probabilities(
+    runtime: TFRuntime | LiteRTRuntime, images: list[bytes], tta: str, side: dict[str, list] | None = None
+) -> np.ndarray:
     if tta == "none":
         inputs = {"image_bytes": np.array(images, dtype=object), **side_arrays(runtime, side or {})}
         return runtime.run("serving_default", inputs)["probabilities"]
@@ -185,9 +214,13 @@ def _probabilities(runtime: "TFRuntime | LiteRTRuntime", images: list[bytes], tt
     return with_tta(lambda x: runtime.run("predict_images", {"images": x})["probabilities"], pixels, tta)
 
 
-def probabilities_or_reasons(runtime: "TFRuntime | LiteRTRuntime", images: list[bytes],
-                             max_megapixels: float, tta: str = "none",
-                             side: dict[str, list] | None = None) -> list[np.ndarray | str]:
+def probabilities_or_reasons(
+    runtime: TFRuntime | LiteRTRuntime,
+    images: list[bytes],
+    max_megapixels: float,
+    tta: str = "none",
+    side: dict[str, list] | None = None,
+) -> list[np.ndarray | str]:
     """Per image: its probabilities, or why it was refused (the header check's words, else
     "undecodable"). One bad image never costs the others their answer: a failed batch is rerun
     one image at a time. For offline work (evaluation, batch prediction); `tta` adds test-time
@@ -204,12 +237,18 @@ def probabilities_or_reasons(runtime: "TFRuntime | LiteRTRuntime", images: list[
     if not todo:
         return results
     try:
-        probabilities = _probabilities(runtime, [images[i] for i in todo], tta,
-                                       {k: [v[i] for i in todo] for k, v in side.items()})
+        probabilities = _probabilities(
+            runtime, [images[i] for i in todo], tta, {k: [v[i] for i in todo] for k, v in side.items()}
+        )
     except tf.errors.InvalidArgumentError:
         for i in todo:
-            results[i] = ("undecodable" if len(todo) == 1 else probabilities_or_reasons(
-                runtime, [images[i]], max_megapixels, tta, {k: [v[i]] for k, v in side.items()})[0])
+            results[i] = (
+                "undecodable"
+                if len(todo) == 1
+                else probabilities_or_reasons(
+                    runtime, [images[i]], max_megapixels, tta, {k: [v[i]] for k, v in side.items()}
+                )[0]
+            )
         return results
     for i, p in zip(todo, probabilities):
         results[i] = p
@@ -223,12 +262,16 @@ def litert_refusal(version: Path, mode: str, metadata: dict | None = None) -> st
     if parity and not layout.tflite_model_path(version, mode).is_file() and parity.get("missing"):
         return f"no {mode} LiteRT file ({parity['missing']})"  # e.g. int8 of a model with side features
     if not layout.tflite_model_path(version, mode).is_file():
-        return f"no {layout.tflite_model_path(version, mode).relative_to(version)} (export it again with photoclf export)"
+        return (
+            f"no {layout.tflite_model_path(version, mode).relative_to(version)} (export it again with photoclf export)"
+        )
     if not parity or "passed" not in parity:
         return f"its {mode} parity check against the SavedModel is missing from assets/metadata.json"
     if not parity["passed"]:
-        why = parity.get("missing") or (f"top-1 agreement {parity['top1_agreement']:.4f} < {parity['required_agreement']}"
-                                        f", max abs difference {parity['max_abs_diff']:.2g}")
+        why = parity.get("missing") or (
+            f"top-1 agreement {parity['top1_agreement']:.4f} < {parity['required_agreement']}"
+            f", max abs difference {parity['max_abs_diff']:.2g}"
+        )
         return f"its {mode} parity check against the SavedModel failed ({why})"
     return None
 

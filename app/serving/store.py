@@ -37,7 +37,9 @@ class LoadedModel:
 
 
 class ModelStore:
-    def __init__(self, base: Path, poll_seconds: float = 2.0, runtime: str = "auto", litert_mode: str = "float32") -> None:
+    def __init__(
+        self, base: Path, poll_seconds: float = 2.0, runtime: str = "auto", litert_mode: str = "float32"
+    ) -> None:
         self.base = Path(base)
         self.runtime, self.litert_mode = runtime, litert_mode
         self.name = self.base.name

@@ -68,8 +68,9 @@ def parse_candidates(text: str) -> list[Candidate]:
     return candidates
 
 
-def fit_probe(train_x: np.ndarray, train_y: np.ndarray, evaluate: dict[str, tuple[np.ndarray, np.ndarray]],
-              num_classes: int) -> dict[str, tuple[float, float]]:
+def fit_probe(
+    train_x: np.ndarray, train_y: np.ndarray, evaluate: dict[str, tuple[np.ndarray, np.ndarray]], num_classes: int
+) -> dict[str, tuple[float, float]]:
     """Logistic regression on standardised features: {split: (accuracy, log loss)} for each
     split in `evaluate`."""
     from sklearn.linear_model import LogisticRegression
@@ -89,8 +90,9 @@ def fit_probe(train_x: np.ndarray, train_y: np.ndarray, evaluate: dict[str, tupl
     return out
 
 
-def split_features(features_model, data: str, split: str, image_size: int,
-                   batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+def split_features(
+    features_model, data: str, split: str, image_size: int, batch_size: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
     """(pooled features, labels) of every image in `split`, decoded as evaluation decodes them."""
     import tensorflow as tf
 
@@ -125,11 +127,16 @@ def probe_backbone(candidate: Candidate, data: str, image_size: int = 0) -> Prob
     scores = fit_probe(*features["train"], {s: features[s] for s in splits if s != "train"}, len(info.classes))
     keras.backend.clear_session()  # the next candidate's graph starts clean
     return ProbeResult(
-        candidate=candidate, weights_used=pretrained.weights_used, image_size=size,
-        feature_dim=int(features["train"][0].shape[1]), parameters=int(pretrained.model.count_params()),
-        val_accuracy=scores["val"][0], val_log_loss=scores["val"][1],
+        candidate=candidate,
+        weights_used=pretrained.weights_used,
+        image_size=size,
+        feature_dim=int(features["train"][0].shape[1]),
+        parameters=int(pretrained.model.count_params()),
+        val_accuracy=scores["val"][0],
+        val_log_loss=scores["val"][1],
         test_accuracy=scores["test"][0] if "test" in scores else None,
-        seconds=time.perf_counter() - start, images_per_s=sum(len(f[1]) for f in features.values()) / passes,
+        seconds=time.perf_counter() - start,
+        images_per_s=sum(len(f[1]) for f in features.values()) / passes,
     )
 
 
@@ -162,12 +169,35 @@ def rank(results: list[ProbeResult]) -> list[ProbeResult]:
 def format_ranking(results: list[ProbeResult]) -> str:
     from app.table import format_table
 
-    rows = [["rank", "backbone", "size", "val accuracy", "val log loss", "test accuracy", "features", "params (M)",
-             "seconds", "images/s"]]
+    rows = [
+        [
+            "rank",
+            "backbone",
+            "size",
+            "val accuracy",
+            "val log loss",
+            "test accuracy",
+            "features",
+            "params (M)",
+            "seconds",
+            "images/s",
+        ]
+    ]
     for place, r in enumerate(results, start=1):
         test = "-" if r.test_accuracy is None else f"{r.test_accuracy:.4f}"
-        rows.append([str(place), r.candidate.label, str(r.image_size), f"{r.val_accuracy:.4f}",
-                     f"{r.val_log_loss:.4f}", test, str(r.feature_dim), f"{r.parameters / 1e6:.1f}",
-                     f"{r.seconds:.0f}", f"{r.images_per_s:.0f}"])
+        rows.append(
+            [
+                str(place),
+                r.candidate.label,
+                str(r.image_size),
+                f"{r.val_accuracy:.4f}",
+                f"{r.val_log_loss:.4f}",
+                test,
+                str(r.feature_dim),
+                f"{r.parameters / 1e6:.1f}",
+                f"{r.seconds:.0f}",
+                f"{r.images_per_s:.0f}",
+            ]
+        )
     weights = "\n".join(f"{r.candidate.label}: weights {r.weights_used}" for r in results)
     return format_table(rows) + "\n\n" + weights

@@ -32,8 +32,12 @@ def make_optimizer(ctx: Context, learning_rate, model: keras.Model, phase: int) 
     step instead, they fail under MirroredStrategy with several devices."""
     rate_scales = layer_rate_scales(ctx.clf, ctx.cfg.unfreeze, ctx.cfg.layer_decay) if phase == 2 else None
     with ctx.strategy.scope():
-        opt = FineTuneAdamW(learning_rate=learning_rate, weight_decay=ctx.cfg.weight_decay,
-                            rate_scales=rate_scales, ema_decay=ctx.cfg.ema_decay)
+        opt = FineTuneAdamW(
+            learning_rate=learning_rate,
+            weight_decay=ctx.cfg.weight_decay,
+            rate_scales=rate_scales,
+            ema_decay=ctx.cfg.ema_decay,
+        )
         opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
         if ctx.policy == "mixed_float16":
             opt = keras.optimizers.LossScaleOptimizer(opt)
@@ -46,21 +50,30 @@ def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Opt
     device) and XLA choice; plain evaluation (no optimizer) reports the unsmoothed loss."""
     training = optimizer is not None
     return Steps(
-        ctx.strategy, model, optimizer, num_classes=len(ctx.info.classes), global_batch_size=ctx.global_batch,
+        ctx.strategy,
+        model,
+        optimizer,
+        num_classes=len(ctx.info.classes),
+        global_batch_size=ctx.global_batch,
         label_smoothing=ctx.label_smoothing if training else 0.0,
         class_weights=class_weights(ctx.info) if training and ctx.cfg.class_weights else None,
-        color_jitter=ctx.augmentation.color_jitter, seed=ctx.cfg.seed * 10 + phase,
-        jit_compile=training and ctx.jit_compile, multi_label=ctx.info.multi_label,
+        color_jitter=ctx.augmentation.color_jitter,
+        seed=ctx.cfg.seed * 10 + phase,
+        jit_compile=training and ctx.jit_compile,
+        multi_label=ctx.info.multi_label,
     )
 
 
-def finetune_schedule(cfg: TrainConfig, peak: float, steps_per_epoch: int,
-                      epochs: int) -> keras.optimizers.schedules.LearningRateSchedule:
+def finetune_schedule(
+    cfg: TrainConfig, peak: float, steps_per_epoch: int, epochs: int
+) -> keras.optimizers.schedules.LearningRateSchedule:
     """Linear warmup to `peak` (lr_finetune, or its finder's suggestion) over warmup_fraction of
     phase 2's `epochs`, then cosine decay to 0."""
     total = max(1, epochs * steps_per_epoch)
     warmup = int(total * cfg.warmup_fraction)
     return keras.optimizers.schedules.CosineDecay(
-        0.0 if warmup else peak, decay_steps=max(1, total - warmup),
-        warmup_target=peak if warmup else None, warmup_steps=warmup,
+        0.0 if warmup else peak,
+        decay_steps=max(1, total - warmup),
+        warmup_target=peak if warmup else None,
+        warmup_steps=warmup,
     )

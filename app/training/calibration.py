@@ -45,9 +45,14 @@ def calibration_summary(logits: np.ndarray, labels: np.ndarray, temperature: flo
     """What metrics.json records: T, and the validation log loss and ECE before and after."""
     before, after = softmax(np.asarray(logits, np.float64)), softmax(np.asarray(logits, np.float64) / temperature)
     ece = lambda p: expected_calibration_error(reliability_bins(labels, p))  # noqa: E731
-    return {"temperature": round(temperature, 6), "fitted_on": f"val ({len(labels)} images)",
-            "val_log_loss_before": round(log_loss(labels, before), 6), "val_log_loss_after": round(log_loss(labels, after), 6),
-            "val_ece_before": round(ece(before), 6), "val_ece_after": round(ece(after), 6)}
+    return {
+        "temperature": round(temperature, 6),
+        "fitted_on": f"val ({len(labels)} images)",
+        "val_log_loss_before": round(log_loss(labels, before), 6),
+        "val_log_loss_after": round(log_loss(labels, after), 6),
+        "val_ece_before": round(ece(before), 6),
+        "val_ece_after": round(ece(after), 6),
+    }
 
 
 def validation_logits(ctx: Context, phases: KeptPhases | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -116,18 +116,26 @@ def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes:
     decoded, augmented and run through the frozen backbone K times in all instead of once per
     epoch (and the val split once instead of every epoch). On a CPU the backbone is nearly all of
     phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate)."""
-    views = f"{cfg.feature_views} augmented view(s) per training image" if cfg.augment else "unaugmented images (augment = false)"
+    views = (
+        f"{cfg.feature_views} augmented view(s) per training image"
+        if cfg.augment
+        else "unaugmented images (augment = false)"
+    )
     if cfg.cache_features != "auto":
         cached = cfg.cache_features == "true"
         return cached, f"cache_features = {cfg.cache_features}" + (f"; {views}" if cached else "")
     if num_workers(strategy) > 1 or cfg.data_service:
         return False, "cache_features = auto: several workers or a tf.data service decode every epoch"
     if cache_bytes > FEATURE_CACHE_LIMIT:
-        return False, (f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB of memory"
-                       f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB); set true to cache anyway")
+        return False, (
+            f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB of memory"
+            f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB); set true to cache anyway"
+        )
     if tf.config.list_physical_devices("GPU"):
-        return True, ("cache_features = auto: on a GPU the CPU's decoding is the bottleneck; each image is decoded once"
-                      f" per view, not once per epoch; {views}")
+        return True, (
+            "cache_features = auto: on a GPU the CPU's decoding is the bottleneck; each image is decoded once"
+            f" per view, not once per epoch; {views}"
+        )
     return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {views}"
 
 
@@ -140,7 +148,9 @@ def xla_mode(cfg: TrainConfig) -> tuple[bool, str]:
     return False, "jit_compile = auto: off on CPUs, where XLA made training slower"
 
 
-def _claim_run_dir(cfg: TrainConfig, overwrite: bool, strategy: tf.distribute.Strategy, facts: dict) -> tuple[RunDir, RunDir | None]:
+def _claim_run_dir(
+    cfg: TrainConfig, overwrite: bool, strategy: tf.distribute.Strategy, facts: dict
+) -> tuple[RunDir, RunDir | None]:
     """(the run dir, this worker's scratch run dir or None). Only the chief writes the run dir."""
     chief = is_chief(strategy)
     run = prepare_run_dir(cfg, overwrite) if chief else validate_run_dir(cfg, overwrite, chief=False)
@@ -164,8 +174,9 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     keras.utils.set_random_seed(cfg.seed)
     with strategy.scope():
         backbone = load_pretrained_backbone(spec, image_size, cfg.weights)
-        clf = build_classifier(spec, backbone.model, len(info.classes), image_size, cfg.dropout, info.side_features,
-                               info.multi_label)
+        clf = build_classifier(
+            spec, backbone.model, len(info.classes), image_size, cfg.dropout, info.side_features, info.multi_label
+        )
     facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": backbone.weights_used}
     if info.side_features:  # the model's side branch is built from them; a resume must see the same
         facts["side_features"] = info.side_features
@@ -174,17 +185,32 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
     cached_phase1, phase1_reason = phase1_mode(cfg, strategy, feature_cache_bytes(cfg, info, clf))
     jit_compile, jit_reason = xla_mode(cfg)
-    return Context(cfg=cfg, info=info, run=run, strategy=strategy, clf=clf, image_size=image_size,
-                   history=History(run, enabled=scratch is None), policy=policy, weights_used=backbone.weights_used,
-                   weights_warning=backbone.warning, scratch=scratch, cached_phase1=cached_phase1,
-                   phase1_reason=phase1_reason, jit_compile=jit_compile, jit_reason=jit_reason)
+    return Context(
+        cfg=cfg,
+        info=info,
+        run=run,
+        strategy=strategy,
+        clf=clf,
+        image_size=image_size,
+        history=History(run, enabled=scratch is None),
+        policy=policy,
+        weights_used=backbone.weights_used,
+        weights_warning=backbone.warning,
+        scratch=scratch,
+        cached_phase1=cached_phase1,
+        phase1_reason=phase1_reason,
+        jit_compile=jit_compile,
+        jit_reason=jit_reason,
+    )
 
 
 def describe_distribution(ctx: Context) -> str:
     """The log line that says how the run is spread over devices and workers."""
     workers = num_workers(ctx.strategy)
-    text = (f"strategy {strategy_name(ctx.strategy)}: {workers} worker(s), {ctx.replicas} replica(s) in sync;"
-            f" global batch {ctx.global_batch} ({ctx.cfg.batch_size} per replica)")
+    text = (
+        f"strategy {strategy_name(ctx.strategy)}: {workers} worker(s), {ctx.replicas} replica(s) in sync;"
+        f" global batch {ctx.global_batch} ({ctx.cfg.batch_size} per replica)"
+    )
     if ctx.cfg.data_service:
         text += f"; training input decoded by the tf.data service at {ctx.cfg.data_service} (DYNAMIC sharding)"
     elif workers > 1:

@@ -19,9 +19,10 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -71,12 +72,21 @@ def weights_fingerprint(model) -> str:
 
 def cache_key(ctx: Context) -> dict:
     cfg = ctx.cfg
-    return {"version": CACHE_VERSION, "dataset": dataset_fingerprint(cfg.data), "backbone": ctx.clf.spec.name,
-            "weights": weights_fingerprint(ctx.clf.backbone), "image_size": ctx.image_size,
-            "augment": repr(ctx.augmentation), "views": views(ctx), "seed": cfg.seed}
+    return {
+        "version": CACHE_VERSION,
+        "dataset": dataset_fingerprint(cfg.data),
+        "backbone": ctx.clf.spec.name,
+        "weights": weights_fingerprint(ctx.clf.backbone),
+        "image_size": ctx.image_size,
+        "augment": repr(ctx.augmentation),
+        "views": views(ctx),
+        "seed": cfg.seed,
+    }
 
 
-def load_or_compute(path: Path, key: dict, compute: Callable[[], dict[str, np.ndarray]], what: str) -> dict[str, np.ndarray]:
+def load_or_compute(
+    path: Path, key: dict, compute: Callable[[], dict[str, np.ndarray]], what: str
+) -> dict[str, np.ndarray]:
     """Arrays stored in `path` (npz) with the `key` they were computed for: reused when the key
     matches, recomputed (and stored atomically) when it does not. Phase 1 and the audit use it."""
     if path.exists():
@@ -91,19 +101,25 @@ def load_or_compute(path: Path, key: dict, compute: Callable[[], dict[str, np.nd
     return arrays
 
 
-def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
-                  frozen: FrozenActivations | None = None) -> FeatureCache:
+def load_or_build(
+    ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None, frozen: FrozenActivations | None = None
+) -> FeatureCache:
     """`on_first_batch` sees the first training batch's images (float32 0..255) as the backbone
     gets them, when the cache is built rather than loaded: a sample at no extra cost. So does
     `frozen` (phase 2's input) the activations at its cut: the val photos', and the training
     views' too when phase 2 trains on them."""
-    arrays = load_or_compute(ctx.run.feature_cache, cache_key(ctx), lambda: _build(ctx, on_first_batch, frozen).arrays(),
-                             "phase 1 feature cache")
+    arrays = load_or_compute(
+        ctx.run.feature_cache,
+        cache_key(ctx),
+        lambda: _build(ctx, on_first_batch, frozen).arrays(),
+        "phase 1 feature cache",
+    )
     return FeatureCache(**arrays)
 
 
-def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
-           frozen: FrozenActivations | None = None) -> FeatureCache:
+def _build(
+    ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None, frozen: FrozenActivations | None = None
+) -> FeatureCache:
     k = views(ctx)
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
@@ -115,8 +131,12 @@ def _build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = N
         outputs, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
     features = outputs["features"] if split else outputs
     is_val = part == len(train)
-    log.info("phase 1: cached %d train and %d val features in %.1fs", int((~is_val).sum()), int(is_val.sum()),
-             time.perf_counter() - start)
+    log.info(
+        "phase 1: cached %d train and %d val features in %.1fs",
+        int((~is_val).sum()),
+        int(is_val.sum()),
+        time.perf_counter() - start,
+    )
     cache = _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
     if split:
         _hand_over(frozen, outputs["activations"], cache, is_val)
@@ -161,10 +181,10 @@ def _with_side(inputs, pooled: tf.Tensor) -> tf.Tensor:
     return tf.concat([pooled, inputs["side"]], axis=-1) if isinstance(inputs, dict) else pooled
 
 
-def _split_side(ctx: Context, train: np.ndarray, train_labels: np.ndarray, val: np.ndarray, val_labels: np.ndarray) -> FeatureCache:
+def _split_side(
+    ctx: Context, train: np.ndarray, train_labels: np.ndarray, val: np.ndarray, val_labels: np.ndarray
+) -> FeatureCache:
     if not ctx.info.side_width:
         return FeatureCache(train, train_labels, val, val_labels)
     d = train.shape[1] - ctx.info.side_width
     return FeatureCache(train[:, :d], train_labels, val[:, :d], val_labels, train[:, d:], val[:, d:])
-
-

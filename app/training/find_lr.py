@@ -23,7 +23,9 @@ from app.training.train import run_phase1
 log = logging.getLogger(__name__)
 
 
-def find_lr(cfg, *, steps: int = 100, lr_min: float = 1e-7, lr_max: float = 1.0, phases: tuple[int, ...] = (1, 2)) -> list[Sweep]:
+def find_lr(
+    cfg, *, steps: int = 100, lr_min: float = 1e-7, lr_max: float = 1.0, phases: tuple[int, ...] = (1, 2)
+) -> list[Sweep]:
     """Sweep phase 1, then (after training phase 1 with cfg.lr_head) phase 2, in a scratch run dir;
     write lr_find.png and lr_find.json to report_dir(cfg.out)."""
     scratch = tempfile.mkdtemp(prefix="photoclf-lr-find-")

@@ -114,7 +114,9 @@ class FrozenActivations:
         start = time.perf_counter()
         self._val = self._val or _activations(self.split, eval_images(self.ctx, "val"))
         if self.trains:
-            self._train = _activations(self.split, functools.reduce(tf.data.Dataset.concatenate, training_views(self.ctx)))
+            self._train = _activations(
+                self.split, functools.reduce(tf.data.Dataset.concatenate, training_views(self.ctx))
+            )
         _log_done(self.split, self._val, self._train, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
 
 
@@ -128,8 +130,11 @@ def frozen_activations(ctx: Context) -> FrozenActivations:
     start = unfreeze_start(ctx.clf, ctx.cfg.unfreeze)
     split = split_at_trained(ctx.clf, start)
     if split is None:
-        why = ("it trains the whole backbone" if start <= 1 else
-               "no single activation separates its frozen layers from the trained ones")
+        why = (
+            "it trains the whole backbone"
+            if start <= 1
+            else "no single activation separates its frozen layers from the trained ones"
+        )
         log.info("phase 2 validates on images: %s", why)
         return FrozenActivations(ctx, None, no_views=why)
     val_bytes, train_bytes = _bytes(ctx, split, "val"), _bytes(ctx, split, "train") * views(ctx)
@@ -147,8 +152,10 @@ def _trains(ctx: Context, total_bytes: int) -> tuple[bool, str]:
     if ctx.cfg.phase2_mode == "images":
         return False, "phase2_mode = images"
     if total_bytes > FEATURE_CACHE_LIMIT:
-        return False, (f"the views' activations would take {total_bytes / 2**30:.1f} GiB"
-                       f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB)")
+        return False, (
+            f"the views' activations would take {total_bytes / 2**30:.1f} GiB"
+            f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB)"
+        )
     return True, ""
 
 
@@ -158,16 +165,27 @@ def _bytes(ctx: Context, split: FrozenSplit, part: str) -> int:
 
 def _activations(split: FrozenSplit, images: tf.data.Dataset) -> Rows:
     """Every image's activation at the cut (with its side features and label), in dataset order."""
-    outputs, labels = model_outputs(lambda inputs, labels: map_image(inputs, lambda x: split.lower(x, training=False)),
-                                    images)
+    outputs, labels = model_outputs(
+        lambda inputs, labels: map_image(inputs, lambda x: split.lower(x, training=False)), images
+    )
     x, side = (outputs["image"], outputs["side"]) if isinstance(outputs, dict) else (outputs, None)
     return Rows(x, side, labels)
 
 
 def _log_done(split: FrozenSplit, val: Rows, train: Rows | None, when: str) -> None:
-    log.info("phase 2 validates from %s: the layers below it are frozen, so the %d val images' activations there"
-             " (%.1f MB) were computed once, %s; each epoch runs only the layers above", split.cut,
-             len(val.labels), val.activations.nbytes / 1e6, when)
+    log.info(
+        "phase 2 validates from %s: the layers below it are frozen, so the %d val images' activations there"
+        " (%.1f MB) were computed once, %s; each epoch runs only the layers above",
+        split.cut,
+        len(val.labels),
+        val.activations.nbytes / 1e6,
+        when,
+    )
     if train is not None:
-        log.info("phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
-                 " each training image", split.cut, len(train.labels), train.activations.nbytes / 1e6)
+        log.info(
+            "phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
+            " each training image",
+            split.cut,
+            len(train.labels),
+            train.activations.nbytes / 1e6,
+        )

@@ -25,8 +25,14 @@ class History:
 
     def truncate(self, phase: int, phase_epochs_done: int) -> None:
         if self.enabled:
-            self._write([r for r in read_history(self.path)
-                         if int(r["phase"]) < phase or (int(r["phase"]) == phase and int(r["phase_epoch"]) <= phase_epochs_done)])
+            self._write(
+                [
+                    r
+                    for r in read_history(self.path)
+                    if int(r["phase"]) < phase
+                    or (int(r["phase"]) == phase and int(r["phase_epoch"]) <= phase_epochs_done)
+                ]
+            )
 
     def append(self, row: dict[str, float | int | str]) -> None:
         """`row` holds FIELDS; extra numeric keys (e.g. images_per_s) go to TensorBoard only."""
@@ -40,5 +46,3 @@ class History:
             writer = csv.DictWriter(f, fieldnames=FIELDS)
             writer.writeheader()
             writer.writerows(rows)
-
-

@@ -6,8 +6,8 @@ serves one device, several GPUs and several workers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -24,8 +24,12 @@ from app.training.phase import PhaseInputs
 
 def eval_dataset(ctx: Context, split: str) -> object:
     """Unaugmented batches of `split`, always decoded on this machine (small next to train)."""
-    return distribute(ctx, lambda ic: make_eval_dataset(
-        ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size, input_context=ic))
+    return distribute(
+        ctx,
+        lambda ic: make_eval_dataset(
+            ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size, input_context=ic
+        ),
+    )
 
 
 def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
@@ -34,10 +38,22 @@ def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
     job = service_job_name(str(Path(cfg.out).resolve()), phase) if cfg.data_service else None
 
     def train_iterator():
-        return iter(distribute(ctx, lambda ic: make_train_dataset(
-            cfg.data, image_size=ctx.image_size, batch_size=cfg.batch_size, augment=ctx.augmentation, seed=cfg.seed,
-            repeat=True, input_context=ic, data_service=cfg.data_service or None, service_job=job,
-        )))
+        return iter(
+            distribute(
+                ctx,
+                lambda ic: make_train_dataset(
+                    cfg.data,
+                    image_size=ctx.image_size,
+                    batch_size=cfg.batch_size,
+                    augment=ctx.augmentation,
+                    seed=cfg.seed,
+                    repeat=True,
+                    input_context=ic,
+                    data_service=cfg.data_service or None,
+                    service_job=job,
+                ),
+            )
+        )
 
     return PhaseInputs(train_iterator=train_iterator, val_dataset=lambda: eval_dataset(ctx, "val"))
 
@@ -48,15 +64,22 @@ SAMPLE_IMAGES = 8  # training images shown in TensorBoard
 def augmented_sample(ctx: Context, count: int = SAMPLE_IMAGES) -> np.ndarray:
     """A few training images as the model gets them: the pipeline's crop and flip, then the
     train step's colour jitter (float32 0..255, for TensorBoard)."""
-    ds = make_train_dataset(ctx.cfg.data, image_size=ctx.image_size, batch_size=count, augment=ctx.augmentation,
-                            seed=ctx.cfg.seed, shuffle_buffer=count)
+    ds = make_train_dataset(
+        ctx.cfg.data,
+        image_size=ctx.image_size,
+        batch_size=count,
+        augment=ctx.augmentation,
+        seed=ctx.cfg.seed,
+        shuffle_buffer=count,
+    )
     inputs, _ = next(iter(ds))
     images = inputs["image"] if isinstance(inputs, dict) else inputs
     return color_jitter(images, tf.constant([ctx.cfg.seed, 1]), ctx.augmentation.color_jitter).numpy()
 
 
-def feature_inputs(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None,
-                   frozen: FrozenActivations | None = None) -> PhaseInputs:
+def feature_inputs(
+    ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None, frozen: FrozenActivations | None = None
+) -> PhaseInputs:
     """Cached-features mode: the head trains on backbone features computed once (feature_cache.py).
     An epoch is as many examples as the training split has images, drawn from the K views of each.
     A cache built here hands `frozen` (phase 2's input) the activations it needs."""
@@ -72,7 +95,9 @@ def feature_inputs(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | 
 
     def train_iterator():
         c = cache()
-        return shuffled_batches(ctx, lambda: dataset(c.train_features, c.train_labels, c.train_side), len(c.train_labels))
+        return shuffled_batches(
+            ctx, lambda: dataset(c.train_features, c.train_labels, c.train_side), len(c.train_labels)
+        )
 
     def val_dataset():
         c = cache()

@@ -7,7 +7,7 @@ Each step trains one batch at a learning rate `ratio` times the previous one, fr
 longest stretch of the curve over which the smoothed loss keeps falling, and the rate about
 halfway along it. On cats-dogs (20 photos per class, 3 seeds) it landed within 3x of a grid's
 best for the head in 3 of 3 seeds and for phase 2 in 2 of 3, where "the minimum / 10" (fastai
-v1's rule) was 8x too fast for the head (README, "Learning-rate finder"). The weights are
+v1's rule) was 8x too fast for the head (docs/training.md, "Learning rates"). The weights are
 restored after each sweep, so a sweep never changes the model it measured.
 """
 
@@ -42,8 +42,10 @@ class Sweep:
 
     def summary(self) -> str:
         low = self.learning_rates[int(np.argmin(self.smoothed))]
-        return (f"phase {self.phase}: suggested learning rate {self.suggestion:.2g} ({self.rule}; minimum at {low:.2g},"
-                f" {len(self.losses)} steps from {self.learning_rates[0]:.1g} to {self.learning_rates[-1]:.2g})")
+        return (
+            f"phase {self.phase}: suggested learning rate {self.suggestion:.2g} ({self.rule}; minimum at {low:.2g},"
+            f" {len(self.losses)} steps from {self.learning_rates[0]:.1g} to {self.learning_rates[-1]:.2g})"
+        )
 
 
 def smooth(losses: list[float], beta: float = 0.98) -> list[float]:
@@ -71,8 +73,17 @@ def suggest(learning_rates: list[float], smoothed: list[float]) -> float:
     return float(learning_rates[start + int(third) + int(third / 2)])
 
 
-def sweep(ctx: Context, phase: int, model: keras.Model, inputs, *, lr_min: float = 1e-7, lr_max: float = 1.0,
-          steps: int = 100, diverge: float = 4.0) -> Sweep:
+def sweep(
+    ctx: Context,
+    phase: int,
+    model: keras.Model,
+    inputs,
+    *,
+    lr_min: float = 1e-7,
+    lr_max: float = 1.0,
+    steps: int = 100,
+    diverge: float = 4.0,
+) -> Sweep:
     """Train `steps` batches at exponentially rising rates; the weights are put back afterwards."""
     ratio = (lr_max / lr_min) ** (1 / max(1, steps - 1))
     schedule = keras.optimizers.schedules.ExponentialDecay(lr_min, decay_steps=1, decay_rate=ratio)
@@ -169,5 +180,3 @@ def resolve_rate(ctx: Context, phase: int) -> float:
     else:
         log.info("%s=auto: %.2g, from this run's earlier sweep (lr_find.json)", key, known)
     return known
-
-

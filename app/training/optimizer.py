@@ -103,5 +103,5 @@ def layer_rate_scales(clf: Classifier, unfreeze: str, decay: float) -> dict[str,
             continue
         below_top = sum(1 for start in starts if start > index)  # blocks starting above this layer
         for variable in layer.trainable_weights:
-            scales[variable.path] = decay ** below_top
+            scales[variable.path] = decay**below_top
     return scales

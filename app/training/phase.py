@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import keras
 import numpy as np
@@ -102,8 +102,14 @@ class Phase:
         return self.val_steps or self.steps
 
 
-def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, select_by: str,
-          min_accuracy: float = -math.inf) -> bool:
+def beats(
+    loss: float,
+    accuracy: float,
+    best_loss: float,
+    best_accuracy: float,
+    select_by: str,
+    min_accuracy: float = -math.inf,
+) -> bool:
     """Whether an epoch's validation result beats the best so far: lower loss, or with
     select_by="val_accuracy" higher accuracy, equal accuracy going to the lower loss; never
     with an accuracy below `min_accuracy` (phase 2: phase 1's, see PhaseSpec)."""
@@ -126,7 +132,7 @@ class KeptWeights:
     phase's end puts them back without reading the file (MobileNetV2: Keras' load_weights 0.30 s,
     set_weights 0.04 s; the cost is one host copy of the weights)."""
 
-    def __init__(self, phase: "Phase") -> None:
+    def __init__(self, phase: Phase) -> None:
         self.phase = phase
         self._epoch: int | None = None
         self._values: list[np.ndarray] = []
@@ -182,13 +188,20 @@ class PhaseState:
             self.best_val_accuracy.assign(phase.baseline.val_accuracy)
             self.best_confusion.assign(phase.baseline.val_confusion_matrix)
         checkpoint = tf.train.Checkpoint(
-            model=phase.model, optimizer=phase.steps.optimizer, epoch=self.epoch, best_val_loss=self.best_val_loss,
-            best_val_accuracy=self.best_val_accuracy, best_epoch=self.best_epoch, wait=self.wait, seconds=self.seconds,
+            model=phase.model,
+            optimizer=phase.steps.optimizer,
+            epoch=self.epoch,
+            best_val_loss=self.best_val_loss,
+            best_val_accuracy=self.best_val_accuracy,
+            best_epoch=self.best_epoch,
+            wait=self.wait,
+            seconds=self.seconds,
             best_confusion=self.best_confusion,
         )
         self._checkpoint = checkpoint
         self._manager = tf.train.CheckpointManager(
-            checkpoint, str(phase.files.write.phase_checkpoints(phase.spec.phase)), max_to_keep=1)
+            checkpoint, str(phase.files.write.phase_checkpoints(phase.spec.phase)), max_to_keep=1
+        )
 
     def restore(self) -> None:
         latest = self.phase.files.read.latest_checkpoint(self.phase.spec.phase)
@@ -220,8 +233,14 @@ class PhaseState:
     def improves(self, val: Evaluation) -> bool:
         baseline, spec = self.phase.baseline, self.phase.spec
         floor = baseline.val_accuracy if baseline is not None and spec.keep_baseline_accuracy else -math.inf
-        return beats(val.loss, val.accuracy, float(self.best_val_loss), float(self.best_val_accuracy), spec.select_by,
-                     min_accuracy=floor)
+        return beats(
+            val.loss,
+            val.accuracy,
+            float(self.best_val_loss),
+            float(self.best_val_accuracy),
+            spec.select_by,
+            min_accuracy=floor,
+        )
 
     def stop_reason(self) -> str:
         """Why the phase stopped early, in the terms `improves` decides by (a lower val_loss alone
@@ -230,9 +249,11 @@ class PhaseState:
         where = f"epoch {best}" if best else "phase 1's weights"
         floor = self.phase.baseline is not None and spec.keep_baseline_accuracy
         epochs = f"{spec.patience} epoch{'s' if spec.patience != 1 else ''}"
-        return (f"{epochs} without beating the best on {spec.select_by} ({where}: val_loss"
-                f" {float(self.best_val_loss):.4f}, val_accuracy {float(self.best_val_accuracy):.4f})"
-                + ("; an epoch must also keep phase 1's val_accuracy" if floor else ""))
+        return (
+            f"{epochs} without beating the best on {spec.select_by} ({where}: val_loss"
+            f" {float(self.best_val_loss):.4f}, val_accuracy {float(self.best_val_accuracy):.4f})"
+            + ("; an epoch must also keep phase 1's val_accuracy" if floor else "")
+        )
 
     def record(self, epoch: int, val: Evaluation, seconds: float, improved: bool) -> None:
         if improved:
@@ -250,10 +271,13 @@ class PhaseState:
         spec, seconds = self.phase.spec, float(self.seconds)
         images = self.epochs_done * spec.steps_per_epoch * self.phase.steps.global_batch_size
         return PhaseResult(
-            val_loss=float(self.best_val_loss), val_accuracy=float(self.best_val_accuracy), epochs=self.epochs_done,
+            val_loss=float(self.best_val_loss),
+            val_accuracy=float(self.best_val_accuracy),
+            epochs=self.epochs_done,
             best_epoch=int(self.best_epoch),
             stopped_early=(self.stopped or self.out_of_time) and self.epochs_done < spec.epochs,
-            seconds=seconds, images_per_s=images / seconds if seconds else 0.0,
+            seconds=seconds,
+            images_per_s=images / seconds if seconds else 0.0,
             val_confusion_matrix=self.best_confusion.numpy().tolist(),
             still_improving=self.epochs_done == spec.epochs and int(self.best_epoch) == spec.epochs > 1,
         )
@@ -281,14 +305,24 @@ def run_phase(phase: Phase) -> PhaseResult:
         if state.stopped:
             log.info("early stopping: %s", state.stop_reason())
         elif state.out_of_time and state.epochs_done < phase.spec.epochs:
-            log.info("phase %d stops at its time cap: %d epochs took %.0f s; another would end past %.0f s",
-                     phase.spec.phase, state.epochs_done, float(state.seconds), phase.spec.max_seconds)
+            log.info(
+                "phase %d stops at its time cap: %d epochs took %.0f s; another would end past %.0f s",
+                phase.spec.phase,
+                state.epochs_done,
+                float(state.seconds),
+                phase.spec.max_seconds,
+            )
     _load_kept_weights(phase, state)
     result = state.result()
     if result.still_improving:
         flag = "--epochs-head" if phase.spec.phase == 1 else "--epochs-finetune"
-        log.warning("phase %d was still improving %s at its last epoch (%d); more epochs may help (%s)",
-                    phase.spec.phase, phase.spec.select_by, result.epochs, flag)
+        log.warning(
+            "phase %d was still improving %s at its last epoch (%d); more epochs may help (%s)",
+            phase.spec.phase,
+            phase.spec.select_by,
+            result.epochs,
+            flag,
+        )
     return result
 
 
@@ -306,18 +340,28 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
             save_val_outputs(val, phase.files.write.best_val_outputs(spec.phase, epoch))
     seconds = time.perf_counter() - start
     state.record(epoch, val, seconds, improved)
-    phase.history.append({
-        "phase": spec.phase, "epoch": spec.epoch_offset + epoch, "phase_epoch": epoch,
-        "loss": round(loss, 6), "accuracy": round(accuracy, 6),
-        "val_loss": round(val.loss, 6), "val_accuracy": round(val.accuracy, 6),
-        "lr": f"{current_learning_rate(phase.steps.optimizer):.3g}", "seconds": round(seconds, 2),
-        "images_per_s": spec.steps_per_epoch * phase.steps.global_batch_size / train_seconds,
-    })
+    phase.history.append(
+        {
+            "phase": spec.phase,
+            "epoch": spec.epoch_offset + epoch,
+            "phase_epoch": epoch,
+            "loss": round(loss, 6),
+            "accuracy": round(accuracy, 6),
+            "val_loss": round(val.loss, 6),
+            "val_accuracy": round(val.accuracy, 6),
+            "lr": f"{current_learning_rate(phase.steps.optimizer):.3g}",
+            "seconds": round(seconds, 2),
+            "images_per_s": spec.steps_per_epoch * phase.steps.global_batch_size / train_seconds,
+        }
+    )
     state.save()  # last: everything this epoch did is on disk before it counts as done
     for stale in phase.files.write.stale_best_weights(spec.phase, int(state.best_epoch)):
         stale.unlink()
-    print(f"  loss {loss:.4f}  accuracy {accuracy:.4f}  val_loss {val.loss:.4f}  val_accuracy {val.accuracy:.4f}"
-          f"  {seconds:.1f}s{'  *best' if improved else ''}", flush=True)
+    print(
+        f"  loss {loss:.4f}  accuracy {accuracy:.4f}  val_loss {val.loss:.4f}  val_accuracy {val.accuracy:.4f}"
+        f"  {seconds:.1f}s{'  *best' if improved else ''}",
+        flush=True,
+    )
 
 
 def _train_epoch(steps: Steps, iterator: Iterator, spec: PhaseSpec) -> tuple[float, float]:
@@ -344,6 +388,12 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
     elif baseline is not None:  # back to the weights the phase started from (held as its epoch 0)
         guarded = phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy"
         guard = " without lowering val_accuracy" if guarded else ""
-        log.info("phase %d did not beat phase %d on %s%s; keeping phase %d's weights", number, number - 1,
-                 phase.spec.select_by, guard, number - 1)
+        log.info(
+            "phase %d did not beat phase %d on %s%s; keeping phase %d's weights",
+            number,
+            number - 1,
+            phase.spec.select_by,
+            guard,
+            number - 1,
+        )
         state.kept.restore(0)

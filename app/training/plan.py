@@ -35,17 +35,24 @@ class Phase2Plan:
     def describe(self) -> str:
         cap = "" if math.isinf(self.max_seconds) else f", stopping by {self.max_seconds:.0f} s"
         where = "phase 1's cached views" if self.mode == "views" else "images, freshly augmented each epoch"
-        return (f"phase 2 on {where}: up to {self.epochs} epochs while validation improves (patience {self.patience})"
-                f"{cap}; {self.reason}")
+        return (
+            f"phase 2 on {where}: up to {self.epochs} epochs while validation improves (patience {self.patience})"
+            f"{cap}; {self.reason}"
+        )
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "epochs": self.epochs, "patience": self.patience,
-                "max_seconds": None if math.isinf(self.max_seconds) else round(self.max_seconds, 1),
-                "reason": self.reason}
+        return {
+            "mode": self.mode,
+            "epochs": self.epochs,
+            "patience": self.patience,
+            "max_seconds": None if math.isinf(self.max_seconds) else round(self.max_seconds, 1),
+            "reason": self.reason,
+        }
 
 
-def plan_phase2(cfg: TrainConfig, phase1_accuracy: float | None, phase1_seconds: float,
-                views: str | None) -> Phase2Plan:
+def plan_phase2(
+    cfg: TrainConfig, phase1_accuracy: float | None, phase1_seconds: float, views: str | None
+) -> Phase2Plan:
     """The plan for phase 2. `views`: None when phase 1's views can carry phase 2, else why not
     (phase 1 on images, no cut, memory); `phase1_accuracy` is None when phase 1 did not run."""
     if cfg.phase2_mode != "auto":  # asked for: as configured, on images when there are no views
@@ -54,15 +61,22 @@ def plan_phase2(cfg: TrainConfig, phase1_accuracy: float | None, phase1_seconds:
         return Phase2Plan(mode, cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason)
     if phase1_accuracy is not None and phase1_accuracy >= SATURATED:
         where = "on the views" if views is None else f"on images (no cached views: {views})"
-        reason = (f"phase2_mode = auto: phase 1 reached val accuracy {phase1_accuracy:.3f} (>= {SATURATED:.2f}),"
-                  f" near saturation: a short phase 2 {where}")
-        return Phase2Plan("views" if views is None else "images", cfg.epochs_finetune, cfg.early_stopping_patience,
-                          math.inf, reason)
-    left = ("phase 1 did not run" if phase1_accuracy is None else
-            f"phase 1 reached val accuracy {phase1_accuracy:.3f} (< {SATURATED:.2f})")
+        reason = (
+            f"phase2_mode = auto: phase 1 reached val accuracy {phase1_accuracy:.3f} (>= {SATURATED:.2f}),"
+            f" near saturation: a short phase 2 {where}"
+        )
+        return Phase2Plan(
+            "views" if views is None else "images", cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason
+        )
+    left = (
+        "phase 1 did not run"
+        if phase1_accuracy is None
+        else f"phase 1 reached val accuracy {phase1_accuracy:.3f} (< {SATURATED:.2f})"
+    )
     reason = f"phase2_mode = auto: {left}, far from saturation, where fresh augmentation each epoch pays"
     cap = cfg.finetune_time_cap * phase1_seconds if cfg.finetune_time_cap and phase1_seconds > 0 else math.inf
     if not math.isinf(cap):
         reason += f"; time cap {cfg.finetune_time_cap:g} x phase 1's {phase1_seconds:.0f} s (finetune_time_cap)"
-    return Phase2Plan("images", cfg.epochs_finetune * IMAGES_EPOCHS, max(cfg.early_stopping_patience, IMAGES_PATIENCE),
-                      cap, reason)
+    return Phase2Plan(
+        "images", cfg.epochs_finetune * IMAGES_EPOCHS, max(cfg.early_stopping_patience, IMAGES_PATIENCE), cap, reason
+    )

@@ -10,16 +10,27 @@ def format_result(metrics: dict) -> str:
     for phase in ("phase1", "phase2"):
         r = metrics.get(phase)
         if r:
-            rows.append([phase, str(r["epochs"]), f"{r['val_accuracy']:.4f}", f"{r['val_loss']:.4f}",
-                         f"{r['seconds']:.0f}", f"{r['images_per_s']:.1f}"])
+            rows.append(
+                [
+                    phase,
+                    str(r["epochs"]),
+                    f"{r['val_accuracy']:.4f}",
+                    f"{r['val_loss']:.4f}",
+                    f"{r['seconds']:.0f}",
+                    f"{r['images_per_s']:.1f}",
+                ]
+            )
     if metrics.get("test"):
         t = metrics["test"]
         rows.append(["test", "", f"{t['accuracy']:.4f}", f"{t['loss']:.4f}", "", ""])
     lines = ["", format_table(rows), "", f"weights: {metrics['weights']}"]
     if metrics.get("calibration"):
         c = metrics["calibration"]
-        lines.append(f"calibration: temperature {c['temperature']:.3f}; val ECE {c['val_ece_before']:.3f} -> {c['val_ece_after']:.3f},"
-                     f" log loss {c['val_log_loss_before']:.3f} -> {c['val_log_loss_after']:.3f}")
+        lines.append(
+            f"calibration: temperature {c['temperature']:.3f};"
+            f" val ECE {c['val_ece_before']:.3f} -> {c['val_ece_after']:.3f},"
+            f" log loss {c['val_log_loss_before']:.3f} -> {c['val_log_loss_after']:.3f}"
+        )
     if metrics.get("weights_warning"):
         lines.append(f"WARNING: {metrics['weights_warning']}")
     lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")
@@ -31,7 +42,9 @@ def format_result(metrics: dict) -> str:
 
 def _litert_line(parity: dict) -> str:
     if parity.get("passed"):
-        return (f"litert: float32 file agrees with the SavedModel on {round(parity['top1_agreement'] * parity['images'])}"
-                f"/{parity['images']} val images (max difference {parity['max_abs_diff']:.1e}); serve.py runs it")
+        return (
+            f"litert: float32 file agrees with the SavedModel on {round(parity['top1_agreement'] * parity['images'])}"
+            f"/{parity['images']} val images (max difference {parity['max_abs_diff']:.1e}); photoclf serve runs it"
+        )
     why = parity.get("missing") or f"top-1 agreement {parity['top1_agreement']:.4f}"
-    return f"litert: float32 file NOT checked OK ({why}); serve.py will run the SavedModel through TensorFlow"
+    return f"litert: float32 file NOT checked OK ({why}); photoclf serve will run the SavedModel through TensorFlow"

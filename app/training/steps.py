@@ -4,9 +4,10 @@ Keras 3's `model.fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#
 training does not use it anywhere: the same custom step serves one CPU, several GPUs and
 several workers. A multi-label dataset's labels are multi-hot float vectors: the loss is then
 binary cross-entropy, "correct" means every label right at 0.5 (exact match), and the
-confusion matrix is one 2x2 per label. Images arrive as uint8; the step casts them, and in training applies the colour
-jitter, on the device (the model normalises them). Each replica returns sums (loss, correct, count; evaluation adds the confusion
-matrix) that are reduced across replicas, so metrics are exact whatever the replica count.
+confusion matrix is one 2x2 per label. Images arrive as uint8; the step casts them, and in
+training applies the colour jitter, on the device (the model normalises them). Each replica
+returns sums (loss, correct, count; evaluation adds the confusion matrix) that are reduced
+across replicas, so metrics are exact whatever the replica count.
 """
 
 from __future__ import annotations
@@ -61,12 +62,20 @@ class Steps:
         self._train = tf.function(self._train_steps, autograph=False)
         self._eval_step = None  # traced on the first evaluation, for its dataset's element spec
 
-    def evaluating(self, model: keras.Model) -> "Steps":
+    def evaluating(self, model: keras.Model) -> Steps:
         """Evaluation of `model` with these steps' loss (label smoothing included), so that its
         val_loss compares with theirs: phase 2 validates its tail on cached activations."""
         weights = None if self.class_weights is None else self.class_weights.numpy().tolist()
-        return Steps(self.strategy, model, None, num_classes=self.num_classes, global_batch_size=self.global_batch_size,
-                     label_smoothing=self.label_smoothing, class_weights=weights, multi_label=self.multi_label)
+        return Steps(
+            self.strategy,
+            model,
+            None,
+            num_classes=self.num_classes,
+            global_batch_size=self.global_batch_size,
+            label_smoothing=self.label_smoothing,
+            class_weights=weights,
+            multi_label=self.multi_label,
+        )
 
     def _per_example_loss(self, labels: tf.Tensor, logits: tf.Tensor, weighted: bool = False) -> tf.Tensor:
         logits = tf.cast(logits, tf.float32)
@@ -76,8 +85,13 @@ class Steps:
             return tf.reduce_mean(tf.nn.weighted_cross_entropy_with_logits(targets, logits, pos_weight), axis=-1)
         one_hot = tf.one_hot(labels, self.num_classes)
         per_example = keras.losses.categorical_crossentropy(
-            one_hot, logits, from_logits=True, label_smoothing=self.label_smoothing)
-        return per_example * tf.gather(self.class_weights, labels) if weighted and self.class_weights is not None else per_example
+            one_hot, logits, from_logits=True, label_smoothing=self.label_smoothing
+        )
+        return (
+            per_example * tf.gather(self.class_weights, labels)
+            if weighted and self.class_weights is not None
+            else per_example
+        )
 
     def _correct(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
         """Per example: the top class is right, or (multi-label) every label is right at 0.5."""
@@ -126,7 +140,9 @@ class Steps:
         with tf.GradientTape() as tape:
             logits = self.model(inputs, training=True)
             per_example = self._per_example_loss(labels, logits)
-            weighted = self._per_example_loss(labels, logits, weighted=True) if self.class_weights is not None else per_example
+            weighted = (
+                self._per_example_loss(labels, logits, weighted=True) if self.class_weights is not None else per_example
+            )
             loss = tf.nn.compute_average_loss(weighted, global_batch_size=self.global_batch_size)
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
                 loss = self.optimizer.scale_loss(loss)
@@ -138,6 +154,7 @@ class Steps:
         """`num_steps` steps in one call (steps_per_execution): fewer Python round trips. The
         loop is TF's own, so the step is traced without AutoGraph (whose rewrite of this and
         every function the step calls took 0.6 s of a run)."""
+
         def step(done: tf.Tensor, totals: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             inputs, labels = next(iterator)
             per_replica = self.strategy.run(self._replica_step, args=(inputs, labels))
@@ -149,14 +166,17 @@ class Steps:
     def _replica_eval(self, inputs, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         def outputs() -> tuple[tf.Tensor, tf.Tensor]:
             logits = self.model(map_image(inputs, lambda images: tf.cast(images, tf.float32)), training=False)
-            sums = tf.concat([self._sums(labels, logits, self._per_example_loss(labels, logits)),
-                              self._confusion(labels, logits)], axis=0)
+            sums = tf.concat(
+                [self._sums(labels, logits, self._per_example_loss(labels, logits)), self._confusion(labels, logits)],
+                axis=0,
+            )
             return sums, tf.cast(logits, tf.float32)
 
         # A replica whose data ran out gets an empty batch; the model is not run on it (some
         # CPU kernels mis-shape empty batches), it just contributes zeros to the sums.
-        sums, logits = tf.cond(tf.shape(labels)[0] > 0, outputs,
-                               lambda: (tf.zeros([self._eval_size]), tf.zeros([0, self.num_classes])))
+        sums, logits = tf.cond(
+            tf.shape(labels)[0] > 0, outputs, lambda: (tf.zeros([self._eval_size]), tf.zeros([0, self.num_classes]))
+        )
         return sums, logits, labels
 
     @property
@@ -166,8 +186,11 @@ class Steps:
     def _eval_batch(self, inputs: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """(summed metrics, logits, labels) of one global batch, gathered from every replica."""
         sums, logits, labels = self.strategy.run(self._replica_eval, args=(inputs, labels))
-        return (self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None),
-                self.strategy.gather(logits, axis=0), self.strategy.gather(labels, axis=0))
+        return (
+            self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None),
+            self.strategy.gather(logits, axis=0),
+            self.strategy.gather(labels, axis=0),
+        )
 
     def _eval_all(self, dataset) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
         """One compiled call per batch, from a Python loop: the same pass as a `for` loop inside
@@ -177,8 +200,9 @@ class Steps:
         worker is done, so the per-step all-reduce never waits for a worker that has stopped
         (uneven shards under multi-worker training)."""
         if self._eval_step is None:
-            self._eval_step = tf.function(self._eval_batch, input_signature=list(dataset.element_spec),
-                                          autograph=False)  # tf.cond as written; AutoGraph's rewrite buys nothing
+            self._eval_step = tf.function(
+                self._eval_batch, input_signature=list(dataset.element_spec), autograph=False
+            )  # tf.cond as written; AutoGraph's rewrite buys nothing
         totals, logits, labels = tf.zeros([self._eval_size]), [], []
         for inputs, y in dataset:
             sums, batch_logits, batch_labels = self._eval_step(inputs, y)

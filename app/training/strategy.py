@@ -59,16 +59,25 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     if resolver is None:
         return True
     task_type, task_id = resolver.task_type, resolver.task_id
-    return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict())
+    return (
+        task_type is None
+        or task_type == "chief"
+        or (task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict())
+    )
 
 
 def strategy_name(strategy: tf.distribute.Strategy) -> str:
     """The public name (MultiWorkerMirroredStrategy's class is called CollectiveAllReduceStrategy)."""
-    for cls, name in ((tf.distribute.MultiWorkerMirroredStrategy, "MultiWorkerMirroredStrategy"),
-                      (tf.distribute.MirroredStrategy, "MirroredStrategy"), (tf.distribute.TPUStrategy, "TPUStrategy")):
+    for cls, name in (
+        (tf.distribute.MultiWorkerMirroredStrategy, "MultiWorkerMirroredStrategy"),
+        (tf.distribute.MirroredStrategy, "MirroredStrategy"),
+        (tf.distribute.TPUStrategy, "TPUStrategy"),
+    ):
         if isinstance(strategy, cls):
             return name
-    return "default (one device)" if type(strategy).__name__ == "_DefaultDistributionStrategy" else type(strategy).__name__
+    return (
+        "default (one device)" if type(strategy).__name__ == "_DefaultDistributionStrategy" else type(strategy).__name__
+    )
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:

@@ -20,5 +20,8 @@ def choose_thresholds(ctx: Context, phases: KeptPhases | None = None) -> dict:
     logits, labels = validation_logits(ctx, phases)
     probabilities = 1 / (1 + np.exp(-logits))
     found = [best_threshold(labels[:, c], probabilities[:, c]) for c in range(labels.shape[1])]
-    return {"thresholds": [round(t, 6) for t, _ in found], "val_f1": [f1 for _, f1 in found],
-            "fitted_on": f"val ({len(labels)} images)"}
+    return {
+        "thresholds": [round(t, 6) for t, _ in found],
+        "val_f1": [f1 for _, f1 in found],
+        "fitted_on": f"val ({len(labels)} images)",
+    }

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -46,8 +46,13 @@ from app.training.strategy import barrier
 log = logging.getLogger(__name__)
 
 
-def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
-                frozen: FrozenActivations | None = None, plan: Phase2Plan | None = None) -> Phase:
+def build_phase(
+    ctx: Context,
+    number: int,
+    baseline: PhaseResult | None = None,
+    frozen: FrozenActivations | None = None,
+    plan: Phase2Plan | None = None,
+) -> Phase:
     """Phase 1 (the head; on cached features when ctx.cached_phase1) or phase 2 (the unfrozen top,
     from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`; validated,
     and trained on phase 1's cached views, from its frozen layers' output where
@@ -64,11 +69,15 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
     peak = resolve_rate(ctx, number)  # lr_head / lr_finetune, or the finder's suggestion for "auto"
     rate = peak if number == 1 else finetune_schedule(cfg, peak, ctx.steps_per_epoch, plan.epochs)
     spec = PhaseSpec(
-        phase=number, epochs=cfg.epochs_head if number == 1 else plan.epochs,
-        steps_per_epoch=ctx.steps_per_epoch, steps_per_execution=cfg.steps_per_execution,
+        phase=number,
+        epochs=cfg.epochs_head if number == 1 else plan.epochs,
+        steps_per_epoch=ctx.steps_per_epoch,
+        steps_per_execution=cfg.steps_per_execution,
         patience=cfg.early_stopping_patience if number == 1 else plan.patience,
-        epoch_offset=baseline.epochs if baseline else 0, select_by=cfg.select_by,
-        keep_baseline_accuracy=cfg.phase2_keeps_accuracy, max_seconds=math.inf if number == 1 else plan.max_seconds,
+        epoch_offset=baseline.epochs if baseline else 0,
+        select_by=cfg.select_by,
+        keep_baseline_accuracy=cfg.phase2_keeps_accuracy,
+        max_seconds=math.inf if number == 1 else plan.max_seconds,
     )
     sample = None
     if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike
@@ -79,9 +88,16 @@ def build_phase(ctx: Context, number: int, baseline: PhaseResult | None = None,
     inputs = feature_inputs(ctx, sample, frozen) if cached else image_inputs(ctx, number)
     if number == 2:
         inputs = frozen.inputs(inputs)
-    return Phase(spec=spec, steps=steps, inputs=inputs, model=clf.head_model if cached else clf.model,
-                 files=ctx.phase_files, history=ctx.history, baseline=baseline,
-                 val_steps=steps.evaluating(split.tail) if split and not on_views else None)
+    return Phase(
+        spec=spec,
+        steps=steps,
+        inputs=inputs,
+        model=clf.head_model if cached else clf.model,
+        files=ctx.phase_files,
+        history=ctx.history,
+        baseline=baseline,
+        val_steps=steps.evaluating(split.tail) if split and not on_views else None,
+    )
 
 
 def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseResult:
@@ -92,21 +108,27 @@ def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseRe
 def phase2_plan(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations) -> Phase2Plan:
     """What phase 2 will do (app/training/plan.py), from what phase 1 left; `frozen` lets the
     views go when it chooses images."""
-    plan = plan_phase2(ctx.cfg, phase1.val_accuracy if phase1 else None, phase1.seconds if phase1 else 0.0,
-                       frozen.no_views)
+    plan = plan_phase2(
+        ctx.cfg, phase1.val_accuracy if phase1 else None, phase1.seconds if phase1 else 0.0, frozen.no_views
+    )
     if plan.mode == "images":
         frozen.train_on_images()
     return plan
 
 
-def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations | None = None,
-               plan: Phase2Plan | None = None) -> PhaseResult:
+def run_phase2(
+    ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations | None = None, plan: Phase2Plan | None = None
+) -> PhaseResult:
     frozen = frozen or frozen_activations(ctx)
     plan = plan or phase2_plan(ctx, phase1, frozen)
     log.info("%s", plan.describe())
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)
-    log.info("phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen", len(trained),
-             trained[0] if trained else "-", trained[-1] if trained else "-")
+    log.info(
+        "phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen",
+        len(trained),
+        trained[0] if trained else "-",
+        trained[-1] if trained else "-",
+    )
     return run_phase(build_phase(ctx, 2, phase1, frozen, plan))
 
 
@@ -134,18 +156,31 @@ def _train(ctx: Context) -> dict:
     cfg = ctx.cfg
     if ctx.weights_warning:
         log.warning("WARNING: %s", ctx.weights_warning)
-    log.info("backbone %s at %dx%d, weights: %s; precision %s", ctx.clf.spec.name, ctx.image_size, ctx.image_size,
-             ctx.weights_used, ctx.policy)
+    log.info(
+        "backbone %s at %dx%d, weights: %s; precision %s",
+        ctx.clf.spec.name,
+        ctx.image_size,
+        ctx.image_size,
+        ctx.weights_used,
+        ctx.policy,
+    )
     log.info("%s", describe_distribution(ctx))
     log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
     log.info("XLA %s (%s)", "on" if ctx.jit_compile else "off", ctx.jit_reason)
     if ctx.info.multi_label:
         positives = ", ".join(f"{c} {ctx.info.counts['train'].get(c, 0)}" for c in ctx.info.classes)
-        log.info("multi-label: %d training photos; photos with each label: %s", ctx.info.num_examples("train"), positives)
+        log.info(
+            "multi-label: %d training photos; photos with each label: %s", ctx.info.num_examples("train"), positives
+        )
     ctx.clf.model.summary(show_trainable=True, line_length=100)
-    metrics: dict = {"weights": ctx.weights_used, "weights_warning": ctx.weights_warning,
-                     "backbone": ctx.clf.spec.name, "image_size": ctx.image_size, "classes": ctx.info.classes,
-                     "phase1_mode": "features" if ctx.cached_phase1 else "images"}
+    metrics: dict = {
+        "weights": ctx.weights_used,
+        "weights_warning": ctx.weights_warning,
+        "backbone": ctx.clf.spec.name,
+        "image_size": ctx.image_size,
+        "classes": ctx.info.classes,
+        "phase1_mode": "features" if ctx.cached_phase1 else "images",
+    }
     frozen = frozen_activations(ctx)  # phase 2's input, which phase 1's feature cache helps to build
     phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
@@ -164,19 +199,23 @@ def _train(ctx: Context) -> dict:
     confusion = np.array(kept.val_confusion_matrix) if kept else evaluate_split(ctx, "val", evaluation).confusion_matrix
     if ctx.chief:
         phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
-        if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see README
+        if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see docs/training.md
             metrics["calibration"] = _calibrate(ctx, phases)
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
-        _finish(ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p), kept=_kept_file(ctx, phases))
+        _finish(
+            ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p), kept=_kept_file(ctx, phases)
+        )
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
 
 
 def lr_find_record(cfg: TrainConfig, suggestions: dict[str, float]) -> dict:
     """metrics.json's account of `auto` rates: each sweep's suggestion, the rule, the rates used."""
-    used = {key: suggestions.get(f"phase{phase}") if getattr(cfg, key) == "auto" else getattr(cfg, key)
-            for phase, key in ((1, "lr_head"), (2, "lr_finetune"))}
+    used = {
+        key: suggestions.get(f"phase{phase}") if getattr(cfg, key) == "auto" else getattr(cfg, key)
+        for phase, key in ((1, "lr_head"), (2, "lr_finetune"))
+    }
     return {**suggestions, "rule": RULE, "used": used}
 
 
@@ -184,8 +223,10 @@ def _thresholds(ctx: Context, phases: KeptPhases) -> dict:
     from app.training.thresholds import choose_thresholds
 
     found = choose_thresholds(ctx, phases)
-    log.info("per-label decision thresholds (best F1 on val): %s",
-             ", ".join(f"{c} {t:.2f}" for c, t in zip(ctx.info.classes, found["thresholds"])))
+    log.info(
+        "per-label decision thresholds (best F1 on val): %s",
+        ", ".join(f"{c} {t:.2f}" for c, t in zip(ctx.info.classes, found["thresholds"])),
+    )
     return found
 
 
@@ -193,17 +234,29 @@ def _calibrate(ctx: Context, phases: KeptPhases) -> dict:
     from app.training.calibration import calibrate
 
     found = calibrate(ctx, phases)
-    log.info("calibration: temperature %.3f fitted on %s; val log loss %.4f -> %.4f, ECE %.4f -> %.4f",
-             found["temperature"], found["fitted_on"], found["val_log_loss_before"], found["val_log_loss_after"],
-             found["val_ece_before"], found["val_ece_after"])
+    log.info(
+        "calibration: temperature %.3f fitted on %s; val log loss %.4f -> %.4f, ECE %.4f -> %.4f",
+        found["temperature"],
+        found["fitted_on"],
+        found["val_log_loss_before"],
+        found["val_log_loss_after"],
+        found["val_ece_before"],
+        found["val_ece_after"],
+    )
     return found
 
 
 def _sample_writer(ctx: Context, step: int) -> Callable[[np.ndarray], None]:
     """Writes a few training images, as the backbone gets them, to TensorBoard."""
+
     def write(images: np.ndarray) -> None:
-        ctx.history.board.images("train/augmented_inputs", images[:SAMPLE_IMAGES], step=step,
-                                 description="training images as the input pipeline makes them (before the backbone)")
+        ctx.history.board.images(
+            "train/augmented_inputs",
+            images[:SAMPLE_IMAGES],
+            step=step,
+            description="training images as the input pipeline makes them (before the backbone)",
+        )
+
     return write
 
 
@@ -239,8 +292,12 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int,
     plot_learning_curves(ctx.run.history, ctx.run.learning_curves)
     if not ctx.info.multi_label:  # multi-label: one 2x2 per label, drawn by the evaluation report
         figure = confusion_matrix_figure(val_confusion, ctx.info.classes)
-        ctx.history.board.figure("val/confusion_matrix", figure_png(figure), step=epochs,
-                                 description="validation split, kept weights; rows: true class")
+        ctx.history.board.figure(
+            "val/confusion_matrix",
+            figure_png(figure),
+            step=epochs,
+            description="validation split, kept weights; rows: true class",
+        )
     ctx.run.write_metrics(metrics)
 
 

@@ -100,8 +100,12 @@ def test_embeddings_are_reused_when_nothing_changed(dirty_folder: Path, tmp_path
     stamp = (tmp_path / "report" / "embeddings.npz").stat().st_mtime_ns
     keras.utils.set_random_seed(0)
     audit(dirty_folder, tmp_path / "report", **FAST)
-    assert (tmp_path / "report" / "embeddings.npz").stat().st_mtime_ns == stamp and "audit embeddings: reusing" in caplog.text
-    Image.new("RGB", (80, 80), (10, 200, 30)).save(dirty_folder / "train" / sorted(p.name for p in (dirty_folder / "train").iterdir())[0] / "new.png")
+    assert (
+        tmp_path / "report" / "embeddings.npz"
+    ).stat().st_mtime_ns == stamp and "audit embeddings: reusing" in caplog.text
+    Image.new("RGB", (80, 80), (10, 200, 30)).save(
+        dirty_folder / "train" / sorted(p.name for p in (dirty_folder / "train").iterdir())[0] / "new.png"
+    )
     caplog.clear()
     keras.utils.set_random_seed(0)
     audit(dirty_folder, tmp_path / "report", **FAST)
@@ -115,13 +119,17 @@ def test_bad_input_fails_with_one_line_errors(tmp_path: Path):
         audit(tmp_path, tmp_path / "report", weights="none", near_threshold=1.5)
 
 
-def test_pretrained_embeddings_place_a_smaller_recompressed_copy_nearest_its_original(pretrained_weights, demo_images: Path, tmp_path: Path):
+def test_pretrained_embeddings_place_a_smaller_recompressed_copy_nearest_its_original(
+    pretrained_weights, demo_images: Path, tmp_path: Path
+):
     folder = tmp_path / "photos"
     shutil.copytree(demo_images, folder)
     class_dir = sorted(p for p in folder.iterdir() if p.is_dir())[0]
     original = sorted(class_dir.iterdir())[0]
     with Image.open(original) as image:
-        image.convert("RGB").resize((image.width * 3 // 4, image.height * 3 // 4)).save(class_dir / "smaller.jpg", quality=50)
+        image.convert("RGB").resize((image.width * 3 // 4, image.height * 3 // 4)).save(
+            class_dir / "smaller.jpg", quality=50
+        )
     audit_input = load_audit_input(folder)
     scan = scan_images(audit_input, tmp_path / "embeddings.npz", weights=str(pretrained_weights))
     names = [Path(audit_input.items[i].name).name for i in scan.indices]
@@ -146,10 +154,18 @@ def test_notebook_runs_with_papermill_parameters(dirty_folder: Path, tmp_path: P
     import papermill
 
     out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(ROOT / "notebooks/audit.ipynb"), str(out), cwd=str(tmp_path), progress_bar=False,
-                               parameters={"data": str(dirty_folder), "report_dir": str(tmp_path / "rep"),
-                                           "manifest": str(tmp_path / "reviewed.csv"),
-                                           "options": {**FAST, "backbone": "mobilenet_v2"}})  # the kernel has the product's backbones
+    papermill.execute_notebook(
+        str(ROOT / "notebooks/audit.ipynb"),
+        str(out),
+        cwd=str(tmp_path),
+        progress_bar=False,
+        parameters={
+            "data": str(dirty_folder),
+            "report_dir": str(tmp_path / "rep"),
+            "manifest": str(tmp_path / "reviewed.csv"),
+            "options": {**FAST, "backbone": "mobilenet_v2"},
+        },
+    )  # the kernel has the product's backbones
     executed = json.loads(out.read_text())
     text = "".join("".join(o.get("text", "")) for cell in executed["cells"] for o in cell.get("outputs", []))
     assert "leaks across splits:   1 pairs" in text and "leaked.jpg" in text
@@ -162,10 +178,18 @@ def test_cli_refuses_bad_input_in_one_line(demo_records: Path, tmp_path: Path):
     import subprocess
     import sys
 
-    for args, message in (([str(tmp_path / "missing")], "no such file or folder"),
-                          ([str(demo_records), "--write-manifest", str(tmp_path / "m.csv")], "needs the original photos")):
-        out = subprocess.run([sys.executable, str(ROOT / "scripts/audit.py"), *args, "--report", str(tmp_path / "r")],
-                             capture_output=True, text=True, timeout=120)
+    for args, message in (
+        ([str(tmp_path / "missing")], "no such file or folder"),
+        ([str(demo_records), "--write-manifest", str(tmp_path / "m.csv")], "needs the original photos"),
+    ):
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "scripts/audit.py"), *args, "--report", str(tmp_path / "r")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 2 and message in out.stderr
-        assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [out.stderr.strip().splitlines()[-1]]
+        assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
+            out.stderr.strip().splitlines()[-1]
+        ]
     assert not (tmp_path / "r").exists()  # nothing written before the error

@@ -28,7 +28,9 @@ def test_near_duplicate_pairs_match_brute_force_whatever_the_block_size():
     for block_bytes in (4 * 43, 4 * 43 * 5, 2**27):  # one row per block, 5 rows, everything at once
         pairs = findings.near_duplicate_pairs(embeddings, 0.9, block_bytes=block_bytes)
         assert {(i, j) for i, j, _ in pairs} == expected
-        assert all(i < j for i, j, _ in pairs) and [s for *_, s in pairs] == sorted((s for *_, s in pairs), reverse=True)
+        assert all(i < j for i, j, _ in pairs) and [s for *_, s in pairs] == sorted(
+            (s for *_, s in pairs), reverse=True
+        )
 
 
 def test_neighbour_similarity_is_the_mean_of_the_k_nearest_others():
@@ -37,7 +39,9 @@ def test_neighbour_similarity_is_the_mean_of_the_k_nearest_others():
     similarity = embeddings @ embeddings.T
     np.fill_diagonal(similarity, -np.inf)
     expected = np.sort(similarity, axis=1)[:, -3:].mean(1)
-    np.testing.assert_allclose(findings.neighbour_similarity(embeddings, k=3, block_bytes=4 * 12 * 5), expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        findings.neighbour_similarity(embeddings, k=3, block_bytes=4 * 12 * 5), expected, rtol=1e-5
+    )
 
 
 def test_outliers_flag_the_image_far_from_a_cluster_and_the_cheap_checks():
@@ -46,21 +50,46 @@ def test_outliers_flag_the_image_far_from_a_cluster_and_the_cheap_checks():
     loner = _unit(-np.ones((1, 8)))
     embeddings = np.concatenate([cluster, loner])
     n = len(embeddings)
-    stats = findings.PixelStats(heights=np.full(n, 300), widths=np.full(n, 400), pixel_std=np.full(n, 50.0),
-                                detail=np.full(n, 5.0), flat_share=np.full(n, 0.1))
-    stats.heights[0], stats.widths[1], stats.pixel_std[2], stats.detail[3], stats.flat_share[4] = 20, 2000, 1.0, 0.1, 0.9
+    stats = findings.PixelStats(
+        heights=np.full(n, 300),
+        widths=np.full(n, 400),
+        pixel_std=np.full(n, 50.0),
+        detail=np.full(n, 5.0),
+        flat_share=np.full(n, 0.1),
+    )
+    stats.heights[0], stats.widths[1], stats.pixel_std[2], stats.detail[3], stats.flat_share[4] = (
+        20,
+        2000,
+        1.0,
+        0.1,
+        0.9,
+    )
     found = findings.outliers(findings.neighbour_similarity(embeddings), stats)
     assert set(found) == {0, 1, 2, 3, 4, 30}
     assert "far from every other image" in found[30][0]
     assert [found[k][0].split(" (")[0] for k in range(5)] == [
-        "tiny", "extreme aspect ratio", "near-constant", "no fine detail", "mostly one flat colour"]
+        "tiny",
+        "extreme aspect ratio",
+        "near-constant",
+        "no fine detail",
+        "mostly one flat colour",
+    ]
 
 
 def test_label_issues_follow_confident_learning_thresholds():
     # Class 0 images give class 0 about 0.8; class 1 images give class 1 about 0.7.
-    probabilities = np.array([[0.8, 0.2], [0.85, 0.15], [0.75, 0.25], [0.3, 0.7], [0.25, 0.75], [0.35, 0.65],
-                              [0.1, 0.9],   # labelled 0, but class 1 clears its threshold: flagged, suggested 1
-                              [0.45, 0.55]])  # labelled 0, class 1 (0.55) is below class 1's threshold: not flagged
+    probabilities = np.array(
+        [
+            [0.8, 0.2],
+            [0.85, 0.15],
+            [0.75, 0.25],
+            [0.3, 0.7],
+            [0.25, 0.75],
+            [0.35, 0.65],
+            [0.1, 0.9],  # labelled 0, but class 1 clears its threshold: flagged, suggested 1
+            [0.45, 0.55],
+        ]
+    )  # labelled 0, class 1 (0.55) is below class 1's threshold: not flagged
     labels = np.array([0, 0, 0, 1, 1, 1, 0, 0])
     assert findings.label_issues(probabilities, labels) == [(6, 1, pytest.approx(0.1))]
 

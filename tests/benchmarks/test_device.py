@@ -29,7 +29,9 @@ def _snapshot(model) -> dict[str, list[np.ndarray]]:
 
 def _changed(before: dict, model) -> set[str]:
     after = _snapshot(model)
-    return {name for name, weights in before.items() if any(not np.array_equal(a, b) for a, b in zip(weights, after[name]))}
+    return {
+        name for name, weights in before.items() if any(not np.array_equal(a, b) for a, b in zip(weights, after[name]))
+    }
 
 
 @pytest.mark.slow  # builds MobileNetV2 several times
@@ -58,9 +60,16 @@ def test_every_variant_is_timed_every_round_and_reported_with_its_range():
     variants = [Variant("phase1", "float32", False), Variant("phase2", "mixed_float16", True)]
     lines: list[str] = []
     report = run_device_benchmark(TINY, variants, steps=2, rounds=2, log=lines.append)
-    assert (report["backend"], report["device"], report["image_size"], report["batch_size"]) == ("tensorflow", "cpu", 32, 4)
+    assert (report["backend"], report["device"], report["image_size"], report["batch_size"]) == (
+        "tensorflow",
+        "cpu",
+        32,
+        4,
+    )
     assert [(r["workload"], r["precision"], r["xla"]) for r in report["results"]] == [
-        ("phase1", "float32", False), ("phase2", "mixed_float16", True)]
+        ("phase1", "float32", False),
+        ("phase2", "mixed_float16", True),
+    ]
     for r in report["results"]:
         assert 0 < r["range"][0] <= r["images_per_s"] <= r["range"][1]
     assert len(lines) == 2 + 2  # one line per variant built, one per round

@@ -14,6 +14,8 @@ def test_input_benchmark_reports_each_variant_and_consistent_ratios(demo_records
     result = run_input_benchmark(demo_records, image_size=32, batch_size=4, num_images=16, rounds=2, log=lines.append)
     variants = ("images_per_s", "pipeline_images_per_s", "baseline_images_per_s", "decode_images_per_s")
     assert all(result[k] > 0 for k in variants)
-    assert result["ratio_vs_baseline"] == pytest.approx(result["images_per_s"] / result["baseline_images_per_s"], rel=1e-2)
+    assert result["ratio_vs_baseline"] == pytest.approx(
+        result["images_per_s"] / result["baseline_images_per_s"], rel=1e-2
+    )
     assert result["ratio_vs_decode"] == pytest.approx(result["images_per_s"] / result["decode_images_per_s"], rel=1e-2)
     assert [line.split(":")[0] for line in lines] == ["round 1/2", "round 2/2"]  # variants alternate per round

@@ -18,15 +18,30 @@ from benchmarks.phase2 import (
 def test_a_variant_is_a_name_with_optional_config_keys():
     assert parse_variant("defaults") == ("defaults", {})
     assert parse_variant("ema:ema_decay=0.99,select-by=val_accuracy") == (
-        "ema", {"ema_decay": "0.99", "select_by": "val_accuracy"})
+        "ema",
+        {"ema_decay": "0.99", "select_by": "val_accuracy"},
+    )
     with pytest.raises(ValueError, match="expected key=value"):
         parse_variant("bad:ema_decay")
 
 
 def _row(variant: str, seed: int, p1: float, p2: float) -> dict:
-    return {"variant": variant, "per_class": 10, "seed": seed, "p1_accuracy": p1, "p2_accuracy": p2, "p1_loss": 0.5,
-            "p2_loss": 0.4, "p2_own_best_accuracy": p2, "p2_epochs": 5, "p2_seconds": 10.0 + seed, "val_images": 200,
-            "p1_test_accuracy": p1 - 0.1, "p2_test_accuracy": p2 - 0.1, "test_images": 50}
+    return {
+        "variant": variant,
+        "per_class": 10,
+        "seed": seed,
+        "p1_accuracy": p1,
+        "p2_accuracy": p2,
+        "p1_loss": 0.5,
+        "p2_loss": 0.4,
+        "p2_own_best_accuracy": p2,
+        "p2_epochs": 5,
+        "p2_seconds": 10.0 + seed,
+        "val_images": 200,
+        "p1_test_accuracy": p1 - 0.1,
+        "p2_test_accuracy": p2 - 0.1,
+        "test_images": 50,
+    }
 
 
 def test_summary_gives_mean_spread_and_the_gain_in_validation_images():
@@ -58,10 +73,21 @@ def test_every_variant_trains_on_the_same_subset(tmp_path: Path, monkeypatch):
     for split, seed in (("train", 0), ("val", 1)):
         generate_demo_images(tmp_path / "photos" / split, per_class=6, seed=seed)
     lines: list[str] = []
-    rows = run_phase2_benchmark(tmp_path / "photos", weights="none", per_class=(4,), seeds=(0,), log=lines.append,
-                                variants=[("plain", {}), ("ema", {"ema_decay": "0.9"})], image_size=64,
-                                test_per_class=2, epochs_head=1, epochs_finetune=1)
+    rows = run_phase2_benchmark(
+        tmp_path / "photos",
+        weights="none",
+        per_class=(4,),
+        seeds=(0,),
+        log=lines.append,
+        variants=[("plain", {}), ("ema", {"ema_decay": "0.9"})],
+        image_size=64,
+        test_per_class=2,
+        epochs_head=1,
+        epochs_finetune=1,
+    )
     assert [r["variant"] for r in rows] == ["plain", "ema"] and len(lines) == 2
-    assert all(0 < r["test_images"] <= 8 and 0 <= r["p2_test_accuracy"] <= 1 for r in rows)  # 2 left-out photos per class
+    assert all(
+        0 < r["test_images"] <= 8 and 0 <= r["p2_test_accuracy"] <= 1 for r in rows
+    )  # 2 left-out photos per class
     assert all(r["val_images"] == rows[0]["val_images"] > 0 for r in rows)  # the whole val split, every variant
     assert all(r["p2_epochs"] == 1 and 0 <= r["p2_accuracy"] <= 1 for r in rows)

@@ -45,8 +45,17 @@ def test_the_usual_recipe_runs_with_tensorflows_own_allocator_and_ours_with_the_
 
     monkeypatch.setattr(recipe_benchmark, "_trace", fake_trace)
     monkeypatch.setattr(recipe_benchmark.RunDir, "read_metrics", lambda self: {"phase2": {"val_accuracy": 0.9}})
-    recipe_benchmark._rounds(tmp_path, tmp_path, tmp_path, weights="w.h5", image_size=32, rounds=1, seed=7,
-                             recipe_epochs=(1, 1), log=lambda line: None)
+    recipe_benchmark._rounds(
+        tmp_path,
+        tmp_path,
+        tmp_path,
+        weights="w.h5",
+        image_size=32,
+        rounds=1,
+        seed=7,
+        recipe_epochs=(1, 1),
+        log=lambda line: None,
+    )
     assert environments["usual"] == {"TF_CPU_ALLOCATOR_USE_BFC": "false"}  # what a copy of the tutorial gets
     assert environments["ours"] is None  # fine_tune.py as a user runs it: app/__init__.py's BFC default
     assert commands["usual"][-3] == "7"  # both recipes get --seed: the usual one as its seed argument,
@@ -84,8 +93,14 @@ def test_both_recipes_run_on_the_same_photos(pretrained_weights: Path, tmp_path:
         for split in ("train", "val"):  # the usual recipe stops at the first file it cannot decode
             (tmp_path / "photos" / split / bad).unlink()
     lines: list[str] = []
-    result = run_recipe_benchmark(tmp_path / "photos", weights=str(pretrained_weights), image_size=64, rounds=1,
-                                  recipe_epochs=(1, 1), log=lines.append)
+    result = run_recipe_benchmark(
+        tmp_path / "photos",
+        weights=str(pretrained_weights),
+        image_size=64,
+        rounds=1,
+        recipe_epochs=(1, 1),
+        log=lines.append,
+    )
     assert len(lines) == 1 and result["rounds"] == 1
     assert result["usual_seconds"] > 0 and result["ours_seconds"] > result["convert_seconds"] > 0
     assert 0 <= result["usual_val_accuracy"] <= 1 and 0 <= result["ours_val_accuracy"] <= 1

@@ -12,13 +12,21 @@ from benchmarks.serving import run_serving_benchmark
 @pytest.mark.slow
 def test_serving_benchmark_speed_bombs_and_overload(trained_run: Path, demo_images: Path):
     images = [p.read_bytes() for p in sorted(demo_images.glob("*/*_00[0-3].jpg"))]
-    result = run_serving_benchmark(trained_run / "export" / "shapes", images, requests=16, clients=4, rounds=1,
-                                   overload_seconds=2, log=lambda m: None)
+    result = run_serving_benchmark(
+        trained_run / "export" / "shapes",
+        images,
+        requests=16,
+        clients=4,
+        rounds=1,
+        overload_seconds=2,
+        log=lambda m: None,
+    )
     speed = result["speed"]
     for name in ("before", "tf", "auto"):
         assert 0 < speed[f"{name}_p50_ms"] <= speed[f"{name}_p99_ms"] and speed[f"{name}_images_per_s"] > 0
     assert speed["auto_vs_before_throughput"] == pytest.approx(
-        speed["auto_images_per_s"] / speed["before_images_per_s"], rel=2e-2)
+        speed["auto_images_per_s"] / speed["before_images_per_s"], rel=2e-2
+    )
     bombs = result["bombs"]
     assert bombs["bombs_sent"] == 4 and bombs["bombs_refused_413"] == 4  # every bomb refused, from its header
     assert bombs["mixed_normal_failed"] == bombs["normal_only_normal_failed"] == 0

@@ -15,19 +15,37 @@ from benchmarks.training_choices import Run, command, run_benchmark, summary_tab
 def test_each_run_is_the_users_command_with_the_seed_and_the_variants_keys():
     cmd = command(Path("data"), Path("out"), 2, "w.h5", {"feature_views": "4", "phase2_mode": "images"})
     assert cmd[0] == sys.executable and cmd[1].endswith("scripts/fine_tune.py")
-    assert cmd[2:] == ["--data", "data", "--out", "out", "--weights", "w.h5", "--overwrite", "--set=seed=2",
-                       "--set=feature_views=4", "--set=phase2_mode=images"]
+    assert cmd[2:] == [
+        "--data",
+        "data",
+        "--out",
+        "out",
+        "--weights",
+        "w.h5",
+        "--overwrite",
+        "--set=seed=2",
+        "--set=feature_views=4",
+        "--set=phase2_mode=images",
+    ]
 
 
 def _run(variant: str, seed: int, seconds: float, test: float | None, mode: str = "views") -> Run:
-    metrics = {"phase1": {"val_accuracy": 0.9}, "phase2": {"val_accuracy": 0.92, "epochs": 5, "best_epoch": seed},
-               "phase2_plan": {"mode": mode}, "test": {"accuracy": test} if test is not None else None}
+    metrics = {
+        "phase1": {"val_accuracy": 0.9},
+        "phase2": {"val_accuracy": 0.92, "epochs": 5, "best_epoch": seed},
+        "phase2_plan": {"mode": mode},
+        "test": {"accuracy": test} if test is not None else None,
+    }
     return Run("/d/flowers", variant, seed, seconds, 2000.0 + seed, metrics)
 
 
 def test_the_table_averages_seeds_and_compares_median_times_with_the_first_variant():
-    runs = [_run("defaults", 0, 40.0, 0.93), _run("k4", 0, 80.0, 0.95, "images"),
-            _run("defaults", 1, 50.0, 0.95), _run("k4", 1, 100.0, 0.97, "images")]
+    runs = [
+        _run("defaults", 0, 40.0, 0.93),
+        _run("k4", 0, 80.0, 0.95, "images"),
+        _run("defaults", 1, 50.0, 0.95),
+        _run("k4", 1, 100.0, 0.97, "images"),
+    ]
     lines = summary_table(runs, "/d/flowers").splitlines()
     assert lines[0] == "flowers (2 seeds)"
     defaults, k4 = lines[3].split(), lines[4].split()

@@ -38,8 +38,18 @@ def test_rgb_jpeg_is_kept_byte_for_byte():
 
 @pytest.mark.parametrize(
     "mode,fmt",
-    [("RGB", "PNG"), ("RGB", "GIF"), ("RGB", "BMP"), ("RGB", "WEBP"), ("RGB", "TIFF"), ("L", "JPEG"),
-     ("P", "PNG"), ("CMYK", "JPEG"), ("RGBA", "PNG"), ("LA", "PNG")],
+    [
+        ("RGB", "PNG"),
+        ("RGB", "GIF"),
+        ("RGB", "BMP"),
+        ("RGB", "WEBP"),
+        ("RGB", "TIFF"),
+        ("L", "JPEG"),
+        ("P", "PNG"),
+        ("CMYK", "JPEG"),
+        ("RGBA", "PNG"),
+        ("LA", "PNG"),
+    ],
 )
 def test_other_formats_and_modes_become_rgb_jpeg(mode: str, fmt: str):
     data = _encode(_photo().convert(mode), fmt)

@@ -74,11 +74,22 @@ def test_data_service_script_serves_batches_and_stops_on_sigterm(demo_records: P
     procs = [subprocess.Popen(script + ["dispatcher", "--port", str(port)], stdout=subprocess.PIPE, text=True)]
     try:
         assert f":{port}  (fine_tune.py --data-service grpc://" in procs[0].stdout.readline()
-        procs.append(subprocess.Popen(script + ["worker", "--dispatcher", f"localhost:{port}", "--advertise", "localhost"],
-                                      stdout=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                script + ["worker", "--dispatcher", f"localhost:{port}", "--advertise", "localhost"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
         assert "worker at localhost:" in procs[1].stdout.readline()
-        ds = make_train_dataset(demo_records, image_size=32, batch_size=4, repeat=True,
-                                data_service=f"grpc://localhost:{port}", service_job="script-test")
+        ds = make_train_dataset(
+            demo_records,
+            image_size=32,
+            batch_size=4,
+            repeat=True,
+            data_service=f"grpc://localhost:{port}",
+            service_job="script-test",
+        )
         batches = list(ds.take(3))
         assert [int(labels.shape[0]) for _, labels in batches] == [4, 4, 4]
     finally:

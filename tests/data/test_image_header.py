@@ -23,8 +23,9 @@ def encode(fmt: str, width: int, height: int, **options) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("fmt,options", [("JPEG", {}), ("JPEG", {"progressive": True}), ("PNG", {}), ("GIF", {}),
-                                         ("BMP", {})])
+@pytest.mark.parametrize(
+    "fmt,options", [("JPEG", {}), ("JPEG", {"progressive": True}), ("PNG", {}), ("GIF", {}), ("BMP", {})]
+)
 def test_each_format_gives_its_size(fmt: str, options: dict):
     assert read_header(encode(fmt, 300, 200, **options)) == HeaderSize(height=200, width=300, pixels=60_000)
 
@@ -36,10 +37,15 @@ def test_an_animated_gif_counts_every_frame():
     assert read_header(buffer.getvalue()) == HeaderSize(height=80, width=100, pixels=5 * 100 * 80)
 
 
-@pytest.mark.parametrize("fmt,keep,reason", [
-    ("JPEG", 10, "not a valid JPEG header"), ("PNG", 20, "truncated PNG header"),
-    ("GIF", 11, "truncated GIF header"), ("BMP", 20, "truncated BMP header"),
-])
+@pytest.mark.parametrize(
+    "fmt,keep,reason",
+    [
+        ("JPEG", 10, "not a valid JPEG header"),
+        ("PNG", 20, "truncated PNG header"),
+        ("GIF", 11, "truncated GIF header"),
+        ("BMP", 20, "truncated BMP header"),
+    ],
+)
 def test_cut_short_headers_are_refused_with_a_reason(fmt: str, keep: int, reason: str):
     with pytest.raises(ImageRejected, match=reason) as err:
         read_header(encode(fmt, 64, 64)[:keep])
@@ -54,7 +60,9 @@ def test_other_bytes_are_not_images(data: bytes):
 
 def test_a_huge_header_over_a_tiny_body_is_refused_before_decoding():
     """A PNG that claims 50000x50000 (2.5 gigapixels) in 40 bytes: refused from its header, with 413."""
-    png = b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", 50_000, 50_000) + b"\x08\x02\x00\x00\x00" + b"\0" * 8
+    png = (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", 50_000, 50_000) + b"\x08\x02\x00\x00\x00" + b"\0" * 8
+    )
     with pytest.raises(ImageRejected, match="image is 50000x50000 pixels; the limit is 40 megapixels") as err:
         check_size(png, 40)
     assert err.value.status == 413

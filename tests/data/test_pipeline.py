@@ -80,8 +80,11 @@ def test_color_jitter_matches_brightness_contrast_saturation_applied_in_turn():
     s = [tf.random.stateless_uniform([], k, 0.6, 1.4).numpy() for k in (s_b, s_c, s_s)]
     np.testing.assert_allclose(single, _reference_jitter(images[0].numpy(), *s), atol=1e-2)
     as_uint8 = tf.cast(tf.round(images), tf.uint8)  # what the pipeline hands the train step
-    np.testing.assert_allclose(color_jitter(as_uint8, seed, 0.4).numpy(),
-                               color_jitter(tf.cast(as_uint8, tf.float32), seed, 0.4).numpy(), atol=1e-3)
+    np.testing.assert_allclose(
+        color_jitter(as_uint8, seed, 0.4).numpy(),
+        color_jitter(tf.cast(as_uint8, tf.float32), seed, 0.4).numpy(),
+        atol=1e-3,
+    )
 
 
 def test_flip_mirrors_the_crop():
@@ -146,7 +149,9 @@ def test_deterministic_mode_repeats_exactly(demo_records: Path):
 def test_augmentation_off_gives_eval_style_images(demo_records: Path):
     ds = make_train_dataset(demo_records, image_size=32, batch_size=64, augment=Augment.off(), seed=0)
     train_images = sorted(x.numpy().sum() for batch, _ in ds for x in batch)
-    eval_images = sorted(x.numpy().sum() for batch, _ in make_eval_dataset(demo_records, split="train", image_size=32) for x in batch)
+    eval_images = sorted(
+        x.numpy().sum() for batch, _ in make_eval_dataset(demo_records, split="train", image_size=32) for x in batch
+    )
     np.testing.assert_allclose(train_images, eval_images, rtol=1e-5)
 
 
@@ -157,7 +162,11 @@ def test_input_context_shards_by_file(demo_records: Path):
         return [f for _, _, files in ds for f in files.numpy()]
 
     first, second = filenames(0), filenames(1)
-    everything = [f for _, _, files in make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True) for f in files.numpy()]
+    everything = [
+        f
+        for _, _, files in make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True)
+        for f in files.numpy()
+    ]
     assert first and second and not set(first) & set(second)
     assert sorted(first + second) == sorted(everything)
 
@@ -219,5 +228,9 @@ def test_input_context_shards_by_record_when_files_are_fewer_than_workers(demo_r
         return [f for _, _, files in ds for f in files.numpy()]
 
     parts = [filenames(i) for i in range(3)]
-    everything = [f for _, _, files in make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True) for f in files.numpy()]
+    everything = [
+        f
+        for _, _, files in make_eval_dataset(demo_records, split="train", image_size=16, with_filenames=True)
+        for f in files.numpy()
+    ]
     assert all(parts) and sorted(sum(parts, [])) == sorted(everything)

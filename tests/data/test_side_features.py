@@ -21,9 +21,12 @@ from app.errors import UserError
 
 # path, label, split, age, site: train ages 10, 20, 30, (missing) → mean 20, std sqrt(200/3)
 ROWS = [
-    ("a0.jpg", "cat", "train", "10", "arm"), ("a1.jpg", "cat", "train", "20", "leg"),
-    ("b0.jpg", "dog", "train", "30", "arm"), ("b1.jpg", "dog", "train", "NA", ""),
-    ("a2.jpg", "cat", "val", "", "head"), ("b2.jpg", "dog", "val", "25", "leg"),
+    ("a0.jpg", "cat", "train", "10", "arm"),
+    ("a1.jpg", "cat", "train", "20", "leg"),
+    ("b0.jpg", "dog", "train", "30", "arm"),
+    ("b1.jpg", "dog", "train", "NA", ""),
+    ("a2.jpg", "cat", "val", "", "head"),
+    ("b2.jpg", "dog", "val", "25", "leg"),
 ]
 
 
@@ -47,9 +50,16 @@ def records_by_file(out: Path, split: str, side_width: int) -> dict[str, dict]:
 
 
 def test_columns_are_numeric_unless_marked_and_bad_specs_are_named():
-    assert [(c.name, c.kind) for c in parse_columns("age, site:categorical")] == [("age", "numeric"), ("site", "categorical")]
-    for spec, words in (("age:number", "':numeric' or ':categorical'"), ("age,age", "named twice"),
-                        ("label", "reserved"), ("2nd", "not usable as an input name")):
+    assert [(c.name, c.kind) for c in parse_columns("age, site:categorical")] == [
+        ("age", "numeric"),
+        ("site", "categorical"),
+    ]
+    for spec, words in (
+        ("age:number", "':numeric' or ':categorical'"),
+        ("age,age", "named twice"),
+        ("label", "reserved"),
+        ("2nd", "not usable as an input name"),
+    ):
         with pytest.raises(UserError, match=words):
             parse_columns(spec)
 
@@ -58,10 +68,14 @@ def test_values_statistics_and_missing_cells_round_trip(tmp_path: Path):
     out = tmp_path / "records"
     meta = write_tfrecords(manifest(tmp_path / "src"), out, feature_columns="age,site:categorical", num_shards=1)
     stored = json.loads((out / schema.METADATA_FILE).read_text())
-    assert stored["side_features"] == meta["side_features"] == [
-        {"name": "age", "kind": "numeric", "mean": 20.0, "std": pytest.approx(math.sqrt(200 / 3))},
-        {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]},  # from train only: not "head"
-    ]
+    assert (
+        stored["side_features"]
+        == meta["side_features"]
+        == [
+            {"name": "age", "kind": "numeric", "mean": 20.0, "std": pytest.approx(math.sqrt(200 / 3))},
+            {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]},  # from train only: not "head"
+        ]
+    )
     assert stored["side_feature_missing"] == {"train": {"age": 1, "site": 1}, "val": {"age": 1, "site": 1}}
     train, val = records_by_file(out, "train", 2), records_by_file(out, "val", 2)
     assert train["a1.jpg"][schema.SIDE_VALUES].tolist() == [20.0, 2.0]  # "leg" is index 2; 0 is missing
@@ -90,10 +104,17 @@ def test_a_dataset_without_side_features_is_written_as_before(tmp_path: Path):
     assert isinstance(images, tf.Tensor) and images.shape[1:] == (16, 16, 3)
 
 
-@pytest.mark.parametrize("columns, rows, words", [
-    ("age,weight", ROWS, "no column 'weight' for --feature-columns"),
-    ("age", [*ROWS[:2], ("b0.jpg", "dog", "train", "old", "arm"), *ROWS[3:]], r"manifest.csv:4: column 'age' is numeric but holds 'old'"),
-])
+@pytest.mark.parametrize(
+    "columns, rows, words",
+    [
+        ("age,weight", ROWS, "no column 'weight' for --feature-columns"),
+        (
+            "age",
+            [*ROWS[:2], ("b0.jpg", "dog", "train", "old", "arm"), *ROWS[3:]],
+            r"manifest.csv:4: column 'age' is numeric but holds 'old'",
+        ),
+    ],
+)
 def test_bad_columns_fail_in_one_line_before_anything_is_written(tmp_path: Path, columns, rows, words):
     out = tmp_path / "records"
     with pytest.raises(UserError, match=words):
@@ -109,10 +130,16 @@ def test_side_features_need_a_manifest_not_class_folders(demo_images: Path, tmp_
 def test_the_encoding_layer_standardises_numbers_and_one_hots_categories():
     from app.models.layers import SideFeatureEncoding
 
-    layer = SideFeatureEncoding([{"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0},
-                                 {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]}])
+    layer = SideFeatureEncoding(
+        [
+            {"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0},
+            {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]},
+        ]
+    )
     encoded = np.asarray(layer(np.array([[30.0, 2.0], [np.nan, 0.0], [0.0, 7.0]], np.float32)))
-    np.testing.assert_allclose(encoded, [[1.0, 0, 0, 1], [0.0, 1, 0, 0], [-2.0, 1, 0, 0]])  # NaN → the mean; 7 → missing
+    np.testing.assert_allclose(
+        encoded, [[1.0, 0, 0, 1], [0.0, 1, 0, 0], [-2.0, 1, 0, 0]]
+    )  # NaN → the mean; 7 → missing
 
 
 def test_the_threshold_task_labels_each_row_by_the_sign_of_its_reading(tmp_path: Path):
@@ -136,10 +163,15 @@ def test_the_model_sees_the_encoded_side_features_directly_scaled_by_the_image_f
     from app.models.classifier import SIDE_UNITS, build_classifier
 
     spec = get_backbone(TINY_BACKBONE)
-    columns = [{"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0},
-               {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]}]
+    columns = [
+        {"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0},
+        {"name": "site", "kind": "categorical", "vocabulary": ["arm", "leg"]},
+    ]
     clf = build_classifier(spec, spec.build((32, 32, 3), None), 3, 32, 0.0, side_features=columns)
-    assert clf.head_model.get_layer("logits").kernel.shape == (24 + SIDE_UNITS + 4, 3)  # 24 image features, 1 + 3 encoded
+    assert clf.head_model.get_layer("logits").kernel.shape == (
+        24 + SIDE_UNITS + 4,
+        3,
+    )  # 24 image features, 1 + 3 encoded
     encode, wide = clf.head_model.get_layer("side_encoding"), clf.head_model.get_layer("side_wide")
     row = wide(encode(np.array([[30.0, 2.0]], np.float32)))
     np.testing.assert_allclose(np.asarray(row), [[24.0, 0.0, 0.0, 24.0]])  # (30 - 20) / 10 = 1 and "leg", x 24

@@ -38,14 +38,14 @@ def _counts(source) -> dict[str, Counter]:
 def test_split_is_stratified_and_seeded(tmp_path: Path):
     src = _make_tree(tmp_path, {"a": 100, "b": 40})
     source = scan_source(src, val_fraction=0.1, test_fraction=0.2, seed=3)
-    assert _counts(source) == {
-        "train": Counter(a=70, b=28), "val": Counter(a=10, b=4), "test": Counter(a=20, b=8)
-    }
+    assert _counts(source) == {"train": Counter(a=70, b=28), "val": Counter(a=10, b=4), "test": Counter(a=20, b=8)}
     assert source.classes == ["a", "b"]
     again = scan_source(src, val_fraction=0.1, test_fraction=0.2, seed=3)
     other = scan_source(src, val_fraction=0.1, test_fraction=0.2, seed=4)
     assert again.images == source.images
-    assert {i.relpath for i in other.images if i.split == "val"} != {i.relpath for i in source.images if i.split == "val"}
+    assert {i.relpath for i in other.images if i.split == "val"} != {
+        i.relpath for i in source.images if i.split == "val"
+    }
 
 
 def test_presplit_folders_are_kept_as_given(tmp_path: Path):
@@ -59,12 +59,16 @@ def test_presplit_folders_are_kept_as_given(tmp_path: Path):
 def test_manifest_with_and_without_split(tmp_path: Path):
     _make_tree(tmp_path / "img", {"x": 4})
     rows = [f"img/x/{i:03d}.jpg" for i in range(4)]
-    (tmp_path / "m.csv").write_text("path,label,split\n" + "".join(
-        f"{p},{'cat' if i % 2 else 'dog'},{'train' if i < 2 else 'val'}\n" for i, p in enumerate(rows)))
+    (tmp_path / "m.csv").write_text(
+        "path,label,split\n"
+        + "".join(f"{p},{'cat' if i % 2 else 'dog'},{'train' if i < 2 else 'val'}\n" for i, p in enumerate(rows))
+    )
     source = scan_source(tmp_path / "m.csv")
     assert source.layout == "manifest"
     assert _counts(source) == {"train": Counter(cat=1, dog=1), "val": Counter(cat=1, dog=1)}
-    (tmp_path / "n.csv").write_text("path,label\n" + "".join(f"{p},{'cat' if i % 2 else 'dog'}\n" for i, p in enumerate(rows)))
+    (tmp_path / "n.csv").write_text(
+        "path,label\n" + "".join(f"{p},{'cat' if i % 2 else 'dog'}\n" for i, p in enumerate(rows))
+    )
     assert _counts(scan_source(tmp_path / "n.csv", val_fraction=0, test_fraction=0)) == {"train": Counter(cat=2, dog=2)}
 
 
@@ -105,12 +109,18 @@ def test_manifest_may_carry_review_columns_and_keep_false_leaves_a_row_out(tmp_p
     for name in ("a.jpg", "b.jpg"):
         Image.new("RGB", (40, 40), (10, 20, 30)).save(tmp_path / name)
     manifest = tmp_path / "reviewed.csv"
-    manifest.write_text("path,label,split,finding,keep\n"
-                        "a.jpg,cat,train,,true\nb.jpg,dog,train,,1\nb.jpg,cat,val,leak of b.jpg,false\n"
-                        "a.jpg,dog,val,,yes\nb.jpg,cat,val,,\n")
+    manifest.write_text(
+        "path,label,split,finding,keep\n"
+        "a.jpg,cat,train,,true\nb.jpg,dog,train,,1\nb.jpg,cat,val,leak of b.jpg,false\n"
+        "a.jpg,dog,val,,yes\nb.jpg,cat,val,,\n"
+    )
     source = scan_source(manifest)
     assert [(i.path.name, i.class_name, i.split) for i in source.images] == [
-        ("a.jpg", "cat", "train"), ("b.jpg", "dog", "train"), ("b.jpg", "cat", "val"), ("a.jpg", "dog", "val")]
+        ("a.jpg", "cat", "train"),
+        ("b.jpg", "dog", "train"),
+        ("b.jpg", "cat", "val"),
+        ("a.jpg", "dog", "val"),
+    ]
     assert source.skipped == [{"path": "b.jpg", "reason": "keep = false in the manifest"}]
     manifest.write_text("label,path\ncat,a.jpg\n")
     with pytest.raises(UserError, match="header 'path,label'"):

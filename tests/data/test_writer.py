@@ -59,7 +59,7 @@ def test_pipelines_see_each_record_once_per_epoch(demo_images: Path, demo_record
     info = load_dataset_info(demo_records)
     seen = Counter()
     for split in info.shards:
-        for _, labels, files in make_eval_dataset(demo_records, split=split, image_size=32, with_filenames=True):
+        for _, _labels, files in make_eval_dataset(demo_records, split=split, image_size=32, with_filenames=True):
             seen.update(f.decode() for f in files.numpy())
     assert seen == Counter(_source_files(demo_images).keys())
     train = make_train_dataset(demo_records, image_size=32, batch_size=5)
@@ -102,7 +102,10 @@ def test_stored_images_decode_to_source_pixels(demo_images: Path, demo_records: 
 @pytest.mark.slow  # several processes
 def test_two_workers_write_the_same_records(demo_images: Path, demo_records: Path, tmp_path: Path):
     write_tfrecords(demo_images, tmp_path, val_fraction=0.25, test_fraction=0.25, num_shards=2, workers=2)
-    def key(r): return (r["split"], r[schema.FILENAME], r[schema.ENCODED])  # noqa: E704
+
+    def key(r):
+        return (r["split"], r[schema.FILENAME], r[schema.ENCODED])  # noqa: E704
+
     assert sorted(map(key, _read_all(tmp_path))) == sorted(map(key, _read_all(demo_records)))
 
 
@@ -133,23 +136,36 @@ def test_crash_mid_write_leaves_nothing_a_reader_would_pick_up(demo_images: Path
 
 
 def test_bad_options_fail_before_writing(demo_images: Path, tmp_path: Path):
-    for kwargs, message in [({"num_shards": 0}, "--num-shards"), ({"max_side": 4}, "--max-side"), ({"workers": 0}, "--workers")]:
+    for kwargs, message in [
+        ({"num_shards": 0}, "--num-shards"),
+        ({"max_side": 4}, "--max-side"),
+        ({"workers": 0}, "--workers"),
+    ]:
         with pytest.raises(UserError, match=message):
             write_tfrecords(demo_images, tmp_path / "o", **kwargs)
         assert not any((tmp_path / "o").glob("*.tfrecord"))
 
 
 @pytest.mark.parametrize("where", ["local", "url"])
-def test_split_writers_produce_the_same_records_as_one_writer(demo_images: Path, demo_records: Path, tmp_path: Path,
-                                                             where: str):
+def test_split_writers_produce_the_same_records_as_one_writer(
+    demo_images: Path, demo_records: Path, tmp_path: Path, where: str
+):
     """`url` writes through tf.io.gfile to TensorFlow's in-memory file system (ram://), the
     code path gs:// takes, without a network."""
     from app.data.merge import merge_writers
 
     out = str(tmp_path / "split") if where == "local" else f"ram://{tmp_path.name}/split"
     for index in (1, 0):  # any order
-        write_tfrecords(demo_images, out, val_fraction=0.25, test_fraction=0.25, num_shards=2,
-                        workers=1, num_writers=2, writer_index=index)
+        write_tfrecords(
+            demo_images,
+            out,
+            val_fraction=0.25,
+            test_fraction=0.25,
+            num_shards=2,
+            workers=1,
+            num_writers=2,
+            writer_index=index,
+        )
         if index == 1:
             assert not storage.exists(storage.join(out, schema.METADATA_FILE))
             with pytest.raises(UserError, match=r"writer\(s\) \[0\] of 2 have not finished"):
@@ -158,7 +174,10 @@ def test_split_writers_produce_the_same_records_as_one_writer(demo_images: Path,
     single = json.loads((demo_records / schema.METADATA_FILE).read_text())
     assert merged["counts"] == single["counts"] and merged["shards"] == single["shards"]
     assert sorted(s["path"] for s in merged["skipped"]) == sorted(s["path"] for s in single["skipped"])
-    def key(r): return (r["split"], r[schema.FILENAME], r[schema.ENCODED])  # noqa: E704
+
+    def key(r):
+        return (r["split"], r[schema.FILENAME], r[schema.ENCODED])  # noqa: E704
+
     assert sorted(map(key, _read_all(out))) == sorted(map(key, _read_all(demo_records)))
     with pytest.raises(UserError, match="--writer-index"):
         write_tfrecords(demo_images, tmp_path / "x", num_writers=2, writer_index=2)
@@ -168,7 +187,10 @@ def test_url_output_feeds_the_training_pipeline(demo_images: Path, demo_records:
     out = f"ram://{tmp_path.name}/records"
     write_tfrecords(demo_images, out, val_fraction=0.25, test_fraction=0.25, num_shards=2, workers=1)
     assert not [n for n in storage.listdir(out) if n.startswith(".")]  # no staging dir or temp file left
-    def labels(data, split): return Counter(int(y) for _, ys in make_eval_dataset(data, split=split, image_size=32) for y in ys)  # noqa: E704
+
+    def labels(data, split):
+        return Counter(int(y) for _, ys in make_eval_dataset(data, split=split, image_size=32) for y in ys)  # noqa: E704
+
     for split in ("train", "val", "test"):
         assert labels(out, split) == labels(demo_records, split)
     with pytest.raises(UserError, match="already holds"):
@@ -188,15 +210,21 @@ def test_byte_identical_files_are_reported_and_dropped_on_request(tmp_path: Path
         for label, colour in (("red", (200, 30, 30)), ("blue", (30, 30, 200))):
             (src / split / label).mkdir(parents=True)
             for k in range(3):
-                Image.new("RGB", (48, 40), tuple(c + 7 * k + (split == "val") for c in colour)).save(src / split / label / f"{k}.png")
+                Image.new("RGB", (48, 40), tuple(c + 7 * k + (split == "val") for c in colour)).save(
+                    src / split / label / f"{k}.png"
+                )
     shutil.copy(src / "train" / "red" / "0.png", src / "val" / "red" / "leaked.png")  # a leak
     shutil.copy(src / "train" / "blue" / "1.png", src / "train" / "blue" / "again.png")  # a duplicate within train
     meta = write_tfrecords(src, tmp_path / "kept", num_shards=1, workers=1)
     assert sorted(map(sorted, meta["duplicates"]["exact_groups"])) == [
-        ["train/blue/1.png", "train/blue/again.png"], ["train/red/0.png", "val/red/leaked.png"]]
+        ["train/blue/1.png", "train/blue/again.png"],
+        ["train/red/0.png", "val/red/leaked.png"],
+    ]
     assert meta["duplicates"]["leaks"] == 1 and meta["duplicates"]["leaked_images"] == {"val": 1, "test": 0}
     assert meta["counts"]["val"]["red"] == 4
-    assert "WARNING: exact duplicates (byte-identical files): 2 group(s), 1 across splits (1 val" in format_summary(meta, "x")
+    assert "WARNING: exact duplicates (byte-identical files): 2 group(s), 1 across splits (1 val" in format_summary(
+        meta, "x"
+    )
     dropped = write_tfrecords(src, tmp_path / "dropped", num_shards=1, workers=1, drop_duplicates=True)
     assert dropped["counts"]["val"]["red"] == 3 and dropped["counts"]["train"]["blue"] == 3
     assert sorted(s["path"] for s in dropped["skipped"]) == ["train/blue/again.png", "val/red/leaked.png"]

@@ -71,8 +71,22 @@ def test_empty_split_is_a_clear_error(trained_run: Path, demo_records: Path, tmp
 
 @pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
 def test_cli_prints_the_summary(trained_run: Path, demo_records: Path, tmp_path: Path):
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/evaluate.py"), str(trained_run), "--data", str(demo_records),
-                          "--split", "test", "--report", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts/evaluate.py"),
+            str(trained_run),
+            "--data",
+            str(demo_records),
+            "--split",
+            "test",
+            "--report",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-1500:]
     assert "accuracy" in out.stdout and "worst classes" in out.stdout and (tmp_path / "report.html").exists()
 
@@ -87,8 +101,16 @@ def test_notebook_runs_with_papermill_parameters(trained_run: Path, demo_records
 
     out = tmp_path / "out.ipynb"
     papermill.execute_notebook(
-        str(ROOT / "notebooks/evaluate.ipynb"), str(out), cwd=str(tmp_path), progress_bar=False,
-        parameters={"model_dir": str(trained_run), "data_dir": str(demo_records), "split": "val", "report_dir": str(tmp_path / "rep")},
+        str(ROOT / "notebooks/evaluate.ipynb"),
+        str(out),
+        cwd=str(tmp_path),
+        progress_bar=False,
+        parameters={
+            "model_dir": str(trained_run),
+            "data_dir": str(demo_records),
+            "split": "val",
+            "report_dir": str(tmp_path / "rep"),
+        },
     )
     executed = json.loads(out.read_text())
     assert _image_outputs(executed) >= 4
@@ -110,7 +132,9 @@ def test_notebook_runs_as_is_on_the_demo(pretrained_weights: Path, tmp_path: Pat
 
     monkeypatch.setenv("PHOTOCLF_DEMO_HOME", str(tmp_path))
     notebook = nbformat.read(str(ROOT / "notebooks/evaluate.ipynb"), as_version=4)
-    NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     assert _image_outputs(notebook) >= 4
     assert (tmp_path / "runs" / "demo" / "metrics.json").exists()
     reports = list((tmp_path / "runs" / "demo" / "reports").glob("*/report.html"))
@@ -129,7 +153,9 @@ def test_default_report_folder_does_not_depend_on_the_working_directory(trained_
 @pytest.mark.slow  # five evaluations and an export with its LiteRT check
 def test_tta_flip_is_applied_recorded_and_refused_twice(trained_run: Path, demo_records: Path, tmp_path: Path):
     plain = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "plain", runtime="litert")
-    flipped = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "tta", runtime="litert", tta="flip")
+    flipped = evaluate(
+        trained_run, demo_records, split="test", report_dir=tmp_path / "tta", runtime="litert", tta="flip"
+    )
     on_tf = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "tta-tf", tta="flip")
     assert (plain.metrics["tta"], flipped.metrics["tta"]) == ("none", "flip")
     assert re.search(r"test-time augmentation +flip", flipped.summary)

@@ -23,10 +23,16 @@ def test_the_threshold_is_the_one_with_the_best_f1_on_the_given_photos():
 def test_per_label_counts_f1_ap_map_and_exact_match():
     m = compute_multilabel_metrics(TRUTH, PROBS, [0.5, 0.5], ["cat", "dog"])
     cat, dog = m["labels"]
-    assert (cat["tp"], cat["fp"], cat["fn"], cat["tn"]) == (1, 0, 1, 2) and cat["recall"] == 0.5 and cat["precision"] == 1.0
+    assert (
+        (cat["tp"], cat["fp"], cat["fn"], cat["tn"]) == (1, 0, 1, 2)
+        and cat["recall"] == 0.5
+        and cat["precision"] == 1.0
+    )
     assert (dog["tp"], dog["fp"], dog["fn"], dog["tn"]) == (1, 0, 1, 2) and dog["f1"] == pytest.approx(2 / 3)
     assert cat["average_precision"] == pytest.approx(1.0)  # both cats score above every non-cat
-    assert dog["average_precision"] == pytest.approx((1 + 2 / 3) / 2)  # ranked: dog, no dog (0.35), dog: precision 1, then 2/3
+    assert dog["average_precision"] == pytest.approx(
+        (1 + 2 / 3) / 2
+    )  # ranked: dog, no dog (0.35), dog: precision 1, then 2/3
     assert m["macro_map"] == pytest.approx((1 + 5 / 6) / 2)
     assert m["exact_match"] == pytest.approx(2 / 4)  # photos 0 and 2 get every label right
 
@@ -43,11 +49,28 @@ def test_the_multi_label_loss_is_mean_binary_cross_entropy_with_smoothing_and_po
 
     plain = Steps(tf.distribute.get_strategy(), None, None, num_classes=2, global_batch_size=1, multi_label=True)
     assert float(plain._per_example_loss(labels, logits)[0]) == pytest.approx((bce(1, 2) + bce(0, -1)) / 2, rel=1e-5)
-    smooth = Steps(tf.distribute.get_strategy(), None, None, num_classes=2, global_batch_size=1, multi_label=True,
-                   label_smoothing=0.2, class_weights=[3.0, 1.0])
+    smooth = Steps(
+        tf.distribute.get_strategy(),
+        None,
+        None,
+        num_classes=2,
+        global_batch_size=1,
+        multi_label=True,
+        label_smoothing=0.2,
+        class_weights=[3.0, 1.0],
+    )
     expected = (bce(0.9, 2, 3.0) + bce(0.1, -1)) / 2
     assert float(smooth._per_example_loss(labels, logits, weighted=True)[0]) == pytest.approx(expected, rel=1e-5)
     assert smooth._correct(labels, logits).numpy().tolist() == [True]
-    assert smooth._confusion(tf.constant([[1.0, 0.0], [1.0, 1.0]]), tf.constant([[2.0, -1.0], [-1.0, 1.0]])).numpy().tolist() == [
-        0, 0, 1, 1,  # label 0: t1p0 (photo 1), t1p1 (photo 0)
-        1, 0, 0, 1]  # label 1: t0p0 (photo 0), t1p1 (photo 1)
+    assert smooth._confusion(
+        tf.constant([[1.0, 0.0], [1.0, 1.0]]), tf.constant([[2.0, -1.0], [-1.0, 1.0]])
+    ).numpy().tolist() == [
+        0,
+        0,
+        1,
+        1,  # label 0: t1p0 (photo 1), t1p1 (photo 0)
+        1,
+        0,
+        0,
+        1,
+    ]  # label 1: t0p0 (photo 0), t1p1 (photo 1)

@@ -48,11 +48,21 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: 
     assets = sorted(p.name for p in (version / "assets").iterdir())
     assert assets == ["labels.txt", "metadata.json"]
     meta = json.loads((version / "assets" / "metadata.json").read_text())
-    assert {"backbone", "input_size", "classes", "training_metrics", "dataset_fingerprint", "created", "package_version"} <= meta.keys()
+    assert {
+        "backbone",
+        "input_size",
+        "classes",
+        "training_metrics",
+        "dataset_fingerprint",
+        "created",
+        "package_version",
+    } <= meta.keys()
     assert meta["max_megapixels"] == 40 and meta["top_k"] == 4
     # the float32 LiteRT file is part of every export, checked against the SavedModel on the
     # val split's first 64 images (all of them when there are fewer)
-    assert (version / "litert" / "model_float32.tflite").stat().st_size >= 4 * _kernel_values(trained_run / "model.weights.h5")
+    assert (version / "litert" / "model_float32.tflite").stat().st_size >= 4 * _kernel_values(
+        trained_run / "model.weights.h5"
+    )
     parity = meta["litert"]["float32"]
     assert parity["passed"] and parity["top1_agreement"] == 1.0 and parity["max_abs_diff"] < 1e-4
     assert parity["images"] == min(64, load_dataset_info(demo_records).num_examples("val"))
@@ -60,11 +70,15 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: 
     assert metrics["litert"]["float32"] == parity
     assert f"agrees with the SavedModel on {parity['images']}/{parity['images']} val images" in format_result(metrics)
     failed = {**metrics, "litert": {"float32": {**parity, "passed": False, "top1_agreement": 0.5}}}
-    assert "NOT checked OK (top-1 agreement 0.5000); serve.py will run the SavedModel" in format_result(failed)
+    assert "NOT checked OK (top-1 agreement 0.5000); photoclf serve will run the SavedModel" in format_result(failed)
     loaded = tf.saved_model.load(str(version))
     assert set(loaded.signatures) == {"serving_default", "serving_keyed", "predict_images"}
-    out = subprocess.run([str(Path(sys.executable).parent / "saved_model_cli"), "show", "--dir", str(version), "--all"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "saved_model_cli"), "show", "--dir", str(version), "--all"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0
     for needle in ("serving_default", "predict_images", "image_bytes", "probabilities", "class_ids", "scores"):
         assert needle in out.stdout
@@ -76,8 +90,12 @@ def test_serving_bytes_match_the_eval_pipeline(trained_run: Path, demo_records: 
     serve = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1")).signatures["serving_default"]
     images, labels = _val_bytes(demo_records)
     served = serve(image_bytes=tf.constant(images))
-    in_memory = np.concatenate([model(x, training=False).numpy() for x, _ in make_eval_dataset(
-        demo_records, split="val", image_size=run.image_size, batch_size=16)])
+    in_memory = np.concatenate(
+        [
+            model(x, training=False).numpy()
+            for x, _ in make_eval_dataset(demo_records, split="val", image_size=run.image_size, batch_size=16)
+        ]
+    )
     np.testing.assert_allclose(served["probabilities"].numpy(), in_memory, atol=1e-4)
     classes = run.classes
     top = served["class_ids"].numpy()
@@ -96,7 +114,8 @@ def test_keyed_signature_passes_keys_through_and_bad_images_fail_the_call(traine
 
 @pytest.mark.slow  # two more checks; the fast tier stays under 3 minutes
 def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_each_time(
-        trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch):
+    trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch
+):
     from app.export import tflite
 
     version = trained_run / "export" / "shapes" / "1"
@@ -134,7 +153,9 @@ def test_versions_are_never_overwritten(trained_run: Path, tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["float16", "int8"])
-def test_phone_litert_files_with_parity_in_the_metadata(trained_run: Path, tmp_path: Path, demo_records: Path, mode: str):
+def test_phone_litert_files_with_parity_in_the_metadata(
+    trained_run: Path, tmp_path: Path, demo_records: Path, mode: str
+):
     paths = export_run(trained_run, export_dir=tmp_path, name="m", tflite=mode)
     report = paths["litert"][mode]
     assert report["images"] == load_dataset_info(demo_records).num_examples("val")
@@ -153,8 +174,9 @@ def _small_model(side_width: int) -> keras.Model:
     side = keras.Input((side_width,), name="side")
     pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(image))
     features = keras.layers.Concatenate()([pooled, side]) if side_width else pooled
-    return keras.Model({"image": image, "side": side} if side_width else image,
-                       keras.layers.Dense(3, activation="softmax")(features))
+    return keras.Model(
+        {"image": image, "side": side} if side_width else image, keras.layers.Dense(3, activation="softmax")(features)
+    )
 
 
 def _small_inputs(side_width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -201,7 +223,9 @@ def test_the_litert_file_has_the_signature_a_phone_calls(side_width: int):
 def test_the_serving_signature_refuses_images_over_its_pixel_limit(tmp_path: Path):
     """The guard is inside the SavedModel, so TF Serving gets it too: 0.002 MP = 2,000 pixels."""
     inputs = keras.Input((16, 16, 3))
-    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(keras.layers.GlobalAveragePooling2D()(inputs)))
+    model = keras.Model(
+        inputs, keras.layers.Dense(2, activation="softmax")(keras.layers.GlobalAveragePooling2D()(inputs))
+    )
     path = export_saved_model(model, ["a", "b"], 16, tmp_path, "m", max_megapixels=0.002)
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     small, large = (tf.io.encode_png(tf.zeros([s, s, 3], tf.uint8)) for s in (40, 50))  # 1,600 and 2,500 pixels
@@ -213,14 +237,21 @@ def test_the_serving_signature_refuses_images_over_its_pixel_limit(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "script,args,message",
-    [("export.py", [], "not a finished run"), ("serve.py", [], "no such model folder"),
-     ("export.py", ["--tflite", "int4"], "invalid choice")],
+    [
+        ("export.py", [], "not a finished run"),
+        ("serve.py", [], "no such model folder"),
+        ("export.py", ["--tflite", "int4"], "invalid choice"),
+    ],
 )
 def test_cli_bad_input(tmp_path: Path, script: str, args: list[str], message: str):
     root = Path(__file__).resolve().parents[2]
     target = tmp_path / "missing" if script == "serve.py" else tmp_path
-    out = subprocess.run([sys.executable, str(root / "scripts" / script), str(target), *args],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(root / "scripts" / script), str(target), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2 and message in out.stderr
     assert "Traceback" not in out.stderr
 

@@ -27,8 +27,18 @@ def multilabel_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     tmp = tmp_path_factory.mktemp("multilabel")
     manifest = generate_multilabel_dataset(tmp / "photos", photos=40, image_size=48)
     write_tfrecords(manifest, tmp / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=1)
-    cfg = TrainConfig(data=str(tmp / "records"), out=str(tmp / "run"), backbone=TINY_BACKBONE, weights="none", image_size=32, batch_size=4,
-                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, class_weights=True)
+    cfg = TrainConfig(
+        data=str(tmp / "records"),
+        out=str(tmp / "run"),
+        backbone=TINY_BACKBONE,
+        weights="none",
+        image_size=32,
+        batch_size=4,
+        epochs_head=1,
+        epochs_finetune=1,
+        max_steps_per_epoch=2,
+        class_weights=True,
+    )
     return tmp, train(cfg)
 
 
@@ -62,7 +72,9 @@ def test_the_server_answers_with_the_labels_above_threshold_through_litert_as_th
 
     async def main() -> dict:
         async with TestClient(TestServer(make_app(store, Batcher(max_batch=8, max_wait_ms=0, max_queue=64)))) as client:
-            response = await client.post(f"/v1/models/{store.name}:classify", data=image, headers={"Content-Type": "image/jpeg"})
+            response = await client.post(
+                f"/v1/models/{store.name}:classify", data=image, headers={"Content-Type": "image/jpeg"}
+            )
             assert response.status == 200
             return await response.json()
 
@@ -77,10 +89,18 @@ def test_evaluation_reports_per_label_figures_at_the_export_thresholds(multilabe
     tmp, metrics = multilabel_run
     result = evaluate(metrics["export"], tmp / "records", split="test", report_dir=tmp / "report")
     m = result.metrics
-    assert m["task"] == "multi_label" and m["count"] == 10 and [r["label"] for r in m["labels"]] == result.predictions.classes
+    assert (
+        m["task"] == "multi_label"
+        and m["count"] == 10
+        and [r["label"] for r in m["labels"]] == result.predictions.classes
+    )
     assert result.predictions.labels.shape == (10, 4)
-    recomputed = compute_multilabel_metrics(result.predictions.labels, result.predictions.probabilities,
-                                            read_metadata(Path(metrics["export"]))["thresholds"], result.predictions.classes)
+    recomputed = compute_multilabel_metrics(
+        result.predictions.labels,
+        result.predictions.probabilities,
+        read_metadata(Path(metrics["export"]))["thresholds"],
+        result.predictions.classes,
+    )
     assert m["exact_match"] == recomputed["exact_match"] and m["labels"] == recomputed["labels"]
     assert (tmp / "report" / "label_confusion.png").stat().st_size > 0 and "Per label" in result.html.read_text()
     with pytest.raises(UserError, match="single-label data for a multi-label model"):
@@ -88,7 +108,9 @@ def test_evaluation_reports_per_label_figures_at_the_export_thresholds(multilabe
 
 
 @pytest.mark.slow  # real transfer learning through the CLIs, then served and evaluated
-def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene(tmp_path: Path, pretrained_weights: Path):
+def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene(
+    tmp_path: Path, pretrained_weights: Path
+):
     import json
     import subprocess
     import sys
@@ -99,17 +121,59 @@ def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene
 
     root = Path(__file__).resolve().parents[2]
     manifest = generate_multilabel_dataset(tmp_path / "photos", photos=400, image_size=96)
-    made = subprocess.run([sys.executable, str(root / "scripts/make_tfrecords.py"), str(manifest), str(tmp_path / "records"),
-                           "--multi-label", "--val-fraction", "0.25", "--test-fraction", "0.25"],
-                          capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/make_tfrecords.py"),
+            str(manifest),
+            str(tmp_path / "records"),
+            "--multi-label",
+            "--val-fraction",
+            "0.25",
+            "--test-fraction",
+            "0.25",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0 and "label (photos with it)" in made.stdout, made.stderr[-2000:]
-    trained = subprocess.run([sys.executable, str(root / "scripts/fine_tune.py"), "--data", str(tmp_path / "records"),
-                              "--out", str(tmp_path / "scenes"), "--weights", str(pretrained_weights), "--image-size", "96",
-                              "--epochs-finetune", "2"], capture_output=True, text=True, timeout=600)
+    trained = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/fine_tune.py"),
+            "--data",
+            str(tmp_path / "records"),
+            "--out",
+            str(tmp_path / "scenes"),
+            "--weights",
+            str(pretrained_weights),
+            "--image-size",
+            "96",
+            "--epochs-finetune",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
-    evaluated = subprocess.run([sys.executable, str(root / "scripts/evaluate.py"), str(tmp_path / "scenes"), "--data",
-                                str(tmp_path / "records"), "--split", "test", "--report", str(tmp_path / "report")],
-                               capture_output=True, text=True, timeout=300)
+    evaluated = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/evaluate.py"),
+            str(tmp_path / "scenes"),
+            "--data",
+            str(tmp_path / "records"),
+            "--split",
+            "test",
+            "--report",
+            str(tmp_path / "report"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     report = json.loads((tmp_path / "report" / "metrics.json").read_text())
     assert report["macro_map"] >= 0.7 and report["exact_match"] > 0.3  # chance: mAP ~0.35, exact match ~0.1
@@ -118,7 +182,9 @@ def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene
 
     async def main() -> dict:
         async with TestClient(TestServer(make_app(store, Batcher(max_batch=8, max_wait_ms=0, max_queue=64)))) as client:
-            response = await client.post("/v1/models/scenes:classify", data=scene.read_bytes(), headers={"Content-Type": "image/jpeg"})
+            response = await client.post(
+                "/v1/models/scenes:classify", data=scene.read_bytes(), headers={"Content-Type": "image/jpeg"}
+            )
             return await response.json()
 
     answer = asyncio.run(main())
@@ -139,6 +205,11 @@ def test_batch_prediction_adds_the_labels_above_threshold_column(multilabel_run)
         (folder / photo.name).write_bytes(photo.read_bytes())
     predict_files(metrics["export"], str(folder), tmp / "predictions.csv", runtime="tf")
     rows = list(csv.DictReader((tmp / "predictions.csv").open()))
-    served = tf.saved_model.load(metrics["export"]).signatures["serving_default"](
-        image_bytes=tf.constant([p.read_bytes() for p in photos]))["labels_above_threshold"].numpy()
+    served = (
+        tf.saved_model.load(metrics["export"])
+        .signatures["serving_default"](image_bytes=tf.constant([p.read_bytes() for p in photos]))[
+            "labels_above_threshold"
+        ]
+        .numpy()
+    )
     assert [r["labels_above_threshold"] for r in rows] == ["|".join(c.decode() for c in row if c) for row in served]

@@ -31,11 +31,22 @@ def side_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
     tmp = tmp_path_factory.mktemp("side")
     manifest = generate_side_feature_dataset(tmp / "photos", per_class=6, image_size=48)
-    write_tfrecords(manifest, tmp / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
-                    test_fraction=0.25, num_shards=1)
-    cfg = TrainConfig(data=str(tmp / "records"), out=str(tmp / "run"), backbone=TINY_BACKBONE, weights="none", image_size=32, batch_size=4,
-                      epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2, cache_features="true",
-                      phase2_mode="images")
+    write_tfrecords(
+        manifest, tmp / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25, test_fraction=0.25, num_shards=1
+    )
+    cfg = TrainConfig(
+        data=str(tmp / "records"),
+        out=str(tmp / "run"),
+        backbone=TINY_BACKBONE,
+        weights="none",
+        image_size=32,
+        batch_size=4,
+        epochs_head=1,
+        epochs_finetune=1,
+        max_steps_per_epoch=2,
+        cache_features="true",
+        phase2_mode="images",
+    )
     return tmp, train(cfg)
 
 
@@ -45,7 +56,9 @@ def jpeg(value: int = 90) -> bytes:
 
 def test_the_run_trains_both_phases_and_records_its_columns(side_run):
     tmp, metrics = side_run
-    assert metrics["phase1_mode"] == "features" and metrics["phase1"]["epochs"] == 1 and metrics["phase2"]["epochs"] == 1
+    assert (
+        metrics["phase1_mode"] == "features" and metrics["phase1"]["epochs"] == 1 and metrics["phase2"]["epochs"] == 1
+    )
     assert metrics["test"]["count"] == 8  # 2 of each class's 6 photos (test_fraction 0.25, rounded)
     meta = read_metadata(Path(metrics["export"]))
     assert [c["name"] for c in meta["side_features"]] == ["reading", "site"]
@@ -63,7 +76,8 @@ def test_signatures_take_each_column_by_name_and_encode_it_as_the_dataset_did(si
 
     def by_bytes(reading: float, site: str) -> np.ndarray:
         return default(image_bytes=tf.constant([jpeg()]), reading=tf.constant([reading]), site=tf.constant([site]))[
-            "probabilities"].numpy()
+            "probabilities"
+        ].numpy()
 
     pixels = host_decoder(Path(metrics["export"]))(np.array([jpeg()], dtype=object)).astype(np.float32)
     site_index = vocabulary.index("north") + 1
@@ -72,8 +86,12 @@ def test_signatures_take_each_column_by_name_and_encode_it_as_the_dataset_did(si
     np.testing.assert_allclose(by_bytes(float("nan"), "north"), by_bytes(mean, "north"), atol=1e-6)  # missing = mean
     np.testing.assert_allclose(by_bytes(0.5, "mars"), by_bytes(0.5, ""), atol=1e-6)  # unseen = missing
     assert not np.allclose(by_bytes(-3.0, "north"), by_bytes(3.0, "north"), atol=1e-6)  # the side branch is used
-    keyed = loaded.signatures["serving_keyed"](image_bytes=tf.constant([jpeg()]), reading=tf.constant([0.5]),
-                                                site=tf.constant(["north"]), key=tf.constant(["row-7"]))
+    keyed = loaded.signatures["serving_keyed"](
+        image_bytes=tf.constant([jpeg()]),
+        reading=tf.constant([0.5]),
+        site=tf.constant(["north"]),
+        key=tf.constant(["row-7"]),
+    )
     assert keyed["key"].numpy().tolist() == [b"row-7"]
 
 
@@ -81,8 +99,11 @@ def test_signatures_take_each_column_by_name_and_encode_it_as_the_dataset_did(si
 def test_a_re_export_from_the_run_dir_rebuilds_the_side_branch(side_run):
     tmp, metrics = side_run
     again = export_run(tmp / "run")
-    inputs = {"image_bytes": tf.constant([jpeg(), jpeg(30)]), "reading": tf.constant([1.0, -1.0]),
-              "site": tf.constant(["north", "east"])}
+    inputs = {
+        "image_bytes": tf.constant([jpeg(), jpeg(30)]),
+        "reading": tf.constant([1.0, -1.0]),
+        "site": tf.constant(["north", "east"]),
+    }
     first = tf.saved_model.load(metrics["export"]).signatures["serving_default"](**inputs)["probabilities"]
     second = tf.saved_model.load(again["saved_model"]).signatures["serving_default"](**inputs)["probabilities"]
     np.testing.assert_allclose(first.numpy(), second.numpy(), atol=1e-6)
@@ -97,23 +118,34 @@ def test_the_server_takes_side_features_as_instance_fields_and_query_parameters(
     _, metrics = side_run
     store = ModelStore(Path(metrics["export"]).parent, runtime=runtime)
     expected = tf.saved_model.load(metrics["export"]).signatures["serving_default"](
-        image_bytes=tf.constant([jpeg()]), reading=tf.constant([0.5]), site=tf.constant(["north"]))["probabilities"]
+        image_bytes=tf.constant([jpeg()]), reading=tf.constant([0.5]), site=tf.constant(["north"])
+    )["probabilities"]
     name = store.name
 
     async def scenario(client: TestClient) -> None:
         instance = {"image_bytes": {"b64": base64.b64encode(jpeg()).decode()}, "reading": 0.5, "site": "north"}
-        response = await client.post(f"/v1/models/{name}:predict", json={"instances": [instance, {**instance, "reading": None}]})
+        response = await client.post(
+            f"/v1/models/{name}:predict", json={"instances": [instance, {**instance, "reading": None}]}
+        )
         body = await response.json()
         assert response.status == 200, body
         np.testing.assert_allclose(body["predictions"][0]["probabilities"], expected.numpy()[0], atol=1e-4)
-        missing = await client.post(f"/v1/models/{name}:predict", json={"instances": [{"image_bytes": instance["image_bytes"]}]})
+        missing = await client.post(
+            f"/v1/models/{name}:predict", json={"instances": [{"image_bytes": instance["image_bytes"]}]}
+        )
         assert missing.status == 400 and "reading" in (await missing.json())["error"]
-        classify = await client.post(f"/v1/models/{name}:classify?reading=0.5&site=north", data=jpeg(),
-                                     headers={"Content-Type": "image/jpeg"})
+        classify = await client.post(
+            f"/v1/models/{name}:classify?reading=0.5&site=north", data=jpeg(), headers={"Content-Type": "image/jpeg"}
+        )
         top = (await classify.json())["predictions"][0]
         assert classify.status == 200 and top["score"] == pytest.approx(float(expected.numpy().max()), abs=1e-4)
-        bad = await client.post(f"/v1/models/{name}:classify?reading=tall", data=jpeg(), headers={"Content-Type": "image/jpeg"})
-        assert bad.status == 400 and (await bad.json())["error"] == "query parameter reading: expected a number, got 'tall'"
+        bad = await client.post(
+            f"/v1/models/{name}:classify?reading=tall", data=jpeg(), headers={"Content-Type": "image/jpeg"}
+        )
+        assert (
+            bad.status == 400
+            and (await bad.json())["error"] == "query parameter reading: expected a number, got 'tall'"
+        )
 
     async def main() -> None:
         async with TestClient(TestServer(make_app(store, Batcher(max_batch=8, max_wait_ms=0, max_queue=64)))) as client:
@@ -128,7 +160,9 @@ def test_evaluation_feeds_each_record_s_side_features_and_matches_training(side_
 
     tmp, metrics = side_run
     result = evaluate(metrics["export"], tmp / "records", split="test", report_dir=tmp / "report")
-    assert result.metrics["accuracy"] == pytest.approx(metrics["test"]["accuracy"])  # bytes + raw values = training's view
+    assert result.metrics["accuracy"] == pytest.approx(
+        metrics["test"]["accuracy"]
+    )  # bytes + raw values = training's view
     assert len(result.predictions.labels) == metrics["test"]["count"]
     folder = tmp / "folder" / "circle_low"
     folder.mkdir(parents=True)
@@ -140,7 +174,9 @@ def test_evaluation_feeds_each_record_s_side_features_and_matches_training(side_
 
 
 @pytest.mark.slow  # real transfer learning through the three CLIs, then served over HTTP
-def test_the_commands_train_a_fused_model_that_serves_what_neither_input_alone_knows(tmp_path: Path, pretrained_weights: Path):
+def test_the_commands_train_a_fused_model_that_serves_what_neither_input_alone_knows(
+    tmp_path: Path, pretrained_weights: Path
+):
     """The label is a shape and a level only the side features carry, so the photo alone or the
     side features alone can be right at most about half the time on the held-out test split."""
     import subprocess
@@ -153,14 +189,46 @@ def test_the_commands_train_a_fused_model_that_serves_what_neither_input_alone_k
 
     root = Path(__file__).resolve().parents[2]
     manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=100, image_size=96)
-    made = subprocess.run([sys.executable, str(root / "scripts/make_tfrecords.py"), str(manifest), str(tmp_path / "records"),
-                           "--feature-columns", FEATURE_COLUMNS, "--val-fraction", "0.2", "--test-fraction", "0.2"],
-                          capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/make_tfrecords.py"),
+            str(manifest),
+            str(tmp_path / "records"),
+            "--feature-columns",
+            FEATURE_COLUMNS,
+            "--val-fraction",
+            "0.2",
+            "--test-fraction",
+            "0.2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     assert "side feature site: categorical, 3 values in train" in made.stdout
-    trained = subprocess.run([sys.executable, str(root / "scripts/fine_tune.py"), "--data", str(tmp_path / "records"),
-                              "--out", str(tmp_path / "pets"), "--weights", str(pretrained_weights), "--image-size", "96",
-                              "--epochs-head", "15", "--epochs-finetune", "2"], capture_output=True, text=True, timeout=600)
+    trained = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/fine_tune.py"),
+            "--data",
+            str(tmp_path / "records"),
+            "--out",
+            str(tmp_path / "pets"),
+            "--weights",
+            str(pretrained_weights),
+            "--image-size",
+            "96",
+            "--epochs-head",
+            "15",
+            "--epochs-finetune",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
     store = ModelStore(tmp_path / "pets" / "export" / "pets", runtime="tf")
     classes, total, examples = tfrecord_examples(tmp_path / "records", "test")
@@ -178,7 +246,9 @@ def test_the_commands_train_a_fused_model_that_serves_what_neither_input_alone_k
         return float(np.mean([p == classes[label] for p, (_, label, _, _) in zip(predicted, examples)]))
 
     async def main() -> float:
-        async with TestClient(TestServer(make_app(store, Batcher(max_batch=8, max_wait_ms=0, max_queue=256)))) as client:
+        async with TestClient(
+            TestServer(make_app(store, Batcher(max_batch=8, max_wait_ms=0, max_queue=256)))
+        ) as client:
             return await scenario(client)
 
     assert total == len(examples) == 80
@@ -194,12 +264,31 @@ def test_a_resume_refuses_data_whose_side_features_changed(tmp_path: Path):
 
     manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=4, image_size=40)
     records = tmp_path / "records"
-    write_tfrecords(manifest, records, feature_columns=FEATURE_COLUMNS, val_fraction=0.25, test_fraction=0.25, num_shards=1)
-    cfg = TrainConfig(data=str(records), out=str(tmp_path / "run"), backbone=TINY_BACKBONE, weights="none", image_size=32, batch_size=4,
-                      epochs_head=1, epochs_finetune=0, max_steps_per_epoch=1, calibrate=False)
+    write_tfrecords(
+        manifest, records, feature_columns=FEATURE_COLUMNS, val_fraction=0.25, test_fraction=0.25, num_shards=1
+    )
+    cfg = TrainConfig(
+        data=str(records),
+        out=str(tmp_path / "run"),
+        backbone=TINY_BACKBONE,
+        weights="none",
+        image_size=32,
+        batch_size=4,
+        epochs_head=1,
+        epochs_finetune=0,
+        max_steps_per_epoch=1,
+        calibrate=False,
+    )
     train(cfg)
     (tmp_path / "run" / "metrics.json").unlink()  # as if it had been interrupted before the end
-    write_tfrecords(manifest, records, feature_columns="reading", val_fraction=0.25, test_fraction=0.25, num_shards=1,
-                    overwrite=True)
+    write_tfrecords(
+        manifest,
+        records,
+        feature_columns="reading",
+        val_fraction=0.25,
+        test_fraction=0.25,
+        num_shards=1,
+        overwrite=True,
+    )
     with pytest.raises(UserError, match="checkpoint was trained with side_features="):
         train(cfg)

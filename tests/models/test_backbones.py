@@ -25,7 +25,15 @@ def test_registered_backbone_builds_and_unfreezes(name: str):
     clf = build_classifier(spec, backbone, 3, 64, 0.1)
     probs = clf.model(np.full((2, 64, 64, 3), 128.0, np.float32)).numpy()
     assert probs.shape == (2, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
-    assert [layer.name for layer in clf.model.layers] == ["image", "normalize", "backbone", "pool", "dropout", "logits", "probabilities"]
+    assert [layer.name for layer in clf.model.layers] == [
+        "image",
+        "normalize",
+        "backbone",
+        "pool",
+        "dropout",
+        "logits",
+        "probabilities",
+    ]
     assert not clf.model.get_layer("backbone").trainable_weights
     one, two = unfreeze_start(clf, "blocks:1"), unfreeze_start(clf, "blocks:2")
     assert 0 < two < one < len(clf.backbone.layers)
@@ -44,9 +52,16 @@ def test_unknown_backbone_lists_the_known_ones():
         get_backbone("vgg16")
 
 
-@pytest.mark.parametrize(("name", "rule"), [("mobilenet_v2", "blocks:1"), ("mobilenet_v2", "blocks:2"),
-                                            ("mobilenet_v2", "fraction:0.5"), ("efficientnetv2_b0", "blocks:2"),
-                                            ("resnet50", "blocks:1")])
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("mobilenet_v2", "blocks:1"),
+        ("mobilenet_v2", "blocks:2"),
+        ("mobilenet_v2", "fraction:0.5"),
+        ("efficientnetv2_b0", "blocks:2"),
+        ("resnet50", "blocks:1"),
+    ],
+)
 def test_the_tail_on_the_lower_part_gives_the_classifier_logits(name: str, rule: str):
     spec = get_backbone(name)
     backbone, _ = load_backbone(spec, 64, "none")

@@ -19,8 +19,10 @@ SIZE = 96  # the smallest size with ImageNet weights for MobileNetV2
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every download fails, as Keras' own does without a network."""
+
     def no_network(fname, origin=None, **kwargs):
         raise Exception(f"URL fetch failure on {origin}: no network (test)")
+
     monkeypatch.setattr(file_utils, "get_file", no_network)
 
 
@@ -33,6 +35,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     def counted(*args, **kwargs):
         calls.append(kwargs.get("weights"))
         return build(*args, **kwargs)
+
     monkeypatch.setattr(keras.applications, "MobileNetV2", counted)
     return calls
 
@@ -47,7 +50,8 @@ def _weights_file(tmp_path: Path) -> tuple[Path, list[np.ndarray]]:
 
 
 def test_offline_auto_loads_the_configured_file_into_the_one_model_it_builds(
-        offline, builds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    offline, builds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     path, expected = _weights_file(tmp_path)
     builds.clear()
     monkeypatch.setenv(WEIGHTS_ENV, str(path))
@@ -59,7 +63,9 @@ def test_offline_auto_loads_the_configured_file_into_the_one_model_it_builds(
     assert file_utils.get_file.__name__ == "no_network"  # Keras' download is put back as it was
 
 
-def test_offline_auto_refuses_a_configured_file_that_does_not_fit(offline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_offline_auto_refuses_a_configured_file_that_does_not_fit(
+    offline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     path = tmp_path / "other.weights.h5"
     other.save_weights(str(path))
@@ -68,7 +74,9 @@ def test_offline_auto_refuses_a_configured_file_that_does_not_fit(offline, tmp_p
         load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
 
 
-def test_offline_auto_without_a_file_starts_from_random_weights_and_says_why(offline, builds, monkeypatch: pytest.MonkeyPatch):
+def test_offline_auto_without_a_file_starts_from_random_weights_and_says_why(
+    offline, builds, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.delenv(WEIGHTS_ENV, raising=False)
     loaded = load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
     assert builds == ["imagenet", None]

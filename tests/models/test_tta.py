@@ -30,12 +30,16 @@ def test_flip_averages_the_image_and_its_mirror_and_leaves_symmetric_images_alon
     rng = np.random.default_rng(1)
     images = rng.uniform(0, 255, (4, 8, 8, 3)).astype(np.float32)
     plain, mirrored = model(images).numpy(), model(images[:, :, ::-1].copy()).numpy()
-    np.testing.assert_allclose(with_tta(lambda x: model(np.ascontiguousarray(x)).numpy(), images, "flip"),
-                               (plain + mirrored) / 2, atol=1e-6)
+    np.testing.assert_allclose(
+        with_tta(lambda x: model(np.ascontiguousarray(x)).numpy(), images, "flip"), (plain + mirrored) / 2, atol=1e-6
+    )
     assert np.abs(plain - mirrored).max() > 0.01  # the model does care about the mirror
     symmetric = (images + images[:, :, ::-1]) / 2
-    np.testing.assert_allclose(with_tta(lambda x: model(np.ascontiguousarray(x)).numpy(), symmetric, "flip"),
-                               model(symmetric).numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        with_tta(lambda x: model(np.ascontiguousarray(x)).numpy(), symmetric, "flip"),
+        model(symmetric).numpy(),
+        atol=1e-6,
+    )
     with pytest.raises(ValueError, match="unknown TTA mode"):
         with_tta(model, images, "rotate")
 

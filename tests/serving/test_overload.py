@@ -31,8 +31,11 @@ class GatedRuntime:
         self.gate, self.started, self.ran = threading.Event(), 0, 0
 
     def signatures(self) -> dict:
-        outputs = {"probabilities": tf.TensorSpec([None, 2], tf.float32), "classes": tf.TensorSpec([None, 2], tf.string),
-                   "scores": tf.TensorSpec([None, 2], tf.float32)}
+        outputs = {
+            "probabilities": tf.TensorSpec([None, 2], tf.float32),
+            "classes": tf.TensorSpec([None, 2], tf.string),
+            "scores": tf.TensorSpec([None, 2], tf.float32),
+        }
         return {"serving_default": ({"image_bytes": tf.TensorSpec([None], tf.string)}, outputs)}
 
     def run(self, signature: str, inputs: dict) -> dict:
@@ -40,8 +43,11 @@ class GatedRuntime:
         self.started += n
         assert self.gate.wait(30)
         self.ran += n
-        return {"probabilities": np.tile([[0.25, 0.75]], (n, 1)).astype(np.float32),
-                "classes": np.array([[b"dog", b"cat"]] * n, dtype=object), "scores": np.tile([[0.75, 0.25]], (n, 1))}
+        return {
+            "probabilities": np.tile([[0.25, 0.75]], (n, 1)).astype(np.float32),
+            "classes": np.array([[b"dog", b"cat"]] * n, dtype=object),
+            "scores": np.tile([[0.75, 0.25]], (n, 1)),
+        }
 
 
 class OneModelStore:
@@ -176,7 +182,13 @@ def test_metrics_move_and_every_request_gets_one_access_log_line(tmp_path: Path,
         serve(tmp_path, runtime, scenario)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "photoclf.access"]
     assert [(line["method"], line["status"], line["instances"]) for line in lines] == [
-        ("GET", 200, 0), ("POST", 200, 1), ("POST", 200, 1), ("POST", 200, 1), ("POST", 400, 1), ("GET", 200, 0)]
+        ("GET", 200, 0),
+        ("POST", 200, 1),
+        ("POST", 200, 1),
+        ("POST", 200, 1),
+        ("POST", 400, 1),
+        ("GET", 200, 0),
+    ]
     assert lines[1]["path"] == "/v1/models/pets:classify" and lines[1]["latency_ms"] > 0
 
 

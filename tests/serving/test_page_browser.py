@@ -29,7 +29,9 @@ def browser():
         if os.environ.get("PHOTOCLF_REQUIRE_BROWSER"):
             pytest.fail(missing)  # CI installs them: there a skip would hide a missing check
         pytest.skip(missing)
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency: pip install -e '.[dev]'")
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is a dev dependency: pip install -e '.[dev]'"
+    )
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
@@ -44,8 +46,19 @@ def _serve_a_tiny_model(records: Path, tmp_path: Path) -> Server:
     from app.config import TrainConfig
     from app.training.train import train
 
-    train(TrainConfig(data=str(records), out=str(tmp_path / "shapes"), backbone=TINY_BACKBONE, weights="none", image_size=32,
-                      batch_size=4, epochs_head=1, epochs_finetune=0, max_steps_per_epoch=2))
+    train(
+        TrainConfig(
+            data=str(records),
+            out=str(tmp_path / "shapes"),
+            backbone=TINY_BACKBONE,
+            weights="none",
+            image_size=32,
+            batch_size=4,
+            epochs_head=1,
+            epochs_finetune=0,
+            max_steps_per_epoch=2,
+        )
+    )
     return Server(tmp_path / "shapes" / "export" / "shapes")
 
 
@@ -68,7 +81,9 @@ def test_the_page_shows_the_models_label_for_an_uploaded_photo(browser, trained_
         browser.find_element(By.ID, "files").send_keys(str(photo))
         wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .row .label")))
         rows = browser.find_elements(By.CSS_SELECTOR, ".card .row")
-        shown = [(r.find_element(By.CLASS_NAME, "label").text, r.find_element(By.CLASS_NAME, "score").text) for r in rows]
+        shown = [
+            (r.find_element(By.CLASS_NAME, "label").text, r.find_element(By.CLASS_NAME, "score").text) for r in rows
+        ]
         assert shown == [(p["label"], f"{100 * p['score']:.1f}%") for p in expected["predictions"]]
         assert browser.find_element(By.CSS_SELECTOR, ".card .name").text == "star.png"
     finally:
@@ -86,13 +101,22 @@ def test_a_side_features_model_gets_the_fields_typed_on_the_page(browser, tmp_pa
     from app.data.writer import write_tfrecords
 
     manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=6, image_size=48)
-    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
-                    test_fraction=0.25, num_shards=1)
+    write_tfrecords(
+        manifest,
+        tmp_path / "records",
+        feature_columns=FEATURE_COLUMNS,
+        val_fraction=0.25,
+        test_fraction=0.25,
+        num_shards=1,
+    )
     photo = sorted((tmp_path / "photos" / "images").glob("*.jpg"))[0]
     server = _serve_a_tiny_model(tmp_path / "records", tmp_path)
     try:
-        status, expected = server.request("/v1/models/shapes:classify?reading=40&site=north", photo.read_bytes(), "image/jpeg")
+        status, expected = server.request(
+            "/v1/models/shapes:classify?reading=40&site=north", photo.read_bytes(), "image/jpeg"
+        )
         _, without = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/jpeg")
+
         def shown_as(body: dict) -> list[tuple[str, str]]:
             return [(p["label"], f"{100 * p['score']:.1f}%") for p in body["predictions"]]
 
@@ -105,7 +129,9 @@ def test_a_side_features_model_gets_the_fields_typed_on_the_page(browser, tmp_pa
         browser.find_element(By.ID, "files").send_keys(str(photo))
         wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .row .label")))
         rows = browser.find_elements(By.CSS_SELECTOR, ".card .row")
-        shown = [(r.find_element(By.CLASS_NAME, "label").text, r.find_element(By.CLASS_NAME, "score").text) for r in rows]
+        shown = [
+            (r.find_element(By.CLASS_NAME, "label").text, r.find_element(By.CLASS_NAME, "score").text) for r in rows
+        ]
         assert shown == shown_as(expected)
     finally:
         server.stop()
@@ -120,7 +146,9 @@ def test_a_multi_label_model_s_labels_above_threshold_are_shown(browser, tmp_pat
     from app.data.writer import write_tfrecords
 
     manifest = generate_multilabel_dataset(tmp_path / "photos", photos=24, image_size=48)
-    write_tfrecords(manifest, tmp_path / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=1)
+    write_tfrecords(
+        manifest, tmp_path / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=1
+    )
     photo = sorted((tmp_path / "photos" / "images").glob("*.jpg"))[0]
     server = _serve_a_tiny_model(tmp_path / "records", tmp_path)
     try:

@@ -29,22 +29,27 @@ def photos(demo_images: Path, tmp_path: Path) -> Path:
     return folder
 
 
-def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(trained_run: Path, photos: Path, tmp_path: Path):
+def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
+    trained_run: Path, photos: Path, tmp_path: Path
+):
     out = tmp_path / "predictions.csv"
     summary = predict_files(trained_run, str(photos), out, runtime="litert", top_k=2, batch_size=8)
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == len(list_inputs(str(photos))) == 4 * 12 + 4
     assert list(rows[0]) == ["path", "label_1", "score_1", "label_2", "score_2", "error"]
     errors = {Path(r["path"]).name: r["error"] for r in rows if r["error"]}
-    assert errors == {"truncated.jpg": "undecodable",
-                      "not_an_image.jpg": "cannot read the image header: not a JPEG, PNG, GIF or BMP image",
-                      "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF or BMP image",
-                      "huge.png": "image is 50000x50000 pixels; the limit is 40 megapixels"}
+    assert errors == {
+        "truncated.jpg": "undecodable",
+        "not_an_image.jpg": "cannot read the image header: not a JPEG, PNG, GIF or BMP image",
+        "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF or BMP image",
+        "huge.png": "image is 50000x50000 pixels; the limit is 40 megapixels",
+    }
     assert summary.predicted == 48 and len(summary.failed) == 4 and summary.runtime == "litert"
     # the scores are the SavedModel's probabilities, best first
     good = [r for r in rows if not r["error"]][:5]
     expected = TFRuntime(trained_run / "export" / "shapes" / "1").run(
-        "serving_default", {"image_bytes": np.array([Path(r["path"]).read_bytes() for r in good], dtype=object)})
+        "serving_default", {"image_bytes": np.array([Path(r["path"]).read_bytes() for r in good], dtype=object)}
+    )
     for row, probabilities, classes in zip(good, expected["probabilities"], expected["classes"]):
         assert row["label_1"] == classes[0].decode()
         assert float(row["score_1"]) == pytest.approx(probabilities.max(), abs=1e-4)
@@ -74,11 +79,17 @@ def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
 
 
 @pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
-def test_the_script_on_a_glob_prints_a_summary_and_leaves_no_temp_files(trained_run: Path, photos: Path, tmp_path: Path):
+def test_the_script_on_a_glob_prints_a_summary_and_leaves_no_temp_files(
+    trained_run: Path, photos: Path, tmp_path: Path
+):
     out = tmp_path / "results" / "p.csv"
     out.parent.mkdir()
-    run = subprocess.run([sys.executable, str(ROOT / "scripts/predict.py"), str(trained_run), f"{photos}/s*/*",
-                          "--output", str(out)], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/predict.py"), str(trained_run), f"{photos}/s*/*", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "24 photo(s) predicted" in run.stdout and "3 file(s) could not be predicted" in run.stdout
     assert len(list(csv.DictReader(out.open()))) == 27

@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def val_bytes(demo_records: Path) -> list[bytes]:
     spec = {schema.ENCODED: schema.FEATURE_SPEC[schema.ENCODED]}
-    return [tf.io.parse_single_example(raw, spec)[schema.ENCODED].numpy()
-            for raw in tf.data.TFRecordDataset(load_dataset_info(demo_records).shard_paths("val"))]
+    return [
+        tf.io.parse_single_example(raw, spec)[schema.ENCODED].numpy()
+        for raw in tf.data.TFRecordDataset(load_dataset_info(demo_records).shard_paths("val"))
+    ]
 
 
 @pytest.fixture
@@ -52,15 +54,20 @@ def test_litert_gives_the_savedmodels_answers_on_the_validation_split(trained_ru
     np.testing.assert_allclose(ours["scores"], theirs["scores"], atol=1e-4)
     assert list(ours["key"]) == [b"k"] * len(val_bytes)
     images = np.random.default_rng(1).uniform(0, 255, (3, 64, 64, 3)).astype(np.float32)
-    np.testing.assert_allclose(lite.run("predict_images", {"images": images})["probabilities"],
-                               saved.run("predict_images", {"images": images})["probabilities"], atol=1e-4)
+    np.testing.assert_allclose(
+        lite.run("predict_images", {"images": images})["probabilities"],
+        saved.run("predict_images", {"images": images})["probabilities"],
+        atol=1e-4,
+    )
     assert lite.signatures()["serving_default"][0]["image_bytes"].dtype == tf.string
 
 
 def test_a_failed_parity_check_is_refused_and_auto_falls_back_to_tensorflow(version: Path):
     assert litert_refusal(version, "float32") is None
     _edit_metadata(version, lambda m: m["litert"]["float32"].update(passed=False, top1_agreement=0.9))
-    assert "parity check against the SavedModel failed (top-1 agreement 0.9000 < 1.0" in litert_refusal(version, "float32")
+    assert "parity check against the SavedModel failed (top-1 agreement 0.9000 < 1.0" in litert_refusal(
+        version, "float32"
+    )
     with pytest.raises(UserError, match="cannot serve with LiteRT: its float32 parity check"):
         load_runtime(version, "litert")
     assert load_runtime(version, "auto").name == "tf"
@@ -84,7 +91,11 @@ def test_a_missing_check_or_file_is_refused(version: Path):
 @pytest.mark.slow  # a subprocess; the refusal itself is tested in process above
 def test_serve_refuses_litert_without_a_passed_check_in_one_line(version: Path):
     _edit_metadata(version, lambda m: m.pop("litert"))
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/serve.py"), str(version.parent), "--runtime", "litert"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/serve.py"), str(version.parent), "--runtime", "litert"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2 and "cannot serve with LiteRT" in out.stderr and "missing" in out.stderr
     assert "Traceback" not in out.stderr

@@ -29,9 +29,18 @@ class Server:
         self.port = free_port("127.0.0.1")
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "scripts/serve.py"), str(model_dir), "--port", str(self.port),
-             "--poll-seconds", "0.5", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                str(ROOT / "scripts/serve.py"),
+                str(model_dir),
+                "--port",
+                str(self.port),
+                "--poll-seconds",
+                "0.5",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -108,11 +117,17 @@ def test_row_and_columnar_predict_match_the_savedmodel(server: Server, images: l
     assert status == 200
     np.testing.assert_allclose([r["probabilities"] for r in rows["predictions"]], expected, atol=1e-5)
     assert all(isinstance(c, str) for c in rows["predictions"][0]["classes"])
-    status, cols = server.predict({"inputs": {"image_bytes": [_b64(i) for i in images[:2]]}}, "/v1/models/shapes/versions/1:predict")
+    status, cols = server.predict(
+        {"inputs": {"image_bytes": [_b64(i) for i in images[:2]]}}, "/v1/models/shapes/versions/1:predict"
+    )
     assert status == 200
     np.testing.assert_allclose(cols["outputs"]["probabilities"], expected[:2], atol=1e-5)
-    status, keyed = server.predict({"signature_name": "serving_keyed", "instances": [
-        {"image_bytes": _b64(images[0]), "key": "a"}, {"image_bytes": _b64(images[1]), "key": "b"}]})
+    status, keyed = server.predict(
+        {
+            "signature_name": "serving_keyed",
+            "instances": [{"image_bytes": _b64(images[0]), "key": "a"}, {"image_bytes": _b64(images[1]), "key": "b"}],
+        }
+    )
     assert status == 200 and [p["key"] for p in keyed["predictions"]] == ["a", "b"]
 
 
@@ -121,8 +136,14 @@ def test_classify_raw_and_multipart(server: Server, images: list[bytes]):
     assert status == 200, body
     assert len(body["predictions"]) == 4 and {"label", "score"} <= body["predictions"][0].keys()
     boundary = "xYzBoUnDaRy"
-    multipart = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.jpg\"\r\n"
-                 f"Content-Type: image/jpeg\r\n\r\n").encode() + images[0] + f"\r\n--{boundary}--\r\n".encode()
+    multipart = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="a.jpg"\r\n'
+            f"Content-Type: image/jpeg\r\n\r\n"
+        ).encode()
+        + images[0]
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     status, up = server.request("/v1/models/shapes:classify", multipart, f"multipart/form-data; boundary={boundary}")
     assert status == 200, up
     assert up["predictions"] == body["predictions"]

@@ -27,13 +27,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_candidates_take_their_weights_after_an_at_sign_and_default_to_auto():
     assert parse_candidates("mobilenet_v2, mobilenet_v2@none,efficientnet_b0@/w/b0.h5") == [
-        Candidate("mobilenet_v2", "auto"), Candidate("mobilenet_v2", "none"), Candidate("efficientnet_b0", "/w/b0.h5")]
+        Candidate("mobilenet_v2", "auto"),
+        Candidate("mobilenet_v2", "none"),
+        Candidate("efficientnet_b0", "/w/b0.h5"),
+    ]
     assert Candidate("mobilenet_v2", "none").label == "mobilenet_v2@none"
 
 
-@pytest.mark.parametrize("text, message", [("resnet_9000", "unknown backbone 'resnet_9000'"),
-                                           (" , ", "name at least one backbone"),
-                                           ("mobilenet_v2,mobilenet_v2@auto", "the same candidate twice")])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("resnet_9000", "unknown backbone 'resnet_9000'"),
+        (" , ", "name at least one backbone"),
+        ("mobilenet_v2,mobilenet_v2@auto", "the same candidate twice"),
+    ],
+)
 def test_bad_candidates_are_refused_before_any_backbone_is_built(text: str, message: str):
     with pytest.raises(UserError, match=message):
         parse_candidates(text)
@@ -51,7 +59,7 @@ def test_the_probe_scores_separable_features_high_and_noise_at_chance():
     rng = np.random.default_rng(0)
     for separation, low, high in ((6.0, 0.97, 1.0), (0.0, 0.15, 0.55)):
         train, val = _blobs(rng, 60, separation), _blobs(rng, 60, separation)
-        (accuracy, loss), = fit_probe(*train, {"val": val}, num_classes=3).values()
+        ((accuracy, loss),) = fit_probe(*train, {"val": val}, num_classes=3).values()
         assert low <= accuracy <= high
         assert (loss < 0.2) if separation else (loss > 0.9)  # ln 3 = 1.10 is a guess's loss
 
@@ -59,7 +67,7 @@ def test_the_probe_scores_separable_features_high_and_noise_at_chance():
 def test_the_probe_counts_a_class_missing_from_train_as_never_predicted():
     x, y = _blobs(np.random.default_rng(1), 30, 6.0)
     train = x[y < 2], y[y < 2]
-    (accuracy, loss), = fit_probe(*train, {"val": (x, y)}, num_classes=3).values()
+    ((accuracy, loss),) = fit_probe(*train, {"val": (x, y)}, num_classes=3).values()
     assert accuracy == pytest.approx(2 / 3, abs=0.02) and np.isfinite(loss)
 
 
@@ -86,8 +94,18 @@ def test_a_probe_of_the_tiny_backbone_reads_every_split(demo_records: Path, monk
 
 
 def test_the_script_says_a_missing_folder_before_importing_tensorflow(tmp_path: Path):
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_backbones.py"), str(tmp_path / "nope"),
-                           "--backbones", "mobilenet_v2"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "compare_backbones.py"),
+            str(tmp_path / "nope"),
+            "--backbones",
+            "mobilenet_v2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.strip() == f"error: {tmp_path / 'nope'}: no such file or folder"
 
 
@@ -97,12 +115,28 @@ def test_pretrained_mobilenet_v2_ranks_above_its_random_initialisation(tmp_path:
     from app.data.writer import write_tfrecords
 
     records = tmp_path / "records"  # 4 classes, 30 photos each: 15 to fit on, 9 to rank on
-    write_tfrecords(generate_demo_images(tmp_path / "images", per_class=30, seed=3), records, val_fraction=0.3,
-                    test_fraction=0.2, num_shards=1, workers=1)
+    write_tfrecords(
+        generate_demo_images(tmp_path / "images", per_class=30, seed=3),
+        records,
+        val_fraction=0.3,
+        test_fraction=0.2,
+        num_shards=1,
+        workers=1,
+    )
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "compare_backbones.py"), str(records),
-         "--backbones", f"mobilenet_v2@none,mobilenet_v2@{pretrained_weights}", "--image-size", "96"],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            str(REPO / "scripts" / "compare_backbones.py"),
+            str(records),
+            "--backbones",
+            f"mobilenet_v2@none,mobilenet_v2@{pretrained_weights}",
+            "--image-size",
+            "96",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     table = done.stdout.splitlines()
     first, second = table[2].split(), table[3].split()

@@ -69,7 +69,9 @@ def test_a_run_fits_t_and_its_export_serves_calibrated_probabilities(trained_run
     logits = keras.Model(served.input, served.get_layer("logits").output)
     images = tf.random.stateless_uniform([3, 64, 64, 3], [0, 1], 0, 255)
     exported = tf.saved_model.load(str(version)).signatures["predict_images"](images=images)["probabilities"].numpy()
-    np.testing.assert_allclose(exported, softmax(logits(images).numpy() / calibration["temperature"]), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        exported, softmax(logits(images).numpy() / calibration["temperature"]), rtol=1e-4, atol=1e-6
+    )
     assert json.loads(json.dumps(calibration))  # plain JSON
     assert f"calibration: temperature {calibration['temperature']:.3f}; val ECE" in format_result(metrics)
 
@@ -81,4 +83,3 @@ def test_calibrate_false_exports_the_plain_classifier(tiny_config):
     metrics = train(tiny_config.replace(calibrate=False, epochs_finetune=0))
     assert "calibration" not in metrics
     assert read_metadata(Path(metrics["export"]))["calibration"] is None
-

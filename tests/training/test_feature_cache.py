@@ -69,14 +69,18 @@ def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline
     # The sample TensorBoard shows is the first batch as the backbone got it (float 0..255).
     (sample,) = first_batches
     assert sample.shape == (ctx.cfg.batch_size, 64, 64, 3) and sample.dtype == np.float32
-    assert 0 <= sample.min() and sample.max() <= 255 and sample.max() > 1
-    np.testing.assert_allclose(ctx.clf.features_model(sample, training=False).numpy(),
-                               cache.train_features[:len(sample)], rtol=1e-3, atol=1e-5 * np.abs(cache.train_features).max())
+    assert sample.min() >= 0 and sample.max() <= 255 and sample.max() > 1
+    np.testing.assert_allclose(
+        ctx.clf.features_model(sample, training=False).numpy(),
+        cache.train_features[: len(sample)],
+        rtol=1e-3,
+        atol=1e-5 * np.abs(cache.train_features).max(),
+    )
     width = ctx.clf.backbone.output.shape[-1]  # pooled: one value per channel
     assert cache.train_features.shape == (3 * n, width) and cache.train_features.dtype == np.float32
     assert cache.val_features.shape == (ctx.info.num_examples("val"), width)
     for view in range(3):  # each block of n rows is one pass over the training split
-        assert (np.bincount(cache.train_labels[view * n:(view + 1) * n], minlength=4) == _train_counts(ctx)).all()
+        assert (np.bincount(cache.train_labels[view * n : (view + 1) * n], minlength=4) == _train_counts(ctx)).all()
     # What `auto` weighs against its memory limit is what the cache holds.
     assert feature_cache_bytes(ctx.cfg, ctx.info, ctx.clf) == cache.train_features.nbytes + cache.val_features.nbytes
     plain_ctx = setup(cached_config.replace(augment=False, out=cached_config.out + "-plain"))
@@ -122,9 +126,13 @@ def test_cached_phase1_checkpoints_only_the_head_and_trains_it(cached_config: Tr
     head = [w.numpy().copy() for w in ctx.clf.model.get_layer("logits").weights]
     result = run_phase1(ctx)
     assert result.epochs == 2 and np.isfinite(result.val_loss)
-    assert any(not np.array_equal(w.numpy(), before) for w, before in zip(ctx.clf.model.get_layer("logits").weights, head))
+    assert any(
+        not np.array_equal(w.numpy(), before) for w, before in zip(ctx.clf.model.get_layer("logits").weights, head)
+    )
     stored = stored_weight_shapes(ctx.run.best_weights(1, result.best_epoch))  # the head's kernel and bias, no backbone
-    assert sorted(math.prod(shape) for shape in stored) == sorted(w.numpy().size for w in ctx.clf.model.get_layer("logits").weights)
+    assert sorted(math.prod(shape) for shape in stored) == sorted(
+        w.numpy().size for w in ctx.clf.model.get_layer("logits").weights
+    )
 
 
 def test_auto_caches_on_a_cpu_and_says_why(tiny_config: TrainConfig):

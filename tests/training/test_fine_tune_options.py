@@ -97,15 +97,23 @@ def test_selection_by_accuracy_prefers_accuracy_and_breaks_ties_by_loss():
 
 def test_phase2_may_not_buy_a_lower_loss_with_fewer_right_answers():
     # min_accuracy: phase 1's val accuracy (phase2_keeps_accuracy, the default)
-    assert beats(0.20, 0.84, 0.30, 0.85, "val_loss") and not beats(0.20, 0.84, 0.30, 0.85, "val_loss", min_accuracy=0.85)
+    assert beats(0.20, 0.84, 0.30, 0.85, "val_loss") and not beats(
+        0.20, 0.84, 0.30, 0.85, "val_loss", min_accuracy=0.85
+    )
     assert beats(0.20, 0.85, 0.30, 0.85, "val_loss", min_accuracy=0.85)  # as many right answers: the loss decides
     assert not beats(0.40, 0.90, 0.30, 0.85, "val_loss", min_accuracy=0.85)  # still needs the lower loss
 
 
 @pytest.mark.slow  # a real phase 2 (8 s); the swap itself is checked above in the fast tier
 def test_phase2_validates_and_keeps_the_averaged_weights(tiny_config: TrainConfig, monkeypatch):
-    cfg = tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, ema_decay=0.9,
-                              epochs_finetune=2, max_steps_per_epoch=1)
+    cfg = tiny_config.replace(
+        unfreeze="blocks:1",
+        lr_finetune=1e-2,
+        warmup_fraction=0.0,
+        ema_decay=0.9,
+        epochs_finetune=2,
+        max_steps_per_epoch=1,
+    )
     ctx = setup(cfg)
     phase1 = run_phase1(ctx)
     snapshots = {"trained": [], "validated": []}

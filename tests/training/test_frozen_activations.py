@@ -27,8 +27,9 @@ def side_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     tmp = tmp_path_factory.mktemp("side")
     manifest = generate_side_feature_dataset(tmp / "photos", per_class=6, image_size=48)
-    write_tfrecords(manifest, tmp / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
-                    test_fraction=0.0, num_shards=1)
+    write_tfrecords(
+        manifest, tmp / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25, test_fraction=0.0, num_shards=1
+    )
     return tmp / "records"
 
 
@@ -47,8 +48,10 @@ def _phase2_after_phase1(cfg: TrainConfig):
 
 @pytest.mark.parametrize("data", ["images", "images_and_side_features"])
 def test_validation_on_activations_equals_validation_on_images(data: str, tiny_config: TrainConfig, side_records: Path):
-    cfg = _config(data, tiny_config, side_records).replace(label_smoothing=0.1,  # the tail's loss: the steps' own
-                                                           cache_features="false")  # phase 2 trains on images
+    cfg = _config(data, tiny_config, side_records).replace(
+        label_smoothing=0.1,  # the tail's loss: the steps' own
+        cache_features="false",
+    )  # phase 2 trains on images
     ctx, phase = _phase2_after_phase1(cfg)
     assert phase.val_steps is not None and phase.val_steps.model.name == "tail"
 
@@ -57,9 +60,13 @@ def test_validation_on_activations_equals_validation_on_images(data: str, tiny_c
 
 
 @pytest.mark.parametrize("data", ["images", "images_and_side_features"])
-def test_phase1s_feature_cache_hands_phase2_its_activations(data: str, tiny_config: TrainConfig, side_records: Path,
-                                                            monkeypatch: pytest.MonkeyPatch,
-                                                            caplog: pytest.LogCaptureFixture):
+def test_phase1s_feature_cache_hands_phase2_its_activations(
+    data: str,
+    tiny_config: TrainConfig,
+    side_records: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
     """Phase 1's cache runs every val photo through the backbone; phase 2 then computes nothing."""
     cfg = _config(data, tiny_config, side_records).replace(cache_features="true")
     ctx = setup(cfg)
@@ -101,13 +108,15 @@ def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, c
 
 def _views_activations(ctx, split) -> tuple[np.ndarray, np.ndarray]:
     """The training views made again and run through the frozen layers, as a resumed run does."""
-    outputs, labels = model_outputs(lambda x, y: split.lower(x, training=False),
-                                    functools.reduce(tf.data.Dataset.concatenate, training_views(ctx)))
+    outputs, labels = model_outputs(
+        lambda x, y: split.lower(x, training=False), functools.reduce(tf.data.Dataset.concatenate, training_views(ctx))
+    )
     return outputs, labels
 
 
-def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(tiny_config: TrainConfig,
-                                                                         caplog: pytest.LogCaptureFixture):
+def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
+    tiny_config: TrainConfig, caplog: pytest.LogCaptureFixture
+):
     """The cache build hands phase 2 the activations of every training view, the same ones the
     views give when made again; phase 2's train step then runs only the layers above the cut."""
     cfg = tiny_config.replace(cache_features="true", feature_views=2)
@@ -143,17 +152,26 @@ def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainCo
     phase = build_phase(ctx, 2, phase1, frozen)
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
         phase.inputs.train_iterator()
-    assert "computed once, as phase 2 started" in caplog.text and "on phase 1's cached views: 50 activations" in caplog.text
+    assert (
+        "computed once, as phase 2 started" in caplog.text
+        and "on phase 1's cached views: 50 activations" in caplog.text
+    )
     again, labels = _views_activations(ctx, frozen.split)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
     np.testing.assert_array_equal(frozen._train.labels, labels)
 
 
-@pytest.mark.parametrize("setting, why", [
-    ({"phase2_mode": "images"}, "phase2_mode = images"),
-    ({"cache_features": "false"}, "phase2_mode = views; no cached views: phase 1 trained on images, so there are no"
-                                  " cached views (cache_features)"),
-])
+@pytest.mark.parametrize(
+    "setting, why",
+    [
+        ({"phase2_mode": "images"}, "phase2_mode = images"),
+        (
+            {"cache_features": "false"},
+            "phase2_mode = views; no cached views: phase 1 trained on images, so there are no"
+            " cached views (cache_features)",
+        ),
+    ],
+)
 def test_phase2_trains_on_images_when_asked_or_without_cached_views(setting: dict, why: str, tiny_config: TrainConfig):
     cfg = tiny_config.replace(**setting)
     ctx = setup(cfg)
@@ -169,7 +187,8 @@ def test_phase2_trains_on_images_when_asked_or_without_cached_views(setting: dic
 
 
 def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
-        tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
     """The val activations fit, the training views' do not: validation from the cut, training on images."""
     ctx = setup(tiny_config)
     split = frozen_activations.frozen_activations(ctx).split
@@ -181,7 +200,8 @@ def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
 
 
 def test_validation_stays_on_images_when_the_activations_would_not_fit(
-        tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
     monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", 1000)
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
         _, phase = _phase2_after_phase1(tiny_config)

@@ -61,7 +61,9 @@ def test_auto_rates_are_swept_in_the_run_used_and_recorded(tiny_config):
     from app.config import load_config
     from app.training.train import train
 
-    cfg = load_config(None, {**{k: v for k, v in tiny_config.to_dict().items()}, "lr_head": "auto", "lr_finetune": "AUTO"})
+    cfg = load_config(
+        None, {**{k: v for k, v in tiny_config.to_dict().items()}, "lr_head": "auto", "lr_finetune": "AUTO"}
+    )
     assert (cfg.lr_head, cfg.lr_finetune) == ("auto", "auto")
     metrics = train(cfg)
     found = metrics["lr_find"]

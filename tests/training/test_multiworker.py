@@ -25,8 +25,13 @@ def _start_workers(cmd: list[str], logs: Path, tmp: Path, attempt: int) -> list[
     cluster = {"worker": [f"localhost:{free_port()}" for _ in range(2)]}
     procs = []
     for index in range(2):
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp), "CUDA_VISIBLE_DEVICES": "",
-               "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "TMPDIR": str(tmp),
+            "CUDA_VISIBLE_DEVICES": "",
+            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+        }
         env.pop("PHOTOCLF_WEIGHTS", None)
         log = (logs / f"attempt{attempt}-worker{index}.log").open("w")
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
@@ -44,10 +49,30 @@ def _history_rows(run: Path) -> list[tuple[str, str]]:
 def test_two_workers_train_both_phases_resume_and_the_chief_exports(demo_records: Path, tmp_path: Path):
     run, scratch = tmp_path / "run", tmp_path / "scratch"
     scratch.mkdir()
-    cmd = [sys.executable, "scripts/fine_tune.py", "--data", str(demo_records), "--out", str(run), "--weights", "none",
-           "--image-size", "64", "--batch-size", "4", "--epochs-head", "4", "--epochs-finetune", "1",
-           "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=10",
-           "--set", "phase2_mode=images"]  # as configured: auto would lengthen phase 2 for a random backbone
+    cmd = [
+        sys.executable,
+        "scripts/fine_tune.py",
+        "--data",
+        str(demo_records),
+        "--out",
+        str(run),
+        "--weights",
+        "none",
+        "--image-size",
+        "64",
+        "--batch-size",
+        "4",
+        "--epochs-head",
+        "4",
+        "--epochs-finetune",
+        "1",
+        "--set",
+        "max_steps_per_epoch=2",
+        "--set",
+        "early_stopping_patience=10",
+        "--set",
+        "phase2_mode=images",
+    ]  # as configured: auto would lengthen phase 2 for a random backbone
 
     first = _start_workers(cmd, tmp_path, scratch, attempt=1)
     deadline = time.monotonic() + 300
@@ -109,8 +134,14 @@ def _side_feature_records(tmp_path: Path) -> Path:
     from app.data.writer import write_tfrecords
 
     manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=8, image_size=48)
-    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
-                    test_fraction=0.25, num_shards=2)
+    write_tfrecords(
+        manifest,
+        tmp_path / "records",
+        feature_columns=FEATURE_COLUMNS,
+        val_fraction=0.25,
+        test_fraction=0.25,
+        num_shards=2,
+    )
     return tmp_path / "records"
 
 
@@ -119,7 +150,9 @@ def _multilabel_records(tmp_path: Path) -> Path:
     from app.data.writer import write_tfrecords
 
     manifest = generate_multilabel_dataset(tmp_path / "photos", photos=32, image_size=48)
-    write_tfrecords(manifest, tmp_path / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=2)
+    write_tfrecords(
+        manifest, tmp_path / "records", multi_label=True, val_fraction=0.25, test_fraction=0.25, num_shards=2
+    )
     return tmp_path / "records"
 
 
@@ -130,14 +163,33 @@ def test_mirrored_strategy_with_two_replicas_trains_and_exports(demo_records: Pa
     hence the subprocess): global batch = per-replica batch x 2, every val example counted; the
     {image, side} inputs of a side-features dataset, and a multi-label dataset's multi-hot labels,
     are split between the replicas alike."""
-    data = {"images": lambda: demo_records, "side features": lambda: _side_feature_records(tmp_path),
-            "multi-label": lambda: _multilabel_records(tmp_path)}[kind]()
-    cfg = {"data": str(data), "out": str(tmp_path / "run"), "backbone": TINY_BACKBONE, "weights": "none", "image_size": 64,
-           "batch_size": 4, "epochs_head": 1, "epochs_finetune": 1, "max_steps_per_epoch": 2, "phase2_mode": "views"}
+    data = {
+        "images": lambda: demo_records,
+        "side features": lambda: _side_feature_records(tmp_path),
+        "multi-label": lambda: _multilabel_records(tmp_path),
+    }[kind]()
+    cfg = {
+        "data": str(data),
+        "out": str(tmp_path / "run"),
+        "backbone": TINY_BACKBONE,
+        "weights": "none",
+        "image_size": 64,
+        "batch_size": 4,
+        "epochs_head": 1,
+        "epochs_finetune": 1,
+        "max_steps_per_epoch": 2,
+        "phase2_mode": "views",
+    }
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("PHOTOCLF_WEIGHTS", None)
-    out = subprocess.run([sys.executable, "-c", MIRRORED_ON_TWO_CPUS, json.dumps(cfg)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=400)
+    out = subprocess.run(
+        [sys.executable, "-c", MIRRORED_ON_TWO_CPUS, json.dumps(cfg)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     log = out.stdout + out.stderr
     assert "strategy MirroredStrategy: 1 worker(s), 2 replica(s) in sync; global batch 8 (4 per replica)" in log

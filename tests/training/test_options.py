@@ -17,7 +17,9 @@ from app.training.train import build_phase, run_phase1
 
 
 def test_class_weights_are_inverse_frequency():
-    info = DatasetInfo(root=None, classes=["a", "b", "c"], counts={"train": {"a": 10, "b": 30, "c": 20}}, shards={}, shard_records={})
+    info = DatasetInfo(
+        root=None, classes=["a", "b", "c"], counts={"train": {"a": 10, "b": 30, "c": 20}}, shards={}, shard_records={}
+    )
     weights = class_weights(info)
     assert weights == pytest.approx([2.0, 2 / 3, 1.0], rel=1e-5)
     assert sum(w * n for w, n in zip(weights, (10, 30, 20))) == pytest.approx(60)  # total weight unchanged
@@ -27,8 +29,14 @@ def _one_sgd_step(weights: list[float] | None, features: np.ndarray, labels: np.
     """The kernel change after one Steps.train call with SGD at learning rate 1 (= minus the gradient)."""
     model = keras.Sequential([keras.Input((features.shape[1],)), keras.layers.Dense(3, kernel_initializer="ones")])
     optimizer = keras.optimizers.SGD(learning_rate=1.0)
-    steps = Steps(tf.distribute.get_strategy(), model, optimizer, num_classes=3, global_batch_size=len(labels),
-                  class_weights=weights)
+    steps = Steps(
+        tf.distribute.get_strategy(),
+        model,
+        optimizer,
+        num_classes=3,
+        global_batch_size=len(labels),
+        class_weights=weights,
+    )
     before = model.layers[0].kernel.numpy().copy()
     steps.train(iter(tf.data.Dataset.from_tensors((features, labels)).repeat()), 1)
     return model.layers[0].kernel.numpy() - before
@@ -47,7 +55,9 @@ def test_class_weights_weight_each_example_in_the_gradient():
             logits = features @ kernel  # the Dense bias starts at 0
             ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
             loss = tf.reduce_mean(tf.gather(w, labels) * ce)
-        np.testing.assert_allclose(_one_sgd_step(given, features, labels), -tape.gradient(loss, kernel).numpy(), atol=1e-6)
+        np.testing.assert_allclose(
+            _one_sgd_step(given, features, labels), -tape.gradient(loss, kernel).numpy(), atol=1e-6
+        )
     assert not np.allclose(_one_sgd_step(None, features, labels), _one_sgd_step(weights, features, labels))
 
 
@@ -60,7 +70,9 @@ def test_class_weights_option_reaches_the_training_steps(tiny_config: TrainConfi
 
 def test_steps_per_execution_runs_exactly_the_steps_of_an_epoch(tiny_config: TrainConfig):
     """5 steps per epoch in calls of 3 steps (3 + 2): the optimizer steps exactly 5 times per epoch."""
-    cfg = tiny_config.replace(steps_per_execution=3, batch_size=4, max_steps_per_epoch=5, epochs_head=2, epochs_finetune=0)
+    cfg = tiny_config.replace(
+        steps_per_execution=3, batch_size=4, max_steps_per_epoch=5, epochs_head=2, epochs_finetune=0
+    )
     ctx = setup(cfg)
     assert ctx.steps_per_epoch == 5
     phase = build_phase(ctx, 1)
@@ -92,8 +104,15 @@ def test_train_step_jitters_uint8_images_differently_at_each_step():
     images = tf.cast(tf.reshape(tf.range(2 * 4 * 4 * 3) * 5 % 256, [2, 4, 4, 3]), tf.uint8)
 
     def steps(jitter: float) -> Steps:
-        return Steps(tf.distribute.get_strategy(), model, keras.optimizers.SGD(), num_classes=3, global_batch_size=2,
-                     color_jitter=jitter, seed=3)
+        return Steps(
+            tf.distribute.get_strategy(),
+            model,
+            keras.optimizers.SGD(),
+            num_classes=3,
+            global_batch_size=2,
+            color_jitter=jitter,
+            seed=3,
+        )
 
     plain = steps(0.0)
     np.testing.assert_array_equal(_replica_inputs(plain, images), images.numpy().astype(np.float32))
@@ -114,8 +133,15 @@ def test_xla_compiled_step_trains_like_the_plain_one():
     kernels = []
     for jit in (False, True):
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, kernel_initializer="ones")])
-        steps = Steps(tf.distribute.get_strategy(), model, keras.optimizers.Adam(0.1), num_classes=3,
-                      global_batch_size=8, label_smoothing=0.1, jit_compile=jit)
+        steps = Steps(
+            tf.distribute.get_strategy(),
+            model,
+            keras.optimizers.Adam(0.1),
+            num_classes=3,
+            global_batch_size=8,
+            label_smoothing=0.1,
+            jit_compile=jit,
+        )
         steps.train(iter(tf.data.Dataset.from_tensors((features, labels)).repeat()), 3)
         kernels.append(model.layers[0].kernel.numpy())
     assert not np.allclose(kernels[0], 1.0)
@@ -132,7 +158,9 @@ def test_jit_compile_option_is_off_on_cpus_unless_asked(tiny_config: TrainConfig
 
 @pytest.mark.slow
 def test_mobilenet_train_step_compiles_and_trains_under_xla(tiny_config: TrainConfig):
-    forced = setup(tiny_config.replace(backbone="mobilenet_v2", jit_compile="true", cache_features="false", epochs_finetune=0))
+    forced = setup(
+        tiny_config.replace(backbone="mobilenet_v2", jit_compile="true", cache_features="false", epochs_finetune=0)
+    )
     result = run_phase1(forced)  # MobileNetV2's train step through XLA on the CPU
     assert result.epochs == 1 and np.isfinite(result.val_loss)
 
@@ -143,10 +171,23 @@ def test_a_dataset_with_side_features_trains_with_side_label_smoothing(tiny_conf
     from app.data.writer import write_tfrecords
 
     manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=4, image_size=32)
-    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
-                    test_fraction=0.0, num_shards=1)
-    side = tiny_config.replace(data=str(tmp_path / "records"), out=str(tmp_path / "side"), image_size=32, batch_size=4,
-                               epochs_finetune=0, label_smoothing=0.1, side_label_smoothing=0.05)
+    write_tfrecords(
+        manifest,
+        tmp_path / "records",
+        feature_columns=FEATURE_COLUMNS,
+        val_fraction=0.25,
+        test_fraction=0.0,
+        num_shards=1,
+    )
+    side = tiny_config.replace(
+        data=str(tmp_path / "records"),
+        out=str(tmp_path / "side"),
+        image_size=32,
+        batch_size=4,
+        epochs_finetune=0,
+        label_smoothing=0.1,
+        side_label_smoothing=0.05,
+    )
     assert build_phase(setup(side), 1).steps.label_smoothing == 0.05
     plain = tiny_config.replace(epochs_finetune=0, label_smoothing=0.1, side_label_smoothing=0.05)
     assert build_phase(setup(plain), 1).steps.label_smoothing == 0.1

@@ -53,8 +53,15 @@ def test_phase2_changes_only_unfrozen_layers_and_never_batchnorm(tiny_config: Tr
     after = _backbone_state(ctx)
     changed = {p for p in before if before[p].tobytes() != after[p].tobytes()}
     layers = ctx.clf.backbone.layers
-    allowed = {w.path for layer in layers[start:] if not isinstance(layer, keras.layers.BatchNormalization) for w in layer.weights}
-    batchnorm = {w.path for layer in layers if isinstance(layer, keras.layers.BatchNormalization) for w in layer.weights}
+    allowed = {
+        w.path
+        for layer in layers[start:]
+        if not isinstance(layer, keras.layers.BatchNormalization)
+        for w in layer.weights
+    }
+    batchnorm = {
+        w.path for layer in layers if isinstance(layer, keras.layers.BatchNormalization) for w in layer.weights
+    }
     assert changed, "phase 2 changed nothing"
     assert changed <= allowed, f"frozen weights changed: {sorted(changed - allowed)[:5]}"
     assert not changed & batchnorm
@@ -73,8 +80,16 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     data = root / "records"
     write_tfrecords(images, data, val_fraction=0.25, test_fraction=0.0, workers=1)
     cfg = TrainConfig(
-        data=str(data), out=str(root / "run"), weights=str(pretrained_weights), image_size=128, batch_size=16,
-        epochs_head=15, cache_features="true", augment=False, epochs_finetune=2, lr_finetune=5e-5,
+        data=str(data),
+        out=str(root / "run"),
+        weights=str(pretrained_weights),
+        image_size=128,
+        batch_size=16,
+        epochs_head=15,
+        cache_features="true",
+        augment=False,
+        epochs_finetune=2,
+        lr_finetune=5e-5,
         early_stopping_patience=15,
     )
     ctx = setup(cfg)
@@ -93,7 +108,10 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     augmented = cfg.replace(augment=True, epochs_finetune=0)
     on_images = run_phase1(setup(augmented.replace(cache_features="false", out=str(root / "aug-images"))))
     on_views = run_phase1(setup(augmented.replace(cache_features="true", feature_views=2, out=str(root / "aug-views"))))
-    assert on_views.val_accuracy >= 0.8 and abs(on_views.val_accuracy - on_images.val_accuracy) <= 0.1, (on_images, on_views)
+    assert on_views.val_accuracy >= 0.8 and abs(on_views.val_accuracy - on_images.val_accuracy) <= 0.1, (
+        on_images,
+        on_views,
+    )
 
 
 def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_config: TrainConfig, monkeypatch):
@@ -121,7 +139,6 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
     final = {v.path: v.numpy() for v in ctx.clf.model.weights}
     for path, value in start.items():
         np.testing.assert_array_equal(final[path], value, err_msg=path)
-
 
 
 class _Killed(Exception):
@@ -170,17 +187,23 @@ def test_early_stopping_says_what_no_epoch_beat(tiny_config: TrainConfig, caplog
     with caplog.at_level("INFO", logger="app.training.phase"):
         assert run_phase2(ctx, out_of_reach).epochs == 1
     (stop,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("early stopping")]
-    assert stop == ("early stopping: 1 epoch without beating the best on val_loss (phase 1's weights: val_loss inf,"
-                    " val_accuracy 1.0100); an epoch must also keep phase 1's val_accuracy")
+    assert stop == (
+        "early stopping: 1 epoch without beating the best on val_loss (phase 1's weights: val_loss inf,"
+        " val_accuracy 1.0100); an epoch must also keep phase 1's val_accuracy"
+    )
 
 
 @pytest.mark.parametrize("kept", [1, 2])
 def test_a_phase_ends_holding_its_kept_epochs_weights_without_reading_them_back(
-        tiny_config: TrainConfig, monkeypatch, kept: int):
+    tiny_config: TrainConfig, monkeypatch, kept: int
+):
     from app.training import phase as phase_module
 
-    ctx = setup(tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, epochs_finetune=2,
-                                    early_stopping_patience=5))
+    ctx = setup(
+        tiny_config.replace(
+            unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, epochs_finetune=2, early_stopping_patience=5
+        )
+    )
     phase1 = run_phase1(ctx)
     trained, train_epoch, loads = [], phase_module._train_epoch, []
     load_weights = keras.Model.load_weights
@@ -192,7 +215,9 @@ def test_a_phase_ends_holding_its_kept_epochs_weights_without_reading_them_back(
 
     monkeypatch.setattr(phase_module, "_train_epoch", recording_train_epoch)
     monkeypatch.setattr(phase_module.PhaseState, "improves", lambda self, val: self.epochs_done < kept)
-    monkeypatch.setattr(keras.Model, "load_weights", lambda self, path, *a, **k: (loads.append(path), load_weights(self, path, *a, **k)))
+    monkeypatch.setattr(
+        keras.Model, "load_weights", lambda self, path, *a, **k: (loads.append(path), load_weights(self, path, *a, **k))
+    )
     result = run_phase2(ctx, phase1)
     assert (result.epochs, result.best_epoch) == (2, kept)
     assert loads == []  # the kept epoch's weights come back from memory (KeptWeights), not from its file
@@ -211,10 +236,13 @@ def test_kept_weights_are_put_back_from_memory_and_after_a_resume_from_their_fil
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     RunDir(tmp_path).checkpoints.mkdir()  # as the phase's checkpoint manager leaves it
-    phase = SimpleNamespace(model=model, spec=SimpleNamespace(phase=2),
-                            files=PhaseFiles(read=RunDir(tmp_path), write=RunDir(tmp_path)))
+    phase = SimpleNamespace(
+        model=model, spec=SimpleNamespace(phase=2), files=PhaseFiles(read=RunDir(tmp_path), write=RunDir(tmp_path))
+    )
     loads, load_weights = [], keras.Model.load_weights
-    monkeypatch.setattr(keras.Model, "load_weights", lambda self, path, *a, **k: (loads.append(path), load_weights(self, path, *a, **k)))
+    monkeypatch.setattr(
+        keras.Model, "load_weights", lambda self, path, *a, **k: (loads.append(path), load_weights(self, path, *a, **k))
+    )
 
     def scramble() -> None:
         model.set_weights([w + 1.0 for w in model.get_weights()])
@@ -243,7 +271,8 @@ def _sorted_outputs(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
 
 @pytest.mark.parametrize("keeps_accuracy", [True, False])
 def test_phase2_counts_only_without_lowering_phase1s_accuracy_and_its_kept_logits_are_saved(
-        tiny_config: TrainConfig, keeps_accuracy: bool):
+    tiny_config: TrainConfig, keeps_accuracy: bool
+):
     """Any loss beats phase 1's here, but no accuracy reaches it: with phase2_keeps_accuracy (the
     default) phase 2 keeps phase 1's weights; without it, its own lower-loss epoch counts. Either
     way the kept epoch's validation logits, which calibration fits T on, are saved and equal one
@@ -260,7 +289,10 @@ def test_phase2_counts_only_without_lowering_phase1s_accuracy_and_its_kept_logit
     assert ctx.run.best_val_outputs(kept_phase, kept_epoch).exists()
     saved = saved_validation_outputs(ctx, {1: phase1, 2: result})
     fresh = validation_logits(ctx)  # no phases given: one more pass with the weights the run kept
-    assert saved is not None and saved[0].shape == fresh[0].shape == (ctx.info.num_examples("val"), len(ctx.info.classes))
+    assert saved is not None and saved[0].shape == fresh[0].shape == (
+        ctx.info.num_examples("val"),
+        len(ctx.info.classes),
+    )
     (saved_logits, saved_labels), (fresh_logits, fresh_labels) = _sorted_outputs(*saved), _sorted_outputs(*fresh)
     np.testing.assert_array_equal(saved_labels, fresh_labels)
     np.testing.assert_allclose(saved_logits, fresh_logits, rtol=1e-4, atol=1e-4)

@@ -63,9 +63,13 @@ def test_the_cap_is_a_multiple_of_phase1s_time_or_none(cap: float, seconds: floa
 
 def test_the_plan_is_recorded_as_plain_values():
     assert plan_phase2(CFG, 0.5, 20.0, None).to_dict() == {
-        "mode": "images", "epochs": 15, "patience": 4, "max_seconds": 40.0,
+        "mode": "images",
+        "epochs": 15,
+        "patience": 4,
+        "max_seconds": 40.0,
         "reason": "phase2_mode = auto: phase 1 reached val accuracy 0.500 (< 0.90), far from saturation, where fresh"
-                  " augmentation each epoch pays; time cap 2 x phase 1's 20 s (finetune_time_cap)"}
+        " augmentation each epoch pays; time cap 2 x phase 1's 20 s (finetune_time_cap)",
+    }
 
 
 def test_a_phase_stops_before_an_epoch_that_would_pass_its_time_cap(tiny_config: TrainConfig, monkeypatch):

@@ -36,7 +36,13 @@ def test_config_round_trip(tmp_path: Path):
     toml.write_text('[train]\nbackbone = "efficientnet_b0"\nepochs_head = 7\nclass_weights = true\nlr_head = 3e-4\n')
     cfg = load_config(toml, parse_set(["batch-size=12", "label_smoothing=0"]))
     assert (cfg.backbone, cfg.epochs_head, cfg.class_weights, cfg.lr_head, cfg.batch_size, cfg.label_smoothing) == (
-        "efficientnet_b0", 7, True, 3e-4, 12, 0.0)
+        "efficientnet_b0",
+        7,
+        True,
+        3e-4,
+        12,
+        0.0,
+    )
     save_config(cfg, tmp_path / "config.json")
     assert read_saved_config(tmp_path / "config.json") == cfg
 
@@ -50,9 +56,14 @@ def test_a_config_saved_by_an_older_version_loads_without_its_retired_keys(tmp_p
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [({"batch_size": "many"}, "'batch_size' must be int"), ({"no_such_key": "1"}, "unknown config key"),
-     ({"strategy": "magic"}, "must be one of"), ({"augment": "maybe"}, "must be bool"),
-     ({"unfreeze": "half"}, "unfreeze must be"), ({"out": "gs://bucket/run"}, "the run dir must be a local path")],
+    [
+        ({"batch_size": "many"}, "'batch_size' must be int"),
+        ({"no_such_key": "1"}, "unknown config key"),
+        ({"strategy": "magic"}, "must be one of"),
+        ({"augment": "maybe"}, "must be bool"),
+        ({"unfreeze": "half"}, "unfreeze must be"),
+        ({"out": "gs://bucket/run"}, "the run dir must be a local path"),
+    ],
 )
 def test_bad_config_values(overrides: dict, message: str):
     with pytest.raises(UserError, match=message):
@@ -120,13 +131,23 @@ def _tensorboard_events(folder: Path) -> dict[str, list[tuple[int, object]]]:
         for event in tf.compat.v1.train.summary_iterator(str(path)):
             for value in event.summary.value:
                 tensor = tf.make_ndarray(value.tensor)
-                events.setdefault(value.tag, []).append((event.step, tensor if tensor.dtype == object else float(tensor)))
+                events.setdefault(value.tag, []).append(
+                    (event.step, tensor if tensor.dtype == object else float(tensor))
+                )
     return events
 
 
 def test_full_run_writes_the_run_dir(trained_run: Path):
     run = RunDir(trained_run)
-    for path in (run.config, run.state, run.history, run.learning_curves, run.metrics, run.final_weights, run.tensorboard):
+    for path in (
+        run.config,
+        run.state,
+        run.history,
+        run.learning_curves,
+        run.metrics,
+        run.final_weights,
+        run.tensorboard,
+    ):
         assert path.exists(), path
     saved = run.read_metrics()
     assert saved["weights"].startswith("none") and saved["weights_warning"]
@@ -134,9 +155,14 @@ def test_full_run_writes_the_run_dir(trained_run: Path):
     assert {"val_accuracy", "val_loss", "epochs", "seconds"} <= saved["phase2"].keys()
     for phase in ("phase1", "phase2"):  # the kept weights' validation, whose matrix the report and TensorBoard show
         matrix = np.array(saved[phase]["val_confusion_matrix"])
-        assert matrix.shape == (4, 4) and np.trace(matrix) / matrix.sum() == pytest.approx(saved[phase]["val_accuracy"], abs=1e-6)
+        assert matrix.shape == (4, 4) and np.trace(matrix) / matrix.sum() == pytest.approx(
+            saved[phase]["val_accuracy"], abs=1e-6
+        )
     assert "accuracy" in saved["test"]
-    assert Path(saved["export"]) == run.export_root / "shapes" / "1" and (Path(saved["export"]) / "saved_model.pb").exists()
+    assert (
+        Path(saved["export"]) == run.export_root / "shapes" / "1"
+        and (Path(saved["export"]) / "saved_model.pb").exists()
+    )
     assert [(r["phase"], r["phase_epoch"]) for r in read_history(run.history)] == [("1", "1"), ("2", "1")]
     assert not list(run.checkpoints.glob(".*")) and not list(run.root.glob(".*"))  # no temp files left
 
@@ -150,7 +176,7 @@ def test_tensorboard_gets_scalars_augmented_images_and_the_confusion_matrix(trai
     assert [v for _, v in events["lr"]] == pytest.approx([float(r["lr"]) for r in history], rel=1e-2)
     assert all(v > 0 for _, v in events["images_per_s"])
     for tag in ("train/augmented_inputs", "val/confusion_matrix"):
-        (step, tensor), = events[tag]
+        ((step, tensor),) = events[tag]
         width, height, *pngs = tensor  # TensorBoard's image summary: width, height, then PNGs
         assert pngs and all(png.startswith(b"\x89PNG") for png in pngs), tag
     assert len(events["train/augmented_inputs"][0][1]) - 2 == 8  # eight training images
@@ -166,10 +192,32 @@ def _history(run: Path) -> list[tuple[str, str]]:
 def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
     """Kill the real CLI mid-phase with SIGKILL; the same command continues and finishes."""
     run = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--data", str(demo_records), "--out", str(run),
-           "--weights", "none", "--image-size", "64", "--batch-size", "8", "--epochs-head", "6",
-           "--epochs-finetune", "2", "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=10",
-           "--set", "cache_features=false", "--set", "phase2_mode=images"]  # image epochs: slow enough to be
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts/fine_tune.py"),
+        "--data",
+        str(demo_records),
+        "--out",
+        str(run),
+        "--weights",
+        "none",
+        "--image-size",
+        "64",
+        "--batch-size",
+        "8",
+        "--epochs-head",
+        "6",
+        "--epochs-finetune",
+        "2",
+        "--set",
+        "max_steps_per_epoch=2",
+        "--set",
+        "early_stopping_patience=10",
+        "--set",
+        "cache_features=false",
+        "--set",
+        "phase2_mode=images",
+    ]  # image epochs: slow enough to be
     # killed mid-phase; phase 2 as configured (auto would lengthen it: a random backbone is far from saturation)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PHOTOCLF_WEIGHTS", None)
@@ -194,8 +242,17 @@ def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path):
     (tmp_path / "photos").mkdir()  # a folder, but not one make_tfrecords.py wrote
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/fine_tune.py"), "--data", str(tmp_path / "photos"), "--out", str(tmp_path / "r")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(ROOT / "scripts/fine_tune.py"),
+            "--data",
+            str(tmp_path / "photos"),
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 2
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
