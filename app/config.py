@@ -101,11 +101,6 @@ class TrainConfig:
         " beat phase 1: val_loss | val_accuracy (ties broken by val_loss)",
         choices=("val_loss", "val_accuracy"),
     )
-    phase2_keeps_accuracy: bool = _key(
-        True,
-        "a phase-2 epoch counts as beating phase 1 only if its val accuracy is at least"
-        " phase 1's (under select_by=val_loss a lower loss can come with fewer right answers)",
-    )
     ema_decay: float = _key(
         0.0,
         "validate, keep and export an exponential moving average of the weights: 0 = off;"
@@ -255,5 +250,6 @@ def save_config(cfg: TrainConfig, path: Path) -> None:
 
 def read_saved_config(path: Path) -> TrainConfig:
     """A run dir's config.json; keys an older version wrote and this one no longer has (such as
-    phase2_on_views, now phase2_mode) are dropped, so older runs still load, export and evaluate."""
+    phase2_on_views, now phase2_mode, or phase2_keeps_accuracy, now always on) are dropped, so
+    older runs still load, export and evaluate."""
     return TrainConfig(**{k: v for k, v in json.loads(path.read_text()).items() if k in FIELDS})

@@ -134,7 +134,7 @@ def unfreeze_start(clf: Classifier, rule: str) -> int:
 
 
 @dataclass(frozen=True)
-class FrozenSplit:
+class FrozenCut:
     """The classifier cut where phase 2's trained layers begin. Nothing below the cut trains and
     BatchNorm runs on its pretrained statistics, so `lower` maps an image to the same activation
     in every epoch of phase 2; `tail` is the rest of the classifier, from that activation on."""
@@ -142,10 +142,10 @@ class FrozenSplit:
     lower: keras.Model  # images 0..255 → the activation entering the first trained layer
     upper: keras.Model  # that activation → pooled features (what `features_model` gives)
     tail: keras.Model  # that activation (with side features: {"activations", "side"}) → logits
-    cut: str  # the backbone layer whose output is the activation, for the log
+    layer: str  # the backbone layer whose output is the activation, for the log
 
 
-def split_at_trained(clf: Classifier, start: int) -> FrozenSplit | None:
+def cut_at_trained(clf: Classifier, start: int) -> FrozenCut | None:
     """`lower` and `tail` sharing every layer and weight with `clf`, or None where no single
     tensor separates the frozen layers from the trained ones (a frozen layer also feeds one
     above the first trained layer), or where the cut would be the backbone's input."""
@@ -166,7 +166,7 @@ def split_at_trained(clf: Classifier, start: int) -> FrozenSplit | None:
         inputs, logits = {"activations": activations, "side": side}, clf.head_model({"features": pooled, "side": side})
     else:
         inputs, logits = activations, clf.head_model(pooled)
-    return FrozenSplit(lower=lower, upper=upper, tail=keras.Model(inputs, logits, name="tail"), cut=name)
+    return FrozenCut(lower=lower, upper=upper, tail=keras.Model(inputs, logits, name="tail"), layer=name)
 
 
 def _cut(backbone: keras.Model, start: int) -> tuple[str, object] | None:

@@ -13,7 +13,7 @@ from app.config import TrainConfig
 from app.data.pipeline import DatasetInfo
 from app.training.context import Context
 from app.training.optimizer import FineTuneAdamW, layer_rate_scales
-from app.training.steps import Steps
+from app.training.steps import CompiledSteps
 
 
 def class_weights(info: DatasetInfo) -> list[float]:
@@ -45,11 +45,13 @@ def make_optimizer(ctx: Context, learning_rate, model: keras.Model, phase: int) 
     return opt
 
 
-def make_steps(ctx: Context, model: keras.Model, optimizer: keras.optimizers.Optimizer | None, phase: int = 0) -> Steps:
+def make_steps(
+    ctx: Context, model: keras.Model, optimizer: keras.optimizers.Optimizer | None, phase: int = 0
+) -> CompiledSteps:
     """Training steps use the configured label smoothing, class weights, colour jitter (on the
     device) and XLA choice; plain evaluation (no optimizer) reports the unsmoothed loss."""
     training = optimizer is not None
-    return Steps(
+    return CompiledSteps(
         ctx.strategy,
         model,
         optimizer,

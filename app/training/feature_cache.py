@@ -33,7 +33,7 @@ from app.data.pipeline import (
     dataset_fingerprint,
 )
 from app.training.context import Context
-from app.training.frozen_activations import FrozenActivations, Rows
+from app.training.frozen_activations import ActivationRows, FrozenActivations
 from app.training.passes import (
     eval_images,
     model_outputs,
@@ -43,7 +43,7 @@ from app.training.passes import (
 )
 
 if TYPE_CHECKING:
-    from app.models.classifier import FrozenSplit
+    from app.models.classifier import FrozenCut
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 2  # bump when what is stored changes
@@ -124,12 +124,12 @@ def _build(
     total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     start = time.perf_counter()
     train = training_views(ctx)
-    split = frozen.split if frozen is not None else None
-    extract = _extractor(ctx, split, val_part=len(train) if split and not frozen.trains else None)
+    cut = frozen.cut if frozen is not None else None
+    extract = _extractor(ctx, cut, val_part=len(train) if cut and not frozen.trains else None)
     with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
         stream = one_stream([*train, eval_images(ctx, "val")])
         outputs, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
-    features = outputs["features"] if split else outputs
+    features = outputs["features"] if cut else outputs
     is_val = part == len(train)
     log.info(
         "phase 1: cached %d train and %d val features in %.1fs",
@@ -138,7 +138,7 @@ def _build(
         time.perf_counter() - start,
     )
     cache = _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
-    if split:
+    if cut:
         _hand_over(frozen, outputs["activations"], cache, is_val)
     return cache
 
@@ -147,22 +147,22 @@ def _hand_over(frozen: FrozenActivations, activations: np.ndarray, cache: Featur
     """Phase 2's activations at its cut, from the pass that made the cache: the val part's (all
     that `_extractor` kept, unless phase 2 trains on the views too: then every row's)."""
     val = activations[is_val] if frozen.trains else activations
-    train = Rows(activations[~is_val], cache.train_side, cache.train_labels) if frozen.trains else None
-    frozen.keep(Rows(val, cache.val_side, cache.val_labels), train)
+    train = ActivationRows(activations[~is_val], cache.train_side, cache.train_labels) if frozen.trains else None
+    frozen.keep(ActivationRows(val, cache.val_side, cache.val_labels), train)
 
 
-def _extractor(ctx: Context, split: FrozenSplit | None, val_part: int | None) -> Callable:
-    """One batch's pooled features (with side columns); with phase 2's `split`, computed through
+def _extractor(ctx: Context, cut: FrozenCut | None, val_part: int | None) -> Callable:
+    """One batch's pooled features (with side columns); with phase 2's `cut`, computed through
     its cut, and a dict that also holds the activations at the cut: of every batch, or with
     `val_part` of that part's batches only (none for the others). One pass gives both, and one
     model is traced, not two."""
-    if split is None:
+    if cut is None:
         return lambda inputs, labels: _with_side(inputs, ctx.clf.features_model(_images(inputs), training=False))
-    none = tf.zeros([0, *split.lower.output.shape[1:]], split.lower.output.dtype)
+    none = tf.zeros([0, *cut.lower.output.shape[1:]], cut.lower.output.dtype)
 
     def extract(inputs, labels_and_part) -> dict[str, tf.Tensor]:
-        activations = split.lower(_images(inputs), training=False)
-        features = _with_side(inputs, split.upper(activations, training=False))
+        activations = cut.lower(_images(inputs), training=False)
+        features = _with_side(inputs, cut.upper(activations, training=False))
         if val_part is not None:
             activations = tf.cond(labels_and_part[1][0] == val_part, lambda: activations, lambda: none)
         return {"features": features, "activations": activations}

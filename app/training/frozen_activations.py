@@ -6,7 +6,7 @@ there in every epoch: the layers below the cut are a fixed function, as the whol
 in phase 1. So:
 
 - Validation: each val image's activation at the cut is computed once, and each epoch runs only
-  the layers above it (`classifier.split_at_trained`): the same logits, up to float rounding.
+  the layers above it (`classifier.cut_at_trained`): the same logits, up to float rounding.
 - Training (`phase2_mode` views, when phase 1 trains on cached features): phase 2 trains on the
   activations of the same K augmented views of each training image that phase 1's cache holds,
   instead of decoding, augmenting and running every photo through the frozen layers again in
@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import map_image
-from app.models.classifier import FrozenSplit, split_at_trained, unfreeze_start
+from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
 from app.training.passes import (
     distribute,
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Rows:
+class ActivationRows:
     """Activations at the cut, with their side features (if any) and labels, row for row."""
 
     activations: np.ndarray
@@ -62,17 +62,17 @@ class Rows:
 
 
 class FrozenActivations:
-    """Phase 2's input from its cut, when `split` is not None: validation always, training too
+    """Phase 2's input from its cut, when `cut` is not None: validation always, training too
     when `trains`. Phase 1's feature cache runs every image through the backbone anyway; as it
     is built, it hands the activations over (`keep`), and phase 2 then computes nothing.
     Otherwise (phase 1 on images, or its cache read back from the run dir) phase 2 computes them
     as it starts."""
 
-    def __init__(self, ctx: Context, split: FrozenSplit | None, trains: bool = False, no_views: str = "") -> None:
-        self.ctx, self.split, self.trains = ctx, split, trains and split is not None
+    def __init__(self, ctx: Context, cut: FrozenCut | None, trains: bool = False, no_views: str = "") -> None:
+        self.ctx, self.cut, self.trains = ctx, cut, trains and cut is not None
         self._no_views = no_views or "no single activation separates phase 2's frozen layers from its trained ones"
-        self._val: Rows | None = None
-        self._train: Rows | None = None
+        self._val: ActivationRows | None = None
+        self._train: ActivationRows | None = None
 
     @property
     def no_views(self) -> str | None:
@@ -83,16 +83,16 @@ class FrozenActivations:
         """Phase 2's plan chose images: the views' activations are let go (host memory)."""
         self.trains, self._train = False, None
 
-    def keep(self, val: Rows, train: Rows | None) -> None:
+    def keep(self, val: ActivationRows, train: ActivationRows | None) -> None:
         """The activations from phase 1's cache build: `train` is None unless `trains`."""
         self._val, self._train = val, train
-        _log_done(self.split, val, train, "as phase 1's feature cache was built")
+        _log_done(self.cut, val, train, "as phase 1's feature cache was built")
 
     def inputs(self, inputs: PhaseInputs) -> PhaseInputs:
         """`inputs` with validation (and, when `trains`, training) on the activations at the cut,
         computed when the phase first needs its input: a finished phase, seen again on resume,
         never computes them."""
-        if self.split is None:
+        if self.cut is None:
             return inputs
         batch = self.ctx.cfg.batch_size
 
@@ -112,24 +112,24 @@ class FrozenActivations:
         if self._val is not None and (self._train is not None or not self.trains):
             return
         start = time.perf_counter()
-        self._val = self._val or _activations(self.split, eval_images(self.ctx, "val"))
+        self._val = self._val or _activations(self.cut, eval_images(self.ctx, "val"))
         if self.trains:
             self._train = _activations(
-                self.split, functools.reduce(tf.data.Dataset.concatenate, training_views(self.ctx))
+                self.cut, functools.reduce(tf.data.Dataset.concatenate, training_views(self.ctx))
             )
-        _log_done(self.split, self._val, self._train, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
+        _log_done(self.cut, self._val, self._train, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
 
 
 def frozen_activations(ctx: Context) -> FrozenActivations:
-    """Phase 2's cut where working from it is possible and worth it (else `split` is None): one
+    """Phase 2's cut where working from it is possible and worth it (else `cut` is None): one
     worker (several would each hold every activation), a single tensor at the cut, and the
     activations within the memory `cache_features = auto` allows phase 1's cache. Training from
     it too (`trains`) when phase 1 trains on cached views and `phase2_mode` is not images."""
     if num_workers(ctx.strategy) > 1 or not ctx.info.num_examples("val") or not ctx.cfg.epochs_finetune:
         return FrozenActivations(ctx, None, no_views="several workers" if ctx.info.num_examples("val") else "no val")
     start = unfreeze_start(ctx.clf, ctx.cfg.unfreeze)
-    split = split_at_trained(ctx.clf, start)
-    if split is None:
+    cut = cut_at_trained(ctx.clf, start)
+    if cut is None:
         why = (
             "it trains the whole backbone"
             if start <= 1
@@ -137,13 +137,13 @@ def frozen_activations(ctx: Context) -> FrozenActivations:
         )
         log.info("phase 2 validates on images: %s", why)
         return FrozenActivations(ctx, None, no_views=why)
-    val_bytes, train_bytes = _bytes(ctx, split, "val"), _bytes(ctx, split, "train") * views(ctx)
+    val_bytes, train_bytes = _bytes(ctx, cut, "val"), _bytes(ctx, cut, "train") * views(ctx)
     if val_bytes > FEATURE_CACHE_LIMIT:
-        why = f"the val activations at {split.cut} would take {val_bytes / 2**30:.1f} GiB"
+        why = f"the val activations at {cut.layer} would take {val_bytes / 2**30:.1f} GiB"
         log.info("phase 2 validates on images: %s", why)
         return FrozenActivations(ctx, None, no_views=why)
     trains, why = _trains(ctx, val_bytes + train_bytes)
-    return FrozenActivations(ctx, split, trains, no_views=why)
+    return FrozenActivations(ctx, cut, trains, no_views=why)
 
 
 def _trains(ctx: Context, total_bytes: int) -> tuple[bool, str]:
@@ -159,24 +159,24 @@ def _trains(ctx: Context, total_bytes: int) -> tuple[bool, str]:
     return True, ""
 
 
-def _bytes(ctx: Context, split: FrozenSplit, part: str) -> int:
-    return ctx.info.num_examples(part) * int(np.prod(split.lower.output.shape[1:])) * 4
+def _bytes(ctx: Context, cut: FrozenCut, part: str) -> int:
+    return ctx.info.num_examples(part) * int(np.prod(cut.lower.output.shape[1:])) * 4
 
 
-def _activations(split: FrozenSplit, images: tf.data.Dataset) -> Rows:
+def _activations(cut: FrozenCut, images: tf.data.Dataset) -> ActivationRows:
     """Every image's activation at the cut (with its side features and label), in dataset order."""
     outputs, labels = model_outputs(
-        lambda inputs, labels: map_image(inputs, lambda x: split.lower(x, training=False)), images
+        lambda inputs, labels: map_image(inputs, lambda x: cut.lower(x, training=False)), images
     )
     x, side = (outputs["image"], outputs["side"]) if isinstance(outputs, dict) else (outputs, None)
-    return Rows(x, side, labels)
+    return ActivationRows(x, side, labels)
 
 
-def _log_done(split: FrozenSplit, val: Rows, train: Rows | None, when: str) -> None:
+def _log_done(cut: FrozenCut, val: ActivationRows, train: ActivationRows | None, when: str) -> None:
     log.info(
         "phase 2 validates from %s: the layers below it are frozen, so the %d val images' activations there"
         " (%.1f MB) were computed once, %s; each epoch runs only the layers above",
-        split.cut,
+        cut.layer,
         len(val.labels),
         val.activations.nbytes / 1e6,
         when,
@@ -185,7 +185,7 @@ def _log_done(split: FrozenSplit, val: Rows, train: Rows | None, when: str) -> N
         log.info(
             "phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
             " each training image",
-            split.cut,
+            cut.layer,
             len(train.labels),
             train.activations.nbytes / 1e6,
         )

@@ -23,7 +23,7 @@ from app import storage
 from app.run_dir import RunDir
 from app.training.history import History
 from app.training.optimizer import averaged_weights, keeps_average
-from app.training.steps import Evaluation, Steps
+from app.training.steps import CompiledSteps, Evaluation
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +89,16 @@ class PhaseFiles:
 @dataclass(frozen=True, kw_only=True)
 class Phase:
     spec: PhaseSpec
-    steps: Steps  # compiled train/eval steps of the model being trained (logits, or head on features)
+    steps: CompiledSteps  # compiled train/eval steps of the model being trained (logits, or head on features)
     inputs: PhaseInputs
     model: keras.Model  # whose weights are checkpointed and kept as "best" (cached phase 1: the head only)
     files: PhaseFiles
     history: History
     baseline: PhaseResult | None = None  # phase 1's result: phase 2 must beat it to count
-    val_steps: Steps | None = None  # validation on another model than `steps` trains (phase 2: the tail)
+    val_steps: CompiledSteps | None = None  # validation on another model than `steps` trains (phase 2: the tail)
 
     @property
-    def validation(self) -> Steps:
+    def validation(self) -> CompiledSteps:
         return self.val_steps or self.steps
 
 
@@ -140,6 +140,10 @@ class KeptWeights:
     def save(self, epoch: int) -> None:
         save_weights_atomic(self.phase.model, self.phase.files.write.best_weights(self.phase.spec.phase, epoch))
         self.hold(epoch)
+
+    def hold_starting_weights(self) -> None:
+        """Phase 2's fallback: the weights phase 1 left, held as its "epoch 0" (see `hold`)."""
+        self.hold(0)
 
     def hold(self, epoch: int) -> None:
         """In memory only. Phase 2's "epoch 0", the weights phase 1 left, needs no file: a resumed
@@ -293,7 +297,7 @@ def run_phase(phase: Phase) -> PhaseResult:
     """
     state = PhaseState(phase)
     if phase.baseline is not None:  # the weights to fall back to, backbone included, before a resume moves them
-        state.kept.hold(0)
+        state.kept.hold_starting_weights()
     state.restore()
     phase.history.truncate(phase.spec.phase, state.epochs_done)
     iterator = None
@@ -364,7 +368,7 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
     )
 
 
-def _train_epoch(steps: Steps, iterator: Iterator, spec: PhaseSpec) -> tuple[float, float]:
+def _train_epoch(steps: CompiledSteps, iterator: Iterator, spec: PhaseSpec) -> tuple[float, float]:
     """(mean loss, accuracy) over one epoch of `spec.steps_per_epoch` steps, with a progress bar:
     tqdm's, like every long job here (Keras' Progbar writes colour codes into redirected logs)."""
     totals = tf.zeros([3])

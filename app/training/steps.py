@@ -36,7 +36,7 @@ class Evaluation:
         return {"loss": self.loss, "accuracy": self.accuracy, "count": self.count}
 
 
-class Steps:
+class CompiledSteps:
     def __init__(
         self,
         strategy: tf.distribute.Strategy,
@@ -62,11 +62,11 @@ class Steps:
         self._train = tf.function(self._train_steps, autograph=False)
         self._eval_step = None  # traced on the first evaluation, for its dataset's element spec
 
-    def evaluating(self, model: keras.Model) -> Steps:
+    def evaluating(self, model: keras.Model) -> CompiledSteps:
         """Evaluation of `model` with these steps' loss (label smoothing included), so that its
         val_loss compares with theirs: phase 2 validates its tail on cached activations."""
         weights = None if self.class_weights is None else self.class_weights.numpy().tolist()
-        return Steps(
+        return CompiledSteps(
             self.strategy,
             model,
             None,

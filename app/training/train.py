@@ -40,7 +40,7 @@ from app.training.phase import (
     save_weights_atomic,
 )
 from app.training.plan import Phase2Plan, plan_phase2
-from app.training.steps import Evaluation, Steps
+from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,9 @@ def build_phase(
     if number == 2:
         frozen = frozen or frozen_activations(ctx)
         plan = plan or phase2_plan(ctx, baseline, frozen)
-    split = frozen.split if number == 2 else None
+    cut = frozen.cut if number == 2 else None
     on_views = number == 2 and frozen.trains  # the tail trains on the views' activations at the cut
-    model = clf.head_model if cached else split.tail if on_views else clf.logits_model
+    model = clf.head_model if cached else cut.tail if on_views else clf.logits_model
     peak = resolve_rate(ctx, number)  # lr_head / lr_finetune, or the finder's suggestion for "auto"
     rate = peak if number == 1 else finetune_schedule(cfg, peak, ctx.steps_per_epoch, plan.epochs)
     spec = PhaseSpec(
@@ -76,7 +76,6 @@ def build_phase(
         patience=cfg.early_stopping_patience if number == 1 else plan.patience,
         epoch_offset=baseline.epochs if baseline else 0,
         select_by=cfg.select_by,
-        keep_baseline_accuracy=cfg.phase2_keeps_accuracy,
         max_seconds=math.inf if number == 1 else plan.max_seconds,
     )
     sample = None
@@ -96,7 +95,7 @@ def build_phase(
         files=ctx.phase_files,
         history=ctx.history,
         baseline=baseline,
-        val_steps=steps.evaluating(split.tail) if split and not on_views else None,
+        val_steps=steps.evaluating(cut.tail) if cut and not on_views else None,
     )
 
 
@@ -132,14 +131,16 @@ def run_phase2(
     return run_phase(build_phase(ctx, 2, phase1, frozen, plan))
 
 
-def evaluate_split(ctx: Context, split: str, steps: Steps | None = None) -> Evaluation:
+def evaluate_split(ctx: Context, split: str, steps: CompiledSteps | None = None) -> Evaluation:
     """The current weights on `split`, unaugmented, with the plain (unsmoothed) loss. Pass the
     same evaluation `steps` for several splits: its graph is then traced once."""
     return (steps or make_steps(ctx, ctx.clf.logits_model, None)).evaluate(eval_dataset(ctx, split))
 
 
 def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
-    """Run (or resume) both phases, evaluate, export. Returns the metrics.json contents."""
+    """Run (or resume) both phases, evaluate, export. Returns the metrics.json contents.
+
+    1. Set up: every check and the model before anything is written (`setup`); then `_train`."""
     done = None if overwrite else completed_run(cfg)
     if done:  # before building anything: a finished run needs neither the model nor its weights
         log.info("%s is already complete; pass --overwrite to train again", done.root)
@@ -153,37 +154,15 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
 
 
 def _train(ctx: Context) -> dict:
+    """The run after `setup` (step 1), top to bottom: phase 1, phase 2, test, calibrate, export."""
     cfg = ctx.cfg
-    if ctx.weights_warning:
-        log.warning("WARNING: %s", ctx.weights_warning)
-    log.info(
-        "backbone %s at %dx%d, weights: %s; precision %s",
-        ctx.clf.spec.name,
-        ctx.image_size,
-        ctx.image_size,
-        ctx.weights_used,
-        ctx.policy,
-    )
-    log.info("%s", describe_distribution(ctx))
-    log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
-    log.info("XLA %s (%s)", "on" if ctx.jit_compile else "off", ctx.jit_reason)
-    if ctx.info.multi_label:
-        positives = ", ".join(f"{c} {ctx.info.counts['train'].get(c, 0)}" for c in ctx.info.classes)
-        log.info(
-            "multi-label: %d training photos; photos with each label: %s", ctx.info.num_examples("train"), positives
-        )
-    ctx.clf.model.summary(show_trainable=True, line_length=100)
-    metrics: dict = {
-        "weights": ctx.weights_used,
-        "weights_warning": ctx.weights_warning,
-        "backbone": ctx.clf.spec.name,
-        "image_size": ctx.image_size,
-        "classes": ctx.info.classes,
-        "phase1_mode": "features" if ctx.cached_phase1 else "images",
-    }
+    _log_setup(ctx)
+    metrics = _run_facts(ctx)
     frozen = frozen_activations(ctx)  # phase 2's input, which phase 1's feature cache helps to build
+    # 2. Phase 1: the new head on the frozen backbone.
     phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
+    # 3. Phase 2: the top of the backbone, planned from what phase 1 left.
     phase2 = None
     if cfg.epochs_finetune:
         plan = phase2_plan(ctx, phase1, frozen)
@@ -192,22 +171,59 @@ def _train(ctx: Context) -> dict:
     metrics["phase2"] = phase2.to_dict() if phase2 else None
     if "auto" in (cfg.lr_head, cfg.lr_finetune):
         metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
-    evaluation = make_steps(ctx, ctx.clf.logits_model, None)
-    if ctx.info.num_examples("test"):  # on every worker: evaluation is a collective under multi-worker training
-        metrics["test"] = evaluate_split(ctx, "test", evaluation).summary()
-    kept = phase2 or phase1  # its validation pass already gave the kept weights' confusion matrix
-    confusion = np.array(kept.val_confusion_matrix) if kept else evaluate_split(ctx, "val", evaluation).confusion_matrix
+    # 4. Test: read once, by the kept weights; it chose nothing.
+    confusion = _test(ctx, metrics, phase2 or phase1)
     if ctx.chief:
+        # 5. Calibrate: a temperature (single-label) or per-label thresholds, fitted on val.
         phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
         if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see docs/training.md
             metrics["calibration"] = _calibrate(ctx, phases)
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
-        _finish(
-            ctx, metrics, confusion, epochs=sum(p.epochs for p in (phase1, phase2) if p), kept=_kept_file(ctx, phases)
-        )
+        # 6. Export, figures, then metrics.json, which marks the run complete.
+        epochs = sum(p.epochs for p in (phase1, phase2) if p)
+        _finish(ctx, metrics, confusion, epochs=epochs, kept=_kept_file(ctx, phases))
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
+
+
+def _log_setup(ctx: Context) -> None:
+    """What setup chose, one line each: backbone and weights, distribution, phase 1's mode, XLA."""
+    if ctx.weights_warning:
+        log.warning("WARNING: %s", ctx.weights_warning)
+    log.info("backbone %s at %dx%d, weights: %s; precision %s", ctx.clf.spec.name, ctx.image_size, ctx.image_size,
+             ctx.weights_used, ctx.policy)  # fmt: skip
+    log.info("%s", describe_distribution(ctx))
+    log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
+    log.info("XLA %s (%s)", "on" if ctx.jit_compile else "off", ctx.jit_reason)
+    if ctx.info.multi_label:
+        positives = ", ".join(f"{c} {ctx.info.counts['train'].get(c, 0)}" for c in ctx.info.classes)
+        log.info("multi-label: %d training photos; photos with each label: %s", ctx.info.num_examples("train"),
+                 positives)  # fmt: skip
+    ctx.clf.model.summary(show_trainable=True, line_length=100)
+
+
+def _run_facts(ctx: Context) -> dict:
+    """metrics.json's opening keys: what the run trained, with which weights."""
+    return {
+        "weights": ctx.weights_used,
+        "weights_warning": ctx.weights_warning,
+        "backbone": ctx.clf.spec.name,
+        "image_size": ctx.image_size,
+        "classes": ctx.info.classes,
+        "phase1_mode": "features" if ctx.cached_phase1 else "images",
+    }
+
+
+def _test(ctx: Context, metrics: dict, kept: PhaseResult | None) -> np.ndarray:
+    """The test split's figures into `metrics` (when there is one), and the kept weights' val
+    confusion matrix: from the kept phase's validation pass, else one more pass."""
+    evaluation = make_steps(ctx, ctx.clf.logits_model, None)
+    if ctx.info.num_examples("test"):  # on every worker: evaluation is a collective under multi-worker training
+        metrics["test"] = evaluate_split(ctx, "test", evaluation).summary()
+    if kept:
+        return np.array(kept.val_confusion_matrix)
+    return evaluate_split(ctx, "val", evaluation).confusion_matrix
 
 
 def lr_find_record(cfg: TrainConfig, suggestions: dict[str, float]) -> dict:

@@ -38,7 +38,7 @@ def test_per_label_counts_f1_ap_map_and_exact_match():
 
 
 def test_the_multi_label_loss_is_mean_binary_cross_entropy_with_smoothing_and_positive_weights():
-    from app.training.steps import Steps
+    from app.training.steps import CompiledSteps
 
     logits = tf.constant([[2.0, -1.0]])
     labels = tf.constant([[1.0, 0.0]])
@@ -47,9 +47,11 @@ def test_the_multi_label_loss_is_mean_binary_cross_entropy_with_smoothing_and_po
         p = 1 / (1 + math.exp(-x))
         return -(w * y * math.log(p) + (1 - y) * math.log(1 - p))
 
-    plain = Steps(tf.distribute.get_strategy(), None, None, num_classes=2, global_batch_size=1, multi_label=True)
+    plain = CompiledSteps(
+        tf.distribute.get_strategy(), None, None, num_classes=2, global_batch_size=1, multi_label=True
+    )
     assert float(plain._per_example_loss(labels, logits)[0]) == pytest.approx((bce(1, 2) + bce(0, -1)) / 2, rel=1e-5)
-    smooth = Steps(
+    smooth = CompiledSteps(
         tf.distribute.get_strategy(),
         None,
         None,

@@ -11,7 +11,7 @@ from app.errors import UserError
 from app.models.backbones import BACKBONES, get_backbone, register_backbone
 from app.models.classifier import (
     build_classifier,
-    split_at_trained,
+    cut_at_trained,
     unfreeze_start,
     unfreeze_top,
 )
@@ -67,8 +67,8 @@ def test_the_tail_on_the_lower_part_gives_the_classifier_logits(name: str, rule:
     backbone, _ = load_backbone(spec, 64, "none")
     clf = build_classifier(spec, backbone, 3, 64, 0.5)
     start = unfreeze_start(clf, rule)
-    split = split_at_trained(clf, start)
-    assert split is not None and clf.backbone.layers.index(clf.backbone.get_layer(split.cut)) < start
+    split = cut_at_trained(clf, start)
+    assert split is not None and clf.backbone.layers.index(clf.backbone.get_layer(split.layer)) < start
     images = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     np.testing.assert_allclose(split.tail(split.lower(images)).numpy(), clf.logits_model(images).numpy(), atol=1e-5)
     assert {id(v) for v in split.tail.weights} <= {id(v) for v in clf.logits_model.weights}  # shared, not copied
@@ -82,6 +82,6 @@ def test_no_split_where_a_frozen_layer_also_feeds_a_layer_above_the_cut():
     backbone = keras.Model(images, keras.layers.Add(name="skip")([a, c]))
     clf = build_classifier(get_backbone("mobilenet_v2"), backbone, 2, 8, 0.0)
     names = [layer.name for layer in clf.backbone.layers]
-    assert split_at_trained(clf, names.index("c")) is None  # b and a both cross
-    assert split_at_trained(clf, names.index("b")).cut == "a"  # only a crosses (to b and to skip)
-    assert split_at_trained(clf, names.index("a")) is None  # the cut would be the input itself
+    assert cut_at_trained(clf, names.index("c")) is None  # b and a both cross
+    assert cut_at_trained(clf, names.index("b")).layer == "a"  # only a crosses (to b and to skip)
+    assert cut_at_trained(clf, names.index("a")) is None  # the cut would be the input itself

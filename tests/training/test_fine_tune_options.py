@@ -16,7 +16,7 @@ from app.training import phase as phase_module
 from app.training.context import setup
 from app.training.optimizer import FineTuneAdamW, averaged_weights, layer_rate_scales
 from app.training.phase import beats
-from app.training.steps import Steps
+from app.training.steps import CompiledSteps
 from app.training.train import run_phase1, run_phase2
 
 LR = 1e-3
@@ -96,7 +96,7 @@ def test_selection_by_accuracy_prefers_accuracy_and_breaks_ties_by_loss():
 
 
 def test_phase2_may_not_buy_a_lower_loss_with_fewer_right_answers():
-    # min_accuracy: phase 1's val accuracy (phase2_keeps_accuracy, the default)
+    # min_accuracy: phase 1's val accuracy
     assert beats(0.20, 0.84, 0.30, 0.85, "val_loss") and not beats(
         0.20, 0.84, 0.30, 0.85, "val_loss", min_accuracy=0.85
     )
@@ -117,7 +117,7 @@ def test_phase2_validates_and_keeps_the_averaged_weights(tiny_config: TrainConfi
     ctx = setup(cfg)
     phase1 = run_phase1(ctx)
     snapshots = {"trained": [], "validated": []}
-    train_epoch, evaluate = phase_module._train_epoch, Steps.evaluate
+    train_epoch, evaluate = phase_module._train_epoch, CompiledSteps.evaluate
 
     def snapshot(model) -> dict[str, np.ndarray]:
         return {v.path: v.numpy().copy() for v in model.trainable_variables}
@@ -132,7 +132,7 @@ def test_phase2_validates_and_keeps_the_averaged_weights(tiny_config: TrainConfi
         return evaluate(self, dataset)
 
     monkeypatch.setattr(phase_module, "_train_epoch", recording_train_epoch)
-    monkeypatch.setattr(Steps, "evaluate", recording_evaluate)
+    monkeypatch.setattr(CompiledSteps, "evaluate", recording_evaluate)
     result = run_phase2(ctx, dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=0.0))
     (w1, w2), (v1, v2) = snapshots["trained"], snapshots["validated"]
     decay = min(0.9, 2 / 11)  # step 1 copies the weights; step 2 is warmed up

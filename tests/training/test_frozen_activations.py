@@ -126,7 +126,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
         phase1 = run_phase1(ctx, frozen)
     assert "phase 2 trains from block_2_relu too, on phase 1's cached views: 50 activations" in caplog.text
-    again, labels = _views_activations(ctx, frozen.split)
+    again, labels = _views_activations(ctx, frozen.cut)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
     np.testing.assert_array_equal(frozen._train.labels, labels)
     assert len(labels) == 2 * ctx.info.num_examples("train")
@@ -135,7 +135,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     phase = build_phase(ctx, 2, phase1, frozen)
     assert phase.steps.model.name == "tail" and phase.val_steps is None and phase.model is ctx.clf.model
     batch, batch_labels = next(phase.inputs.train_iterator())
-    assert batch.shape == (cfg.batch_size, *frozen.split.lower.output.shape[1:]) and batch.dtype == tf.float32
+    assert batch.shape == (cfg.batch_size, *frozen.cut.lower.output.shape[1:]) and batch.dtype == tf.float32
     rows = {row.tobytes(): label for row, label in zip(frozen._train.activations, frozen._train.labels)}
     assert [rows[row.tobytes()] for row in batch.numpy()] == batch_labels.numpy().tolist()  # rows of the views
     _assert_same_validation(ctx, phase)
@@ -156,7 +156,7 @@ def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainCo
         "computed once, as phase 2 started" in caplog.text
         and "on phase 1's cached views: 50 activations" in caplog.text
     )
-    again, labels = _views_activations(ctx, frozen.split)
+    again, labels = _views_activations(ctx, frozen.cut)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
     np.testing.assert_array_equal(frozen._train.labels, labels)
 
@@ -191,11 +191,11 @@ def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
 ):
     """The val activations fit, the training views' do not: validation from the cut, training on images."""
     ctx = setup(tiny_config)
-    split = frozen_activations.frozen_activations(ctx).split
+    split = frozen_activations.frozen_activations(ctx).cut
     val_bytes = frozen_activations._bytes(ctx, split, "val")
     monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", val_bytes)
     frozen = frozen_activations.frozen_activations(ctx)
-    assert frozen.split is not None and not frozen.trains
+    assert frozen.cut is not None and not frozen.trains
     assert frozen.no_views.startswith("the views' activations would take")
 
 

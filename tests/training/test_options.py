@@ -12,7 +12,7 @@ from app.data.pipeline import DatasetInfo
 from app.training.builders import class_weights
 from app.training.context import setup
 from app.training.phase import run_phase
-from app.training.steps import Steps
+from app.training.steps import CompiledSteps
 from app.training.train import build_phase, run_phase1
 
 
@@ -26,10 +26,10 @@ def test_class_weights_are_inverse_frequency():
 
 
 def _one_sgd_step(weights: list[float] | None, features: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """The kernel change after one Steps.train call with SGD at learning rate 1 (= minus the gradient)."""
+    """The kernel change after one CompiledSteps.train call with SGD at learning rate 1 (= minus the gradient)."""
     model = keras.Sequential([keras.Input((features.shape[1],)), keras.layers.Dense(3, kernel_initializer="ones")])
     optimizer = keras.optimizers.SGD(learning_rate=1.0)
-    steps = Steps(
+    steps = CompiledSteps(
         tf.distribute.get_strategy(),
         model,
         optimizer,
@@ -93,7 +93,7 @@ def test_mixed_precision_keeps_logits_float32(tiny_config: TrainConfig):
         keras.mixed_precision.set_global_policy("float32")
 
 
-def _replica_inputs(steps: Steps, batch: tf.Tensor) -> np.ndarray:
+def _replica_inputs(steps: CompiledSteps, batch: tf.Tensor) -> np.ndarray:
     return steps.strategy.run(steps._train_inputs, args=(batch,)).numpy()
 
 
@@ -103,8 +103,8 @@ def test_train_step_jitters_uint8_images_differently_at_each_step():
     model = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
     images = tf.cast(tf.reshape(tf.range(2 * 4 * 4 * 3) * 5 % 256, [2, 4, 4, 3]), tf.uint8)
 
-    def steps(jitter: float) -> Steps:
-        return Steps(
+    def steps(jitter: float) -> CompiledSteps:
+        return CompiledSteps(
             tf.distribute.get_strategy(),
             model,
             keras.optimizers.SGD(),
@@ -133,7 +133,7 @@ def test_xla_compiled_step_trains_like_the_plain_one():
     kernels = []
     for jit in (False, True):
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, kernel_initializer="ones")])
-        steps = Steps(
+        steps = CompiledSteps(
             tf.distribute.get_strategy(),
             model,
             keras.optimizers.Adam(0.1),

@@ -269,23 +269,21 @@ def _sorted_outputs(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
     return logits[order], labels[order]
 
 
-@pytest.mark.parametrize("keeps_accuracy", [True, False])
 def test_phase2_counts_only_without_lowering_phase1s_accuracy_and_its_kept_logits_are_saved(
-    tiny_config: TrainConfig, keeps_accuracy: bool
+    tiny_config: TrainConfig,
 ):
-    """Any loss beats phase 1's here, but no accuracy reaches it: with phase2_keeps_accuracy (the
-    default) phase 2 keeps phase 1's weights; without it, its own lower-loss epoch counts. Either
-    way the kept epoch's validation logits, which calibration fits T on, are saved and equal one
-    more pass with the kept weights (phase 1's file where phase 2 kept phase 1's weights)."""
+    """Any loss beats phase 1's here, but no accuracy reaches it: phase 2 keeps phase 1's weights,
+    and the kept epoch's validation logits, which calibration fits T on, are saved (phase 1's
+    file) and equal one more pass with the kept weights."""
     from app.training.calibration import saved_validation_outputs, validation_logits
 
-    ctx = setup(tiny_config.replace(phase2_keeps_accuracy=keeps_accuracy))
+    ctx = setup(tiny_config)
     phase1 = run_phase1(ctx)
     out_of_reach = dataclasses.replace(phase1, val_loss=float("inf"), val_accuracy=1.01)
     result = run_phase2(ctx, out_of_reach)
     assert result.epochs == 1
-    assert result.best_epoch == (0 if keeps_accuracy else 1)
-    kept_phase, kept_epoch = (1, phase1.best_epoch) if keeps_accuracy else (2, 1)
+    assert result.best_epoch == 0  # none of its own: phase 1's weights stay the result
+    kept_phase, kept_epoch = 1, phase1.best_epoch
     assert ctx.run.best_val_outputs(kept_phase, kept_epoch).exists()
     saved = saved_validation_outputs(ctx, {1: phase1, 2: result})
     fresh = validation_logits(ctx)  # no phases given: one more pass with the weights the run kept
