@@ -43,12 +43,7 @@ from app.cli import run_cli
 from app.config import TrainConfig
 from app.errors import UserError
 from app.models.backbones import get_backbone
-from app.models.classifier import (
-    Classifier,
-    build_classifier,
-    freeze_backbone,
-    unfreeze_top,
-)
+from app.models.classifier import Classifier, build_classifier, freeze_backbone, unfreeze_top
 from app.models.pretrained import load_backbone
 
 WORKLOADS = ("features", "phase1", "phase2")

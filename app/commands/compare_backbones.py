@@ -34,11 +34,7 @@ def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     must_exist(args.data)  # said before TensorFlow's seconds of import
     with lasting_imports():
-        from app.training.backbone_probe import (
-            compare_backbones,
-            format_ranking,
-            parse_candidates,
-        )
+        from app.training.backbone_probe import compare_backbones, format_ranking, parse_candidates
 
     candidates = parse_candidates(args.backbones)
     print(format_ranking(compare_backbones(str(args.data), candidates, args.image_size)))

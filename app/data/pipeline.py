@@ -20,13 +20,7 @@ import tensorflow as tf
 
 from app import storage
 from app.data import schema
-from app.data.preprocess import (
-    DEFAULT_CROP_FRACTION,
-    Augment,
-    as_written,
-    decode_for_eval,
-    decode_random_crop,
-)
+from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, as_written, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE

@@ -58,11 +58,7 @@ def job_name(run_id: str, phase: int) -> str:
 def distribute(dataset: tf.data.Dataset, address: str, job: str | None) -> tf.data.Dataset:
     """Run everything `dataset` does so far on the service; the trainer only receives batches."""
     return dataset.apply(
-        service.distribute(
-            processing_mode=service.ShardingPolicy.DYNAMIC,
-            service=address,
-            job_name=job,
-        )
+        service.distribute(processing_mode=service.ShardingPolicy.DYNAMIC, service=address, job_name=job)
     )
 
 

@@ -21,13 +21,7 @@ from app.evaluation.figures import (
     plot_reliability,
 )
 from app.evaluation.metrics import calibration_effect, compute_metrics
-from app.evaluation.predict import (
-    Predictions,
-    folder_examples,
-    load_label_map,
-    predict,
-    tfrecord_examples,
-)
+from app.evaluation.predict import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
 from app.evaluation.report import summary_table, write_html, write_metrics
 from app.export.layout import read_metadata, reports_dir, resolve_model_dir
 from app.models.tta import check_tta

@@ -135,6 +135,22 @@ def tensorflow_log_level(level: int) -> Iterator[None]:
             logger.setLevel(old)
 
 
+def _new_version(export_root: Path, name: str, version: int | None) -> tuple[Path, int, Path]:
+    """(model folder, version, its final path), checked before anything is written: a valid name,
+    a version >= 1 (the next free one when None), and one that does not exist yet."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise UserError(f"--name '{name}': use letters, digits, '_', '-', '.'")
+    model_dir = Path(export_root) / name
+    version = layout.next_version(model_dir) if version is None else version
+    if version < 1:
+        raise UserError(f"--version must be >= 1, got {version}")
+    final = layout.version_dir(export_root, name, version)
+    if final.exists():
+        raise UserError(f"{final} already exists; versions are never overwritten (omit --version for the next one)")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    return model_dir, version, final
+
+
 def export_saved_model(
     model: keras.Model,
     classes: list[str],
@@ -158,19 +174,8 @@ def export_saved_model(
     writes the LiteRT files of `forward`, the model's traced forward pass, and their parity
     check); what it returns is added to the metadata.
     """
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise UserError(f"--name '{name}': use letters, digits, '_', '-', '.'")
-    model_dir = Path(export_root) / name
-    version = layout.next_version(model_dir) if version is None else version
-    if version < 1:
-        raise UserError(f"--version must be >= 1, got {version}")
-    final = layout.version_dir(export_root, name, version)
-    if final.exists():
-        raise UserError(f"{final} already exists; versions are never overwritten (omit --version for the next one)")
-    model_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(
-        tempfile.mkdtemp(prefix=f"{layout.STAGING_PREFIX}{version}-", dir=model_dir)
-    )  # hidden: servers skip it
+    model_dir, version, final = _new_version(export_root, name, version)
+    staging = Path(tempfile.mkdtemp(prefix=f"{layout.STAGING_PREFIX}{version}-", dir=model_dir))  # servers skip it
     try:
         # Written outside the SavedModel; tf.saved_model.save copies assets into its assets/.
         extra = staging / "extra"
@@ -179,19 +184,8 @@ def export_saved_model(
         write_labels(labels, classes)
         metadata = {**(metadata or {}), "max_megapixels": max_megapixels, "top_k": min(top_k, len(classes)), "tta": tta}
         storage.write_json_atomic(metadata_file, metadata)
-        module = ServingModule(
-            model,
-            classes,
-            image_size,
-            crop_fraction,
-            top_k,
-            labels,
-            metadata_file,
-            max_megapixels,
-            tta,
-            side_features,
-            thresholds,
-        )
+        module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file,
+                               max_megapixels, tta, side_features, thresholds)  # fmt: skip
         saved = staging / "model"
         with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
             tf.saved_model.save(

@@ -62,10 +62,7 @@ def get_backbone(name: str) -> BackboneSpec:
     """A registry entry, or an ad-hoc spec for a TF-Hub handle URL / local SavedModel folder."""
     if name in BACKBONES:
         return BACKBONES[name]
-    from app.models.hub import (  # TensorFlow: registry backbones need only Keras
-        build_hub_backbone,
-        is_hub_handle,
-    )
+    from app.models.hub import build_hub_backbone, is_hub_handle  # TensorFlow: registry backbones need only Keras
 
     if not is_hub_handle(name):
         raise UserError(f"unknown backbone '{name}'; known: {', '.join(sorted(BACKBONES))}")

@@ -15,12 +15,7 @@ import math
 
 import numpy as np
 
-from app.evaluation.metrics import (
-    expected_calibration_error,
-    log_loss,
-    reliability_bins,
-    softmax,
-)
+from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
 from app.training.context import Context
 from app.training.passes import eval_images, model_outputs
 from app.training.phase import KeptPhases

@@ -24,14 +24,7 @@ from app.models.pretrained import load_pretrained_backbone
 from app.run_dir import RunDir, check_run_state, prepare_run_dir, validate_run_dir
 from app.training.history import History
 from app.training.phase import PhaseFiles
-from app.training.strategy import (
-    barrier,
-    is_chief,
-    make_strategy,
-    num_workers,
-    set_precision,
-    strategy_name,
-)
+from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
 
 
 @dataclass(frozen=True, kw_only=True)

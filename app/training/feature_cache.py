@@ -29,18 +29,10 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from app import storage
-from app.data.pipeline import (
-    dataset_fingerprint,
-)
+from app.data.pipeline import dataset_fingerprint
 from app.training.context import Context
 from app.training.frozen_activations import ActivationRows, FrozenActivations
-from app.training.passes import (
-    eval_images,
-    model_outputs,
-    one_stream,
-    training_views,
-    views,
-)
+from app.training.passes import eval_images, model_outputs, one_stream, training_views, views
 
 if TYPE_CHECKING:
     from app.models.classifier import FrozenCut

@@ -11,13 +11,7 @@ import shutil
 import tempfile
 
 from app.training.context import setup
-from app.training.lr_finder import (
-    Sweep,
-    finetune_sweep,
-    head_sweep,
-    report_dir,
-    write_sweeps,
-)
+from app.training.lr_finder import Sweep, finetune_sweep, head_sweep, report_dir, write_sweeps
 from app.training.train import run_phase1
 
 log = logging.getLogger(__name__)

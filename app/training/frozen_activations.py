@@ -34,14 +34,7 @@ import tensorflow as tf
 from app.data.pipeline import map_image
 from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
-from app.training.passes import (
-    distribute,
-    eval_images,
-    model_outputs,
-    shuffled_batches,
-    training_views,
-    views,
-)
+from app.training.passes import distribute, eval_images, model_outputs, shuffled_batches, training_views, views
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
 

@@ -23,22 +23,9 @@ from app.run_dir import RunDir, completed_run
 from app.training.builders import finetune_schedule, make_optimizer, make_steps
 from app.training.context import Context, describe_distribution, setup
 from app.training.frozen_activations import FrozenActivations, frozen_activations
-from app.training.inputs import (
-    SAMPLE_IMAGES,
-    augmented_sample,
-    eval_dataset,
-    feature_inputs,
-    image_inputs,
-)
+from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
-from app.training.phase import (
-    KeptPhases,
-    Phase,
-    PhaseResult,
-    PhaseSpec,
-    run_phase,
-    save_weights_atomic,
-)
+from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
 from app.training.plan import Phase2Plan, plan_phase2
 from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
@@ -291,11 +278,7 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int,
     """The chief's last steps: final weights (a copy of the `kept` epoch's file when there is one:
     the model holds exactly those weights, and Keras takes 0.5 s to write them again), export,
     plots, then metrics.json (which marks the run complete)."""
-    from app.evaluation.figures import (
-        confusion_matrix_figure,
-        figure_png,
-        plot_learning_curves,
-    )
+    from app.evaluation.figures import confusion_matrix_figure, figure_png, plot_learning_curves
     from app.export.run_export import export_run
 
     if kept:

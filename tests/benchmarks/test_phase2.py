@@ -7,12 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import UserError
-from benchmarks.phase2 import (
-    format_summary,
-    parse_variant,
-    run_phase2_benchmark,
-    summarise,
-)
+from benchmarks.phase2 import format_summary, parse_variant, run_phase2_benchmark, summarise
 
 
 def test_a_variant_is_a_name_with_optional_config_keys():

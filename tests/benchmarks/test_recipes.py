@@ -8,13 +8,7 @@ import pytest
 
 from app.errors import UserError
 from benchmarks import recipes as recipe_benchmark
-from benchmarks.recipes import (
-    Trace,
-    _summary,
-    format_result,
-    run_recipe_benchmark,
-    subset_folder,
-)
+from benchmarks.recipes import Trace, _summary, format_result, run_recipe_benchmark, subset_folder
 
 
 def test_time_to_reach_is_the_first_epoch_at_or_above_the_target():

@@ -88,13 +88,7 @@ def test_small_jpeg_is_untouched_by_max_side():
     assert convert_image(data, max_side=100).jpeg == data
 
 
-@pytest.mark.parametrize(
-    "data,reason",
-    [
-        (b"", "zero-byte"),
-        (b"plain text, not an image\n", "not an image"),
-    ],
-)
+@pytest.mark.parametrize("data,reason", [(b"", "zero-byte"), (b"plain text, not an image\n", "not an image")])
 def test_bad_files_are_rejected_with_reason(data: bytes, reason: str):
     with pytest.raises(ImageRejected, match=reason):
         convert_image(data)

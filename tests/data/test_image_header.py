@@ -8,13 +8,7 @@ import struct
 import pytest
 from PIL import Image
 
-from app.data.image_header import (
-    GIF_MAX_BLOCKS,
-    HeaderSize,
-    ImageRejected,
-    check_size,
-    read_header,
-)
+from app.data.image_header import GIF_MAX_BLOCKS, HeaderSize, ImageRejected, check_size, read_header
 
 
 def encode(fmt: str, width: int, height: int, **options) -> bytes:

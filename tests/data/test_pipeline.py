@@ -10,18 +10,8 @@ import pytest
 import tensorflow as tf
 
 from app.data import schema
-from app.data.pipeline import (
-    RecordCounter,
-    load_dataset_info,
-    make_eval_dataset,
-    make_train_dataset,
-)
-from app.data.preprocess import (
-    Augment,
-    color_jitter,
-    decode_for_eval,
-    decode_random_crop,
-)
+from app.data.pipeline import RecordCounter, load_dataset_info, make_eval_dataset, make_train_dataset
+from app.data.preprocess import Augment, color_jitter, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 

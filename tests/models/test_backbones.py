@@ -9,12 +9,7 @@ from conftest import TINY_BACKBONE
 
 from app.errors import UserError
 from app.models.backbones import BACKBONES, get_backbone, register_backbone
-from app.models.classifier import (
-    build_classifier,
-    cut_at_trained,
-    unfreeze_start,
-    unfreeze_top,
-)
+from app.models.classifier import build_classifier, cut_at_trained, unfreeze_start, unfreeze_top
 from app.models.pretrained import load_backbone
 
 

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_BACKBONE
 from PIL import Image, ImageDraw
-from test_server import (
-    Server,  # this folder is on sys.path under pytest (rootdir-relative imports)
-)
+from test_server import Server  # this folder is on sys.path under pytest (rootdir-relative imports)
 
 pytestmark = pytest.mark.slow
 

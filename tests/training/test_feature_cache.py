@@ -15,12 +15,7 @@ from conftest import stored_weight_shapes
 
 from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
-from app.training.context import (
-    FEATURE_CACHE_LIMIT,
-    feature_cache_bytes,
-    phase1_mode,
-    setup,
-)
+from app.training.context import FEATURE_CACHE_LIMIT, feature_cache_bytes, phase1_mode, setup
 from app.training.feature_cache import load_or_build
 from app.training.passes import model_outputs, one_stream
 from app.training.train import run_phase1

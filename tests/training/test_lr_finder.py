@@ -9,12 +9,7 @@ import numpy as np
 import pytest
 
 from app.training.find_lr import find_lr
-from app.training.lr_finder import (
-    read_suggestions,
-    report_dir,
-    smooth,
-    suggest,
-)
+from app.training.lr_finder import read_suggestions, report_dir, smooth, suggest
 
 
 def test_smoothing_is_bias_corrected_and_the_rule_is_halfway_down_the_longest_valley():

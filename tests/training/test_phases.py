@@ -269,9 +269,7 @@ def _sorted_outputs(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
     return logits[order], labels[order]
 
 
-def test_phase2_counts_only_without_lowering_phase1s_accuracy_and_its_kept_logits_are_saved(
-    tiny_config: TrainConfig,
-):
+def test_phase2_counts_only_without_lowering_phase1s_accuracy_and_its_kept_logits_are_saved(tiny_config: TrainConfig):
     """Any loss beats phase 1's here, but no accuracy reaches it: phase 2 keeps phase 1's weights,
     and the kept epoch's validation logits, which calibration fits T on, are saved (phase 1's
     file) and equal one more pass with the kept weights."""

@@ -16,13 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.config import (
-    TrainConfig,
-    load_config,
-    parse_set,
-    read_saved_config,
-    save_config,
-)
+from app.config import TrainConfig, load_config, parse_set, read_saved_config, save_config
 from app.errors import UserError
 from app.run_dir import RunDir, read_history
 from app.training.context import setup
