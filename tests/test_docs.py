@@ -60,7 +60,7 @@ def test_every_photoclf_command_and_flag_written_exists(document: Path):
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_benchmark_module_and_script_written_exists(document: Path):
     text = text_of(document)
-    for module in re.findall(r"python -m (benchmarks\.[a-z_]+)", text):
+    for module in re.findall(r"python -m (benchmarks\.[a-z0-9_]+)", text):
         assert importlib.util.find_spec(module) is not None, f"{document.name}: no module {module}"
     for script in re.findall(r"\b(scripts/[a-z_]+\.py)", text):
         assert (ROOT / script).exists(), f"{document.name}: no {script}"
