@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -99,3 +100,27 @@ def test_serve_refuses_litert_without_a_passed_check_in_one_line(version: Path):
     )
     assert out.returncode == 2 and "cannot serve with LiteRT" in out.stderr and "missing" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_phone_sized_jpeg_gets_the_same_answer_from_every_path(trained_run: Path):
+    """A 12-megapixel JPEG is decoded at a reduced DCT scale by the one eval decode; the SavedModel's
+    signature, the LiteRT runtime's host decode and the in-memory model on `decode_for_eval` (what
+    the eval pipeline and the feature cache feed it) agree on it."""
+    from app.data.demo import draw_image
+    from app.data.preprocess import decode_for_eval, eval_scale
+    from app.run_dir import RunDir
+
+    run = RunDir(trained_run).load()
+    photo = draw_image("star", np.random.default_rng(3), (400, 300)).resize((4000, 3000))
+    buffer = io.BytesIO()
+    photo.save(buffer, format="JPEG", quality=90)
+    data = buffer.getvalue()
+    assert eval_scale(3000, 4000, run.image_size) == 8  # the path under test
+    version = trained_run / "export" / "shapes" / "1"
+    inputs = {"image_bytes": np.array([data], dtype=object)}
+    served = TFRuntime(version).run("serving_default", inputs)["probabilities"]
+    lite = load_runtime(version, "litert").run("serving_default", inputs)["probabilities"]
+    in_memory = run.build_model()(decode_for_eval(tf.constant(data), run.image_size)[None], training=False).numpy()
+    np.testing.assert_allclose(lite, served, atol=1e-4)
+    np.testing.assert_allclose(in_memory, served, atol=1e-4)
+    assert lite.argmax() == served.argmax() == in_memory.argmax()

@@ -1,0 +1,97 @@
+"""The one eval decode: a JPEG's centre crop decoded at the smallest DCT scale that keeps it at
+least the model's input, so phone photos cost a fraction of a full decode and give the same
+picture; small photos and other formats decode as before."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from app.data.preprocess import decode_for_eval, eval_scale
+
+
+def photo_like(width: int, height: int, seed: int = 0) -> Image.Image:
+    """Smooth colour fields with a few sharp-edged shapes, upscaled as a phone's pixels are dense."""
+    rng = np.random.default_rng(seed)
+    small = Image.fromarray((rng.random((12, 16, 3)) * 255).astype(np.uint8)).resize((160, 120), Image.BICUBIC)
+    pixels = np.asarray(small).copy()
+    for _ in range(6):
+        y, x, r = rng.integers(10, 110), rng.integers(10, 150), rng.integers(5, 25)
+        yy, xx = np.ogrid[:120, :160]
+        pixels[(yy - y) ** 2 + (xx - x) ** 2 < r**2] = rng.integers(0, 256, 3)
+    image = Image.fromarray(pixels)
+    if width < height:
+        image = image.transpose(Image.Transpose.ROTATE_90)
+    return image.resize((width, height), Image.BICUBIC)
+
+
+def encoded(image: Image.Image, fmt: str = "JPEG") -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, quality=92) if fmt == "JPEG" else image.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def full_decode_reference(data: bytes, size: int, crop_fraction: float = 0.875) -> np.ndarray:
+    """What evaluation did before: decode every pixel, centre-crop, antialiased resize."""
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    height, width = image.shape[:2]
+    side = max(int(min(height, width) * crop_fraction), 1)
+    top, left = (height - side) // 2, (width - side) // 2
+    resized = tf.image.resize(image[top : top + side, left : left + side], [size, size], antialias=True)
+    return tf.saturate_cast(tf.round(resized), tf.uint8).numpy()
+
+
+@pytest.mark.parametrize(
+    "height,width,size,scale",
+    [
+        (375, 500, 224, 1),  # a web photo: its crop (328) is under 2 x 224
+        (511, 511, 224, 1),  # crop 447: half of it would be under 224
+        (512, 512, 224, 2),  # crop 448: half is exactly 224
+        (600, 800, 224, 2),  # crop 525 >= 2 x 224
+        (1200, 1600, 224, 4),  # crop 1050 >= 4 x 224
+        (3000, 4000, 224, 8),  # a 12-megapixel phone photo: crop 2625, at 1/8 still 328
+        (4000, 3000, 224, 8),  # portrait
+        (3000, 4000, 384, 4),  # a bigger input keeps a finer scale
+        (100, 100, 224, 1),  # smaller than the input: upsampled, never scaled down
+    ],
+)
+def test_the_scale_is_the_smallest_that_keeps_the_centre_crop_at_least_the_input(
+    height: int, width: int, size: int, scale: int
+):
+    assert eval_scale(height, width, size) == scale
+    assert int(min(height, width) * 0.875) // scale >= min(size, int(min(height, width) * 0.875))
+
+
+def test_a_small_jpeg_decodes_as_a_full_decode_did():
+    data = encoded(photo_like(500, 375))
+    ours, before = decode_for_eval(tf.constant(data), 224).numpy(), full_decode_reference(data, 224)
+    difference = np.abs(ours.astype(int) - before.astype(int))
+    # Scale 1, the crop decoded alone: only the chroma upsampling at the crop's border differs.
+    assert difference.mean() < 0.1 and difference.max() <= 12
+
+
+@pytest.mark.parametrize("width,height", [(4000, 3000), (3000, 4000)])
+def test_a_12_megapixel_jpeg_decodes_close_to_a_full_decode(width: int, height: int):
+    data = encoded(photo_like(width, height))
+    ours, before = decode_for_eval(tf.constant(data), 224).numpy(), full_decode_reference(data, 224)
+    difference = np.abs(ours.astype(int) - before.astype(int))
+    assert ours.shape == (224, 224, 3) and ours.dtype == np.uint8
+    assert difference.mean() < 1.5  # levels of 255: the same picture, low-passed by the DCT instead
+    assert np.percentile(difference, 99) < 8
+
+
+def test_other_formats_decode_exactly_as_before():
+    image = photo_like(640, 480)
+    for fmt in ("PNG", "BMP"):
+        data = encoded(image, fmt)
+        np.testing.assert_array_equal(decode_for_eval(tf.constant(data), 224).numpy(), full_decode_reference(data, 224))
+
+
+def test_a_truncated_jpeg_still_fails_the_decode():
+    data = encoded(photo_like(4000, 3000))[:5000]
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        decode_for_eval(tf.constant(data), 224).numpy()
