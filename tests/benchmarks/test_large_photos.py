@@ -1,0 +1,43 @@
+"""benchmarks/large_photos.py: phone-sized copies keep each photo's class path, and the scores are
+computed per photo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image
+
+from benchmarks.large_photos import accuracy, agreement, phone_size, top1_by_photo, upscale_tree
+
+
+def test_copies_are_phone_sized_keep_orientation_and_path_and_skip_non_photos(tmp_path: Path):
+    src = tmp_path / "photos"
+    (src / "cat").mkdir(parents=True)
+    (src / "dog").mkdir()
+    Image.new("RGB", (64, 48), "red").save(src / "cat" / "a.png")
+    Image.new("RGB", (48, 64), "blue").save(src / "dog" / "b.jpg")
+    (src / "dog" / "notes.txt").write_text("not a photo")
+    assert upscale_tree(src, tmp_path / "phone") == 2
+    with (
+        Image.open(tmp_path / "phone" / "cat" / "a.jpg") as landscape,
+        Image.open(tmp_path / "phone" / "dog" / "b.jpg") as portrait,
+    ):
+        assert (landscape.size, landscape.format) == ((4000, 3000), "JPEG")
+        assert portrait.size == (3000, 4000)
+    assert phone_size(500, 500) == (4000, 3000)
+
+
+def test_accuracy_and_agreement_are_per_photo_by_class_and_name(tmp_path: Path):
+    def predictions(name: str, rows: list[tuple[str, str]]) -> Path:
+        path = tmp_path / name
+        path.write_text("path,label_1,score_1,error\n" + "".join(f"{p},{label},0.9,\n" for p, label in rows))
+        return path
+
+    originals = top1_by_photo(
+        predictions("o.csv", [("x/cat/a.png", "cat"), ("x/dog/b.jpg", "dog"), ("x/dog/c.jpg", "cat")])
+    )
+    copies = top1_by_photo(
+        predictions("c.csv", [("y/cat/a.jpg", "cat"), ("y/dog/b.jpg", "cat"), ("y/dog/c.jpg", "cat")])
+    )
+    assert accuracy(originals) == 2 / 3 and accuracy(copies) == 1 / 3
+    assert agreement(originals, copies) == 2 / 3  # a and c agree, b does not
