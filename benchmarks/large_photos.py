@@ -109,9 +109,8 @@ def format_result(result: dict) -> str:
          f"{result['seconds'][f'{command} original'] / result['seconds'][f'{command} phone']:.2f}x"]
         for command in ("predict", "evaluate")
     ]  # fmt: skip
-    table = format_table(
-        ["command", "s, original", "s, phone", "img/s, original", "img/s, phone", "phone / original"], rows
-    )
+    header = ["command", "s, original", "s, phone", "img/s, original", "img/s, phone", "phone / original"]
+    table = format_table([header, *rows])
     return (
         f"{result['photos']} photos, runtime {result['runtime']}: accuracy {result['accuracy_original']:.4f} original,"
         f" {result['accuracy_phone']:.4f} phone-sized; top-1 agreement {result['agreement']:.4f}\n{table}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from benchmarks.large_photos import accuracy, agreement, phone_size, top1_by_photo, upscale_tree
+from benchmarks.large_photos import accuracy, agreement, format_result, phone_size, top1_by_photo, upscale_tree
 
 
 def test_copies_are_phone_sized_keep_orientation_and_path_and_skip_non_photos(tmp_path: Path):
@@ -41,3 +41,16 @@ def test_accuracy_and_agreement_are_per_photo_by_class_and_name(tmp_path: Path):
     )
     assert accuracy(originals) == 2 / 3 and accuracy(copies) == 1 / 3
     assert agreement(originals, copies) == 2 / 3  # a and c agree, b does not
+
+
+def test_the_table_gives_each_command_its_times_rates_and_ratio():
+    result = {
+        "photos": 10, "runtime": "litert", "accuracy_original": 0.9, "accuracy_phone": 0.8, "agreement": 0.95,
+        "seconds": {"predict original": 2.0, "predict phone": 4.0, "evaluate original": 3.0, "evaluate phone": 3.0},
+        "images_per_s": {"predict original": 5.0, "predict phone": 2.5, "evaluate original": 3.3,
+                         "evaluate phone": 3.3},
+    }  # fmt: skip
+    text = format_result(result)
+    assert "accuracy 0.9000 original, 0.8000 phone-sized; top-1 agreement 0.9500" in text
+    predict = next(line for line in text.splitlines() if line.startswith("predict"))
+    assert predict.split() == ["predict", "2.0", "4.0", "5.0", "2.5", "0.50x"]
