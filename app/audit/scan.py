@@ -20,7 +20,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from app.audit.items import AuditInput
-from app.data.preprocess import decode_for_eval
+from app.data.preprocess import EVAL_DECODE, decode_for_eval
 from app.models.backbones import get_backbone
 from app.models.classifier import build_classifier
 from app.models.pretrained import load_pretrained_backbone
@@ -80,6 +80,7 @@ def scan_images(
         "backbone": spec.name,
         "weights": weights_fingerprint(pretrained.model),
         "image_size": size,
+        "decode": EVAL_DECODE,
     }
     cols: dict[str, list] = {
         k: [] for k in ("indices", "hashes", "heights", "widths", "stds", "detail", "flat", "thumbs")

@@ -20,6 +20,7 @@ from app.data import image_header
 # first use, buys nothing (0.7 s of a default fine_tune.py run, and as much in its export).
 as_written = tf.autograph.experimental.do_not_convert
 
+EVAL_DECODE = "centre crop at DCT scale"  # in the caches' keys: features made by another eval decode are made again
 DEFAULT_CROP_FRACTION = 0.875  # the classic 224/256: resize shorter side to 256, crop 224
 
 

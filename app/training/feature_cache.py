@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from app import storage
 from app.data.pipeline import dataset_fingerprint
+from app.data.preprocess import EVAL_DECODE
 from app.training.context import Context
 from app.training.frozen_activations import ActivationRows, FrozenActivations
 from app.training.passes import eval_images, model_outputs, one_stream, training_views, views
@@ -66,6 +67,7 @@ def cache_key(ctx: Context) -> dict:
     cfg = ctx.cfg
     return {
         "version": CACHE_VERSION,
+        "decode": EVAL_DECODE,
         "dataset": dataset_fingerprint(cfg.data),
         "backbone": ctx.clf.spec.name,
         "weights": weights_fingerprint(ctx.clf.backbone),
