@@ -82,21 +82,28 @@ def centre_window(height: tf.Tensor, width: tf.Tensor, crop_fraction: float) -> 
 
 def eval_scale(height: int, width: int, image_size: int, crop_fraction: float = DEFAULT_CROP_FRACTION) -> int:
     """The DCT scale denominator (1, 2, 4 or 8) `decode_for_eval` decodes a height × width JPEG at."""
-    side = max(int(min(height, width) * crop_fraction), 1)
-    return max([1] + [ratio for ratio in (2, 4, 8) if side // image_size >= ratio])
+    side = centre_window(tf.constant(height), tf.constant(width), crop_fraction)[2]
+    return DCT_RATIOS[int(_scale_index(side, image_size))]
+
+
+DCT_RATIOS = (1, 2, 4, 8)  # the scales libjpeg decodes at: 1/1, 1/2, 1/4, 1/8
+
+
+def _scale_index(shorter: tf.Tensor, image_size: int) -> tf.Tensor:
+    """Index in DCT_RATIOS of the smallest scale that keeps `shorter` pixels at least `image_size`."""
+    return tf.reduce_sum(tf.cast(shorter // image_size >= tf.constant(DCT_RATIOS[1:]), tf.int32))
 
 
 def _eval_jpeg(encoded: tf.Tensor, image_size: int, crop_fraction: float) -> tf.Tensor:
     shape = tf.io.extract_jpeg_shape(encoded)
     window = centre_window(shape[0], shape[1], crop_fraction)
-    scale_index = tf.reduce_sum(tf.cast(window[2] // image_size >= tf.constant([2, 4, 8]), tf.int32))
 
     def at(ratio: int):
         if ratio == 1:  # a full decode, exactly as before (the crop's own decode saved ~7% and moved border pixels)
             return lambda: _resize(_eval_any_crop(encoded, crop_fraction), image_size)
         return lambda: _scaled_centre_crop(encoded, shape, window, image_size, ratio)
 
-    return tf.switch_case(scale_index, [at(1), at(2), at(4), at(8)])
+    return tf.switch_case(_scale_index(window[2], image_size), [at(ratio) for ratio in DCT_RATIOS])
 
 
 def _scaled_centre_crop(
@@ -184,13 +191,12 @@ def _decode_crop(encoded: tf.Tensor, window: tf.Tensor, image_size: int) -> tf.T
     aliases; the crops of small photos decode at full scale, as before."""
     offset_y, offset_x, height, width = tf.unstack(window)
     shorter = tf.minimum(height, width)
-    scale_index = tf.reduce_sum(tf.cast(shorter // image_size >= tf.constant([2, 4, 8]), tf.int32))
 
     def at(ratio: int):
         scaled = tf.stack([offset_y // ratio, offset_x // ratio, height // ratio, width // ratio])
         return lambda: tf.io.decode_and_crop_jpeg(encoded, scaled, channels=3, ratio=ratio)
 
-    return tf.switch_case(scale_index, [at(1), at(2), at(4), at(8)])
+    return tf.switch_case(_scale_index(shorter, image_size), [at(ratio) for ratio in DCT_RATIOS])
 
 
 LUMA = (0.2989, 0.5870, 0.1140)  # ITU-R BT.601, as tf.image.rgb_to_grayscale
