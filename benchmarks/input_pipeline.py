@@ -2,6 +2,7 @@
 
     python -m benchmarks.input_pipeline --data data/      # your shards (the train split)
     python -m benchmarks.input_pipeline                   # synthetic 500x375 photos
+    python -m benchmarks.input_pipeline --data data/ --profile   # + where our pipeline's time goes
 
 Prints progress per round, then one JSON line with the medians and ratios.
 
@@ -12,6 +13,10 @@ vs JPEG decode alone.
 per batch in a compiled function on the host's cores, as it does in a CPU run, so all three
 variants pay for comparable augmentation. `pipeline_images_per_s` leaves it out: what the host
 spends when an accelerator does the jitter.
+
+`--profile` adds variants of ours with one part taken out (the skip filter for incomplete JPEGs,
+the flip, the random crop: a centre crop resized with antialiasing instead) and times the colour
+jitter alone on one batch, so the difference from the usual recipe can be placed.
 
 Variants run in alternation (A B C, A B C, ...) and the median per variant is reported,
 because this kind of machine drifts in speed; ratios are taken within the same run.
@@ -124,6 +129,7 @@ def run_input_benchmark(
     num_images: int = 2048,
     rounds: int = 5,
     synthetic_images: int = 1024,
+    profile: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +144,8 @@ def run_input_benchmark(
             "baseline_images_per_s": (baseline_recipe(files, image_size, batch_size), None),
             "decode_images_per_s": (decode_only(files, batch_size), None),
         }
+        if profile:
+            variants.update(profile_variants(data, image_size, batch_size))
         samples: dict[str, list[float]] = {k: [] for k in variants}
         for r in range(rounds):
             for name, (ds, on_batch) in variants.items():
@@ -146,7 +154,35 @@ def run_input_benchmark(
     result = {k: round(statistics.median(v), 1) for k, v in samples.items()}
     result["ratio_vs_baseline"] = round(result["images_per_s"] / result["baseline_images_per_s"], 3)
     result["ratio_vs_decode"] = round(result["images_per_s"] / result["decode_images_per_s"], 3)
+    if profile:
+        result["jitter_ms_per_batch"] = round(jitter_milliseconds(image_size, batch_size), 2)
     return result
+
+
+def profile_variants(data: str | Path, image_size: int, batch_size: int) -> dict[str, tuple[tf.data.Dataset, None]]:
+    """Our pipeline (host part) with one piece taken out each."""
+
+    def ours(**kwargs) -> tf.data.Dataset:
+        return make_train_dataset(data, image_size=image_size, batch_size=batch_size, **kwargs)
+
+    return {
+        "without_skip_filter_images_per_s": (ours(strict=True), None),  # strict: an assert in the decode instead
+        "without_flip_images_per_s": (ours(augment=Augment(flip=False)), None),
+        "centre_crop_images_per_s": (ours(augment=Augment(random_crop=False)), None),
+    }
+
+
+def jitter_milliseconds(image_size: int, batch_size: int, repeats: int = 50) -> float:
+    """The train step's colour jitter on one uint8 batch, alone (median of `repeats`)."""
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, (batch_size, image_size, image_size, 3), np.uint8))
+    jitter = device_jitter(Augment().color_jitter)
+    jitter(images).numpy()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jitter(images).numpy()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
 
 
 def main() -> None:
@@ -161,6 +197,7 @@ def main() -> None:
     p.add_argument(
         "--synthetic-images", type=int, default=1024, help="images to generate without --data (default 1024)"
     )
+    p.add_argument("--profile", action="store_true", help="also time ours with one part taken out, and the jitter")
     args = p.parse_args()
 
     result = run_input_benchmark(
@@ -170,6 +207,7 @@ def main() -> None:
         num_images=args.num_images,
         rounds=args.rounds,
         synthetic_images=args.synthetic_images,
+        profile=args.profile,
         log=lambda m: print(m, file=sys.stderr),
     )
     print(json.dumps(result))

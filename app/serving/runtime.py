@@ -222,37 +222,31 @@ def probabilities_or_reasons(
     side: dict[str, list] | None = None,
 ) -> list[np.ndarray | str]:
     """Per image: its probabilities, or why it was refused (the header check's words, else
-    "undecodable"). One bad image never costs the others their answer: a failed batch is rerun
-    one image at a time. For offline work (evaluation, batch prediction); `tta` adds test-time
+    "undecodable"). For offline work (evaluation, batch prediction); `tta` adds test-time
     augmentation around the export's predict_images; `side` holds each side feature's raw
-    values, one per image, for a model that takes them."""
+    values, one per image, for a model that takes them.
+
+    The batch goes to the export as it is: its decode refuses a header over the pixel limit
+    before decoding anything, so a bomb costs nothing. Only a refused batch is taken apart, one
+    image at a time, so one bad image never costs the others their answer and each gets its
+    reason; a batch of good photos pays for one header read each, not two.
+    """
+    if not images:
+        return []
     side = side or {}
-    results: list[np.ndarray | str | None] = [None] * len(images)
-    for i, data in enumerate(images):
-        try:
-            check_size(data, max_megapixels)
-        except ImageRejected as err:
-            results[i] = str(err)
-    todo = [i for i, r in enumerate(results) if r is None]
-    if not todo:
-        return results
     try:
-        probabilities = _probabilities(
-            runtime, [images[i] for i in todo], tta, {k: [v[i] for i in todo] for k, v in side.items()}
-        )
+        return list(_probabilities(runtime, images, tta, side))
     except tf.errors.InvalidArgumentError:
-        for i in todo:
-            results[i] = (
-                "undecodable"
-                if len(todo) == 1
-                else probabilities_or_reasons(
-                    runtime, [images[i]], max_megapixels, tta, {k: [v[i]] for k, v in side.items()}
-                )[0]
-            )
-        return results
-    for i, p in zip(todo, probabilities):
-        results[i] = p
-    return results
+        if len(images) > 1:
+            return [
+                probabilities_or_reasons(runtime, [image], max_megapixels, tta, {k: [v[i]] for k, v in side.items()})[0]
+                for i, image in enumerate(images)
+            ]
+    try:
+        check_size(images[0], max_megapixels)
+    except ImageRejected as err:
+        return [str(err)]
+    return ["undecodable"]
 
 
 def litert_refusal(version: Path, mode: str, metadata: dict | None = None) -> str | None:

@@ -19,3 +19,12 @@ def test_input_benchmark_reports_each_variant_and_consistent_ratios(demo_records
     )
     assert result["ratio_vs_decode"] == pytest.approx(result["images_per_s"] / result["decode_images_per_s"], rel=1e-2)
     assert [line.split(":")[0] for line in lines] == ["round 1/2", "round 2/2"]  # variants alternate per round
+
+
+def test_the_profile_adds_ours_with_one_part_out_and_the_jitter_alone(demo_records: Path):
+    result = run_input_benchmark(
+        demo_records, image_size=32, batch_size=4, num_images=8, rounds=1, profile=True, log=lambda _: None
+    )
+    parts = ("without_skip_filter_images_per_s", "without_flip_images_per_s", "centre_crop_images_per_s")
+    assert all(result[k] > 0 for k in parts)
+    assert result["jitter_ms_per_batch"] > 0

@@ -7,7 +7,15 @@ from pathlib import Path
 
 from PIL import Image
 
-from benchmarks.large_photos import accuracy, agreement, format_result, phone_size, top1_by_photo, upscale_tree
+from benchmarks.large_photos import (
+    accuracy,
+    agreement,
+    format_result,
+    phone_size,
+    repeated_tree,
+    top1_by_photo,
+    upscale_tree,
+)
 
 
 def test_copies_are_phone_sized_keep_orientation_and_path_and_skip_non_photos(tmp_path: Path):
@@ -54,3 +62,14 @@ def test_the_table_gives_each_command_its_times_rates_and_ratio():
     assert "accuracy 0.9000 original, 0.8000 phone-sized; top-1 agreement 0.9500" in text
     predict = next(line for line in text.splitlines() if line.startswith("predict"))
     assert predict.split() == ["predict", "2.0", "4.0", "5.0", "2.5", "0.50x"]
+
+
+def test_a_repeated_tree_lists_every_photo_n_times_under_its_class(tmp_path: Path):
+    src = tmp_path / "photos"
+    (src / "cat").mkdir(parents=True)
+    (src / "cat" / "a.jpg").write_bytes(b"cat bytes")
+    assert repeated_tree(src, tmp_path / "x1", 1) == src
+    tree = repeated_tree(src, tmp_path / "x3", 3)
+    names = sorted(p.name for p in (tree / "cat").iterdir())
+    assert names == ["a~0.jpg", "a~1.jpg", "a~2.jpg"]
+    assert {(tree / "cat" / n).read_bytes() for n in names} == {b"cat bytes"}
