@@ -28,6 +28,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from app import storage
 from app.config import TrainConfig, read_saved_config, save_config
 from app.errors import UserError
@@ -54,6 +56,7 @@ class RunDir:
     checkpoints = property(lambda self: self.root / "checkpoints")
     feature_cache = property(lambda self: self.root / "feature_cache.npz")
     final_weights = property(lambda self: self.root / "model.weights.h5")
+    ood_score = property(lambda self: self.root / "ood_score.npz", doc="the export's out-of-distribution statistics")
     metrics = property(lambda self: self.root / "metrics.json")
     export_root = property(lambda self: self.root / "export")
     reports = property(lambda self: self.root / "reports")
@@ -91,6 +94,20 @@ class RunDir:
         version_dir = Path(version_dir)
         run = cls(version_dir.parent.parent.parent)
         return run if run.export_root == version_dir.parent.parent and run.config.exists() else None
+
+    def write_ood_score(self, score) -> None:
+        """An app.models.ood.ShippedScore's arrays, written atomically."""
+        with storage.atomic_path(self.ood_score) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **score.to_arrays())
+
+    def read_ood_score(self):
+        """The app.models.ood.ShippedScore written by write_ood_score, or None (older runs)."""
+        from app.models.ood import ShippedScore
+
+        if not self.ood_score.exists():
+            return None
+        with np.load(self.ood_score) as arrays:
+            return ShippedScore.from_arrays(arrays)
 
     def read_config(self) -> TrainConfig:
         return read_saved_config(self.config)
@@ -156,7 +173,11 @@ class FinishedRun:
             self.multi_label,
         )
         clf.model.load_weights(str(self.run.final_weights))
-        return served_model(clf, self.metrics.get("calibration"))
+        return served_model(clf, self.metrics.get("calibration"), self.ood_score())
+
+    def ood_score(self):
+        """The run's fitted out-of-distribution score (app.models.ood.ShippedScore), if it has one."""
+        return None if self.multi_label or not self.metrics.get("ood") else self.run.read_ood_score()
 
 
 def config_changes(saved: TrainConfig, cfg: TrainConfig) -> list[str]:

@@ -26,7 +26,7 @@ from app.data.pipeline import load_dataset_info
 from app.data.sources import class_dirs, list_files
 from app.errors import UserError
 from app.export import layout
-from app.serving.runtime import load_runtime, probabilities_or_reasons
+from app.serving.runtime import answers_or_reasons, load_runtime
 
 # encoded image, dataset label id (multi-label: a tuple of ids), filename, side features ({} if none)
 Example = tuple[bytes, int | tuple[int, ...], str, dict]
@@ -41,6 +41,7 @@ class Predictions:
     mistakes: list[dict] = field(default_factory=list)  # most confident wrong predictions, with image bytes
     skipped: list[dict] = field(default_factory=list)  # undecodable or over-limit inputs, with the reason
     runtime: str = "tf"
+    ood_scores: np.ndarray | None = None  # per image, where the export has an out-of-distribution score
 
 
 def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int, Iterator[Example]]:
@@ -134,16 +135,19 @@ def predict(
     model = load_runtime(version_dir, runtime)
     limit = layout.read_metadata(version_dir).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
     examples = _with_side_features(examples, model, tta)
-    labels, probs, names, skipped, mistakes = [], [], [], [], []
+    labels, probs, names, skipped, mistakes, ood_scores = [], [], [], [], [], []
     bar = tqdm(total=total, unit="img", desc="Evaluating", dynamic_ncols=True)
 
     def run(batch: list[Example]) -> None:
         side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
-        results = probabilities_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)
-        for (data, label, name, _), p in zip(batch, results):
-            if isinstance(p, str):
-                skipped.append({"path": name, "reason": p})
+        results = answers_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)
+        for (data, label, name, _), answer in zip(batch, results):
+            if isinstance(answer, str):
+                skipped.append({"path": name, "reason": answer})
                 continue
+            p = answer["probabilities"]
+            if "ood_score" in answer:
+                ood_scores.append(float(answer["ood_score"]))
             if isinstance(label, tuple):  # multi-label: no single guess to call a mistake
                 labels.append(np.isin(np.arange(len(classes)), mapping[list(label)]).astype(np.int64))
                 probs.append(p)
@@ -189,4 +193,5 @@ def predict(
         [m[2] for m in sorted(mistakes, key=lambda m: -m[0])],
         skipped,
         model.name,
+        np.array(ood_scores, np.float32) if ood_scores else None,
     )

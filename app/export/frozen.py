@@ -22,36 +22,48 @@ from tensorflow.python.framework import convert_to_constants
 
 @dataclass(frozen=True)
 class FrozenForward:
-    """`(image[, side]) → probabilities`: float32 images [N, S, S, 3] in 0..255 (and side vectors
-    [N, F]) in, probabilities [N, C] out."""
+    """`(image[, side]) → {"probabilities"[, "ood_score"]}`: float32 images [N, S, S, 3] in 0..255
+    (and side vectors [N, F]) in; probabilities [N, C] out, and the out-of-distribution score [N]
+    of a model that has one (app.models.classifier.served_model)."""
 
     graph_def: tf.compat.v1.GraphDef  # the frozen graph, what the LiteRT converter converts
     inputs: list[str]  # its input tensors' names: "image:0" (then "side:0")
-    output: str  # its probabilities tensor's name
+    outputs: list[str]  # its output tensors' names, in the order of `names`
+    names: list[str]  # "probabilities" (then "ood_score")
     function: tf.types.experimental.ConcreteFunction  # the same graph, called by the SavedModel
 
-    def __call__(self, *inputs: tf.Tensor) -> tf.Tensor:
-        return self.function(*inputs)
+    def __call__(self, *inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        return dict(zip(self.names, self.function(*inputs)))
+
+
+def output_names(model: keras.Model) -> list[str]:
+    """The served model's outputs, probabilities first."""
+    names = list(model.output) if isinstance(model.output, dict) else ["probabilities"]
+    return sorted(names, key=lambda name: name != "probabilities")
 
 
 def frozen_forward(model: keras.Model, image_size: int, side_width: int = 0) -> FrozenForward:
     """Trace the model's inference call once and freeze its weights."""
     specs = [tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="image")]
+    names = output_names(model)
+
+    def listed(outputs) -> list[tf.Tensor]:
+        return [outputs[n] for n in names] if isinstance(outputs, dict) else [outputs]
+
     if side_width:
         specs.append(tf.TensorSpec([None, side_width], tf.float32, name="side"))
-        traced = trace(lambda image, side: model({"image": image, "side": side}, training=False), specs)
+        traced = trace(lambda image, side: listed(model({"image": image, "side": side}, training=False)), specs)
     else:
-        traced = trace(lambda image: model(image, training=False), specs)
+        traced = trace(lambda image: listed(model(image, training=False)), specs)
     graph_def = _constants_for_variables(traced)
-    inputs, output = [t.name for t in traced.inputs[: len(specs)]], traced.outputs[0].name
+    inputs, outputs = [t.name for t in traced.inputs[: len(specs)]], [t.name for t in traced.outputs]
 
-    def imported(*tensors: tf.Tensor) -> tf.Tensor:
-        (probabilities,) = tf.graph_util.import_graph_def(
-            graph_def, input_map=dict(zip(inputs, tensors)), return_elements=[output], name="frozen"
+    def imported(*tensors: tf.Tensor) -> list[tf.Tensor]:
+        return tf.graph_util.import_graph_def(
+            graph_def, input_map=dict(zip(inputs, tensors)), return_elements=outputs, name="frozen"
         )
-        return probabilities
 
-    return FrozenForward(graph_def, inputs, output, trace(imported, specs))
+    return FrozenForward(graph_def, inputs, outputs, names, trace(imported, specs))
 
 
 def trace(body: Callable, input_signature: list[tf.TensorSpec]) -> tf.types.experimental.ConcreteFunction:

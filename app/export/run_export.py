@@ -44,6 +44,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "input": "0..255 RGB; serving_default takes encoded image bytes",
         **({"side_features": run.side_features} if run.side_features else {}),
         **({"task": "multi_label", "thresholds": _thresholds(run, metrics)} if run.multi_label else {}),
+        **({"ood": metrics["ood"]} if metrics.get("ood") and not run.multi_label else {}),
     }
 
 
@@ -97,5 +98,6 @@ def export_run(
         finish=litert,
         side_features=finished.side_features,
         thresholds=metadata.get("thresholds"),
+        unknown_threshold=(metadata.get("ood") or {}).get("threshold"),
     )
     return {"saved_model": str(path), "litert": read_metadata(path)["litert"]}

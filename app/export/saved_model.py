@@ -14,6 +14,9 @@ input per column, named as in the manifest (app/export/side_inputs.py), before `
 predict_images a `side` float32 [N, F] vector as stored in the TFRecords.
 A multi-label model (per-label sigmoids) also returns `labels_above_threshold` string [N, C]:
 the labels at or above their decision thresholds (chosen on validation), by score, "" after them.
+A single-label model whose run fitted its out-of-distribution score (app.models.ood) also
+returns `ood_score` float32 [N] (higher: less like the training photos) and `unknown` bool [N]
+(the score over the threshold fitted on validation: "none of these").
 With `tta="flip"` every signature averages the probabilities of each image and its mirror.
 An undecodable image fails the whole call with InvalidArgumentError (TF cannot flag one item
 without decoding it); the local server then retries items one by one to name the bad one.
@@ -60,9 +63,11 @@ class ServingModule(tf.Module):
         tta: str = "none",
         side_features: list[dict] | None = None,
         thresholds: list[float] | None = None,
+        unknown_threshold: float | None = None,
     ) -> None:
         super().__init__()
         self.thresholds = tf.constant(thresholds, tf.float32) if thresholds else None
+        self.unknown_threshold = unknown_threshold
         # The model's weights are constants in this graph: nothing of the Keras model is tracked
         # (saving the Keras object graph of every layer took more than half of the export's time).
         self.forward = frozen_forward(model, image_size, len(side_features or []))
@@ -91,7 +96,8 @@ class ServingModule(tf.Module):
         return tf.cast(decode_batch(image_bytes, self.image_size, self.crop_fraction, self.max_megapixels), tf.float32)
 
     def _from_images(self, images: tf.Tensor, *side: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = tf.cast(with_tta(lambda x: self.forward(x, *side), images, self.tta), tf.float32)
+        forward = with_tta(lambda x: self.forward(x, *side), images, self.tta)
+        probabilities = tf.cast(forward["probabilities"], tf.float32)
         scores, class_ids = tf.math.top_k(probabilities, k=self.top_k)
         outputs = {
             "probabilities": probabilities,
@@ -101,6 +107,9 @@ class ServingModule(tf.Module):
         }
         if self.thresholds is not None:
             outputs["labels_above_threshold"] = self._above_threshold(probabilities)
+        if "ood_score" in forward and self.unknown_threshold is not None:
+            outputs["ood_score"] = tf.cast(forward["ood_score"], tf.float32)
+            outputs["unknown"] = outputs["ood_score"] > self.unknown_threshold
         return outputs
 
     def _above_threshold(self, probabilities: tf.Tensor) -> tf.Tensor:
@@ -167,6 +176,7 @@ def export_saved_model(
     finish: Callable[[Path, FrozenForward], dict] | None = None,
     side_features: list[dict] | None = None,
     thresholds: list[float] | None = None,
+    unknown_threshold: float | None = None,
 ) -> Path:
     """Write EXPORT_ROOT/NAME/VERSION atomically (temp dir + rename); never overwrite a version.
 
@@ -185,7 +195,7 @@ def export_saved_model(
         metadata = {**(metadata or {}), "max_megapixels": max_megapixels, "top_k": min(top_k, len(classes)), "tta": tta}
         storage.write_json_atomic(metadata_file, metadata)
         module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file,
-                               max_megapixels, tta, side_features, thresholds)  # fmt: skip
+                               max_megapixels, tta, side_features, thresholds, unknown_threshold)  # fmt: skip
         saved = staging / "model"
         with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
             tf.saved_model.save(

@@ -48,7 +48,8 @@ def cpu_threads() -> int:
 class LiteRTModel:
     """One interpreter with XNNPACK, called one image at a time (batch 1 was the fastest per
     image here, and never re-plans the graph). Not thread-safe: one caller at a time. A model
-    with side features has a second, 2-D input (the stored side vector), found by its rank."""
+    with side features has a second, 2-D input (the stored side vector), found by its rank; a
+    model with an out-of-distribution score a second, 1-D output, found by its rank too."""
 
     def __init__(self, model: bytes | Path, threads: int | None = None) -> None:
         from ai_edge_litert.interpreter import Interpreter
@@ -58,21 +59,29 @@ class LiteRTModel:
         inputs = self._interpreter.get_input_details()
         self._input = next(d["index"] for d in inputs if len(d["shape"]) == 4)
         self._side = next((d["index"] for d in inputs if len(d["shape"]) == 2), None)
-        self._output = self._interpreter.get_output_details()[0]["index"]
+        outputs = self._interpreter.get_output_details()
+        self._output = next(d["index"] for d in outputs if len(d["shape"]) == 2)
+        self._ood_score = next((d["index"] for d in outputs if len(d["shape"]) == 1), None)
         for d in inputs:
             self._interpreter.resize_tensor_input(d["index"], [1, *d["shape"][1:]])
         self._interpreter.allocate_tensors()
 
-    def __call__(self, images: np.ndarray, side: np.ndarray | None = None) -> np.ndarray:
-        """float32 or uint8 [N, S, S, 3] (and the side vectors [N, F]) → probabilities [N, C]."""
-        results = []
+    def __call__(self, images: np.ndarray, side: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """float32 or uint8 [N, S, S, 3] (and the side vectors [N, F]) → {"probabilities" [N, C]
+        (, "ood_score" [N])}."""
+        probabilities, ood_scores = [], []
         for i, image in enumerate(images):
             self._interpreter.set_tensor(self._input, np.ascontiguousarray(image[None], dtype=np.float32))
             if self._side is not None:
                 self._interpreter.set_tensor(self._side, np.ascontiguousarray(side[i : i + 1], dtype=np.float32))
             self._interpreter.invoke()
-            results.append(self._interpreter.get_tensor(self._output)[0].copy())
-        return np.stack(results) if results else np.zeros((0, 0), np.float32)
+            probabilities.append(self._interpreter.get_tensor(self._output)[0].copy())
+            if self._ood_score is not None:
+                ood_scores.append(self._interpreter.get_tensor(self._ood_score)[0])
+        outputs = {"probabilities": np.stack(probabilities) if probabilities else np.zeros((0, 0), np.float32)}
+        if self._ood_score is not None:
+            outputs["ood_score"] = np.array(ood_scores, np.float32)
+        return outputs
 
 
 def convert(forward: FrozenForward, image_size: int, mode: str, data_dir: str | None) -> bytes:
@@ -86,7 +95,7 @@ def convert(forward: FrozenForward, image_size: int, mode: str, data_dir: str | 
     converter = tf.compat.v1.lite.TFLiteConverter(
         forward.graph_def,
         [graph.get_tensor_by_name(name) for name in forward.inputs],
-        [graph.get_tensor_by_name(forward.output)],
+        [graph.get_tensor_by_name(name) for name in forward.outputs],
     )
     _set_mode(converter, mode, data_dir, image_size)
     with warnings.catch_warnings(), tensorflow_log_level(logging.WARNING):  # "Using new converter: ..."
@@ -94,12 +103,12 @@ def convert(forward: FrozenForward, image_size: int, mode: str, data_dir: str | 
         # the inputs stay float32 (quantized inside the file), so there are none to give.
         warnings.filterwarnings("ignore", "Statistics for quantized inputs were expected")
         tflite_model = converter.convert()
-    return _with_serving_signature(tflite_model)
+    return _with_serving_signature(tflite_model, forward.names)
 
 
-def _with_serving_signature(tflite_model: bytes) -> bytes:
+def _with_serving_signature(tflite_model: bytes, names: list[str]) -> bytes:
     """The graph route writes no SignatureDef; add `serving_default` (inputs by their names,
-    `probabilities` out), which phones' signature runners call."""
+    outputs by `names`: `probabilities`, then `ood_score`), which phones' signature runners call."""
     from tensorflow.lite.python import schema_py_generated as schema
     from tensorflow.lite.tools import flatbuffer_utils
 
@@ -116,7 +125,7 @@ def _with_serving_signature(tflite_model: bytes) -> bytes:
     signature = schema.SignatureDefT()
     signature.signatureKey, signature.subgraphIndex = "serving_default", 0
     signature.inputs = [tensor_map(graph.tensors[i].name.decode(), i) for i in graph.inputs]
-    signature.outputs = [tensor_map("probabilities", graph.outputs[0])]
+    signature.outputs = [tensor_map(name, index) for name, index in zip(names, graph.outputs)]
     flat.signatureDefs = [signature]
     return bytes(flatbuffer_utils.convert_object_to_bytearray(flat))
 
@@ -154,13 +163,17 @@ def parity_report(
     predict = tf.saved_model.load(str(saved_model_dir)).signatures["predict_images"]
     lite_model = LiteRTModel(tflite_model)
     agree = correct_tflite = correct_saved = total = 0
-    max_diff = 0.0
+    max_diff = max_ood_diff = 0.0
     for inputs, labels in _val_batches(data_dir, image_size, PARITY_IMAGES[mode]):
         images, side = (inputs["image"], inputs["side"]) if isinstance(inputs, dict) else (inputs, None)
-        saved = predict(images=tf.cast(images, tf.float32), **({"side": side} if side is not None else {}))
-        saved = saved["probabilities"].numpy()
+        saved_outputs = predict(images=tf.cast(images, tf.float32), **({"side": side} if side is not None else {}))
+        saved = saved_outputs["probabilities"].numpy()
         side_values = None if side is None else side.numpy()
-        lite = with_tta(lambda x, side_values=side_values: lite_model(x, side_values), images.numpy(), tta)
+        lite_outputs = with_tta(lambda x, side_values=side_values: lite_model(x, side_values), images.numpy(), tta)
+        lite = lite_outputs["probabilities"]
+        if "ood_score" in saved_outputs and "ood_score" in lite_outputs:
+            diff = np.abs(saved_outputs["ood_score"].numpy() - lite_outputs["ood_score"]).max()
+            max_ood_diff = max(max_ood_diff, float(diff))
         labels = labels.numpy()
         max_diff = max(max_diff, float(np.abs(saved - lite).max()))
         agree += int((saved.argmax(-1) == lite.argmax(-1)).sum())
@@ -175,6 +188,7 @@ def parity_report(
         "images": total,
         "top1_agreement": agreement,
         "max_abs_diff": max_diff,
+        "max_abs_diff_ood_score": max_ood_diff,
         "passed": passed,
         "required_agreement": REQUIRED_AGREEMENT[mode],
         "tflite_accuracy": correct_tflite / max(total, 1),

@@ -24,7 +24,8 @@ import keras
 
 from app.errors import UserError
 from app.models.backbones import BackboneSpec, blocks
-from app.models.layers import SideFeatureEncoding
+from app.models.layers import OutOfDistributionScore, SideFeatureEncoding
+from app.models.ood import ShippedScore
 
 SIDE_UNITS = 32  # the side branch's width: a handful of columns needs no more
 
@@ -105,9 +106,14 @@ def with_temperature(logits_model: keras.Model, temperature: float) -> keras.Mod
     return keras.Model(logits_model.input, probabilities, name=logits_model.name.replace("_logits", "_classifier"))
 
 
-def served_model(clf: Classifier, calibration: dict | None) -> keras.Model:
-    """What is exported: the classifier, with the run's fitted temperature when it has one."""
-    return with_temperature(clf.logits_model, calibration["temperature"]) if calibration else clf.model
+def served_model(clf: Classifier, calibration: dict | None, ood_score: ShippedScore | None = None) -> keras.Model:
+    """What is exported: the classifier, with the run's fitted temperature when it has one; with
+    the run's out-of-distribution statistics it returns {"probabilities", "ood_score"}."""
+    model = with_temperature(clf.logits_model, calibration["temperature"]) if calibration else clf.model
+    if ood_score is None:
+        return model
+    score = OutOfDistributionScore(ood_score, name="ood_score")([model.output, clf.features_model.output])
+    return keras.Model(model.input, {"probabilities": model.output, "ood_score": score}, name=model.name)
 
 
 def unfreeze_start(clf: Classifier, rule: str) -> int:

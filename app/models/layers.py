@@ -60,3 +60,37 @@ class SideFeatureEncoding(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "columns": self.columns}
+
+
+class OutOfDistributionScore(keras.layers.Layer):
+    """[probabilities, pooled features] → the shipped out-of-distribution score per image
+    (app.models.ood.ShippedScore, the same arithmetic): standardised 1 - max probability plus
+    standardised Mahalanobis distance of the L2-normalised features to the nearest class mean.
+    Its statistics are constants of the served model (never trained, never saved by Keras: the
+    export freezes them into its graph)."""
+
+    def __init__(self, score, **kwargs):
+        super().__init__(dtype="float32", **kwargs)
+        self.score = score
+
+    def build(self, input_shape):
+        precision = self.score.precision.astype("float64")
+        means = self.score.means.astype("float64")
+        self._precision = self._constant("precision", precision)
+        self._projected_means = self._constant("projected_means", (means @ precision).T)  # [D, C]
+        self._mean_norms = self._constant("mean_norms", ((means @ precision) * means).sum(axis=1))
+
+    def _constant(self, name: str, value):
+        return self.add_weight(
+            name=name, shape=value.shape, initializer=keras.initializers.Constant(value), trainable=False
+        )
+
+    def call(self, inputs):
+        probabilities, features = (ops.cast(x, "float32") for x in inputs)
+        z = features / ops.maximum(ops.norm(features, axis=-1, keepdims=True), 1e-12)
+        projected = ops.matmul(z, self._precision)
+        distances = ops.sum(projected * z, axis=-1, keepdims=True) - 2.0 * ops.matmul(z, self._projected_means)
+        mahalanobis = ops.min(distances + self._mean_norms[None, :], axis=-1)
+        msp = 1.0 - ops.max(probabilities, axis=-1)
+        s = self.score
+        return (msp - s.msp_mean) / s.msp_std + (mahalanobis - s.mahalanobis_mean) / s.mahalanobis_std

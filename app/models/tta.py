@@ -22,9 +22,13 @@ def check_tta(mode: str) -> str:
 
 
 def with_tta(predict: Callable, images, mode: str):
-    """`predict(images)` (probabilities [N, C]) averaged over the views `mode` names."""
+    """`predict(images)` (probabilities [N, C], or a dict of per-image outputs such as
+    {"probabilities", "ood_score"}) averaged over the views `mode` names."""
     if mode == "none":
         return predict(images)
     if mode == "flip":
-        return (predict(images) + predict(images[:, :, ::-1])) / 2
+        plain, mirrored = predict(images), predict(images[:, :, ::-1])
+        if isinstance(plain, dict):
+            return {name: (plain[name] + mirrored[name]) / 2 for name in plain}
+        return (plain + mirrored) / 2
     raise ValueError(f"unknown TTA mode '{mode}' (choose from {TTA_MODES})")

@@ -25,7 +25,7 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.sources import list_files
 from app.errors import UserError
 from app.export import layout
-from app.serving.runtime import above_threshold, load_runtime, probabilities_or_reasons
+from app.serving.runtime import above_threshold, answers_or_reasons, load_runtime
 
 FORMATS = ("csv", "jsonl")
 
@@ -97,16 +97,18 @@ def _rows(
     limit: float,
     thresholds: list[float] | None = None,
 ) -> list[dict]:
-    """One row per file; a multi-label model's rows add the labels at or above its thresholds."""
+    """One row per file; a multi-label model's rows add the labels at or above its thresholds,
+    and a model with an out-of-distribution score its `ood_score` and `unknown`."""
     readable = [(i, data) for i, (_, data) in enumerate(batch) if isinstance(data, bytes)]
     results: list = [data for _, data in batch]  # read errors stay as their message
-    for (i, _), result in zip(readable, probabilities_or_reasons(model, [d for _, d in readable], limit)):
+    for (i, _), result in zip(readable, answers_or_reasons(model, [d for _, d in readable], limit)):
         results[i] = result
     rows = []
     for (path, _), result in zip(batch, results):
         if isinstance(result, str):
             rows.append({"path": str(path), "predictions": [], "error": result})
             continue
+        answer, result = result, result["probabilities"]
         ranked = np.argsort(-result, kind="stable")
         rows.append(
             {
@@ -115,6 +117,8 @@ def _rows(
                 "error": None,
             }
         )
+        if "unknown" in answer:
+            rows[-1].update(ood_score=round(float(answer["ood_score"]), 6), unknown=bool(answer["unknown"]))
         if thresholds:
             names = above_threshold(result[None], thresholds, np.array([c.encode() for c in classes], dtype=object))[0]
             rows[-1]["labels_above_threshold"] = [n.decode() for n in names if n]
@@ -128,18 +132,27 @@ def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
             return
         writer = csv.writer(f)
         multi = any("labels_above_threshold" in row for row in rows)  # a multi-label model's: labels joined by |
+        unknown = any("unknown" in row for row in rows)
         writer.writerow(
             [
                 "path",
                 *[f"{k}_{i}" for i in range(1, top_k + 1) for k in ("label", "score")],
+                *(["unknown", "ood_score"] if unknown else []),
                 "error",
                 *(["labels_above_threshold"] if multi else []),
             ]
         )
         for row in rows:
             cells = [v for p in row["predictions"] for v in (p["label"], p["score"])]
+            ood_cells = [_yes_no(row.get("unknown")), row.get("ood_score", "")] if unknown else []
             extra = ["|".join(row.get("labels_above_threshold", []))] if multi else []
-            writer.writerow([row["path"], *cells, *[""] * (2 * top_k - len(cells)), row["error"] or "", *extra])
+            writer.writerow(
+                [row["path"], *cells, *[""] * (2 * top_k - len(cells)), *ood_cells, row["error"] or "", *extra]
+            )
+
+
+def _yes_no(value: bool | None) -> str:
+    return "" if value is None else ("yes" if value else "no")
 
 
 def predict_files(

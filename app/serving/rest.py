@@ -276,6 +276,9 @@ async def classify(request: web.Request) -> web.Response:
     }
     if "labels_above_threshold" in outputs:  # a multi-label model's answer: the labels it says yes to
         answer["labels_above_threshold"] = [c.decode() for c in outputs["labels_above_threshold"][0] if c]
+    if "unknown" in outputs:  # "none of these": the photo is unlike the training photos
+        answer["unknown"] = bool(outputs["unknown"][0])
+        answer["ood_score"] = float(outputs["ood_score"][0])
     return web.json_response(answer)
 
 

@@ -86,9 +86,15 @@ class LiteRTRuntime:
         self._model = LiteRTModel(layout.tflite_model_path(version, mode), threads)
         self.top_k = int(metadata.get("top_k", min(5, len(self.classes))))
         self.thresholds = metadata.get("thresholds")  # a multi-label export's: its graph's labels_above_threshold
+        self.unknown_threshold = None if self.thresholds else (metadata.get("ood") or {}).get("threshold")
         self.side_features = metadata.get("side_features", [])
         self._specs = _signature_specs(
-            int(metadata["input_size"]), len(self.classes), self.top_k, bool(self.thresholds), self.side_features
+            int(metadata["input_size"]),
+            len(self.classes),
+            self.top_k,
+            bool(self.thresholds),
+            self.side_features,
+            self.unknown_threshold is not None,
         )
         self.tta = metadata.get("tta", "none")  # baked into the export's graph: applied here the same way
         self.decode = host_decoder(version, metadata)
@@ -121,7 +127,8 @@ class LiteRTRuntime:
             [side_features.encode(self.side_features, tuple(cell(v) for v in row))[0] for row in rows], np.float32
         )
 
-    def _top_k(self, probabilities: np.ndarray) -> Outputs:
+    def _top_k(self, forward: Outputs) -> Outputs:
+        probabilities = forward["probabilities"]
         class_ids = np.argsort(-probabilities, axis=1, kind="stable")[:, : self.top_k].astype(np.int32)
         outputs = {
             "probabilities": probabilities,
@@ -131,6 +138,9 @@ class LiteRTRuntime:
         }
         if self.thresholds:
             outputs["labels_above_threshold"] = self._above_threshold(probabilities)
+        if "ood_score" in forward and self.unknown_threshold is not None:  # as the export's graph
+            outputs["ood_score"] = forward["ood_score"]
+            outputs["unknown"] = forward["ood_score"] > self.unknown_threshold
         return outputs
 
     def _above_threshold(self, probabilities: np.ndarray) -> np.ndarray:
@@ -148,7 +158,7 @@ def above_threshold(probabilities: np.ndarray, thresholds: list[float], class_na
 
 
 def _signature_specs(
-    size: int, num_classes: int, k: int, multi_label: bool = False, side: list[dict] | None = None
+    size: int, num_classes: int, k: int, multi_label: bool = False, side: list[dict] | None = None, ood: bool = False
 ) -> dict:
     outputs = {
         "probabilities": tf.TensorSpec([None, num_classes], tf.float32, "probabilities"),
@@ -158,6 +168,9 @@ def _signature_specs(
     }
     if multi_label:
         outputs["labels_above_threshold"] = tf.TensorSpec([None, num_classes], tf.string, "labels_above_threshold")
+    if ood:
+        outputs["ood_score"] = tf.TensorSpec([None], tf.float32, "ood_score")
+        outputs["unknown"] = tf.TensorSpec([None], tf.bool, "unknown")
     image_bytes, key = tf.TensorSpec([None], tf.string, "image_bytes"), tf.TensorSpec([None], tf.string, "key")
     columns = {spec.name: spec for spec in column_specs(side or [])}
     vector = {"side": tf.TensorSpec([None, len(side)], tf.float32, "side")} if side else {}
@@ -204,27 +217,39 @@ def side_arrays(runtime: TFRuntime | LiteRTRuntime, side: dict[str, list]) -> di
     }
 
 
-def _probabilities(
+ANSWER_KEYS = ("probabilities", "ood_score", "unknown")  # what offline work keeps of each image's outputs
+
+
+def _answers(
     runtime: TFRuntime | LiteRTRuntime, images: list[bytes], tta: str, side: dict[str, list] | None = None
-) -> np.ndarray:
+) -> Outputs:
+    """The batch's probabilities (and, where the export has them, ood_score and unknown)."""
     if tta == "none":
         inputs = {"image_bytes": np.array(images, dtype=object), **side_arrays(runtime, side or {})}
-        return runtime.run("serving_default", inputs)["probabilities"]
+        outputs = runtime.run("serving_default", inputs)
+        return {k: outputs[k] for k in ANSWER_KEYS if k in outputs}
     pixels = runtime.decode(np.array(images, dtype=object)).astype(np.float32)
-    return with_tta(lambda x: runtime.run("predict_images", {"images": x})["probabilities"], pixels, tta)
+    keys = ("probabilities", "ood_score")
+    outputs = with_tta(
+        lambda x: {k: v for k, v in runtime.run("predict_images", {"images": x}).items() if k in keys}, pixels, tta
+    )
+    threshold = (layout.read_metadata(runtime.version).get("ood") or {}).get("threshold")
+    if "ood_score" in outputs and threshold is not None:  # the averaged score against the export's threshold
+        outputs["unknown"] = outputs["ood_score"] > threshold
+    return outputs
 
 
-def probabilities_or_reasons(
+def answers_or_reasons(
     runtime: TFRuntime | LiteRTRuntime,
     images: list[bytes],
     max_megapixels: float,
     tta: str = "none",
     side: dict[str, list] | None = None,
-) -> list[np.ndarray | str]:
-    """Per image: its probabilities, or why it was refused (the header check's words, else
-    "undecodable"). For offline work (evaluation, batch prediction); `tta` adds test-time
-    augmentation around the export's predict_images; `side` holds each side feature's raw
-    values, one per image, for a model that takes them.
+) -> list[dict[str, np.ndarray] | str]:
+    """Per image: its answer ({"probabilities"[, "ood_score", "unknown"]}), or why it was refused
+    (the header check's words, else "undecodable"). For offline work (evaluation, batch
+    prediction); `tta` adds test-time augmentation around the export's predict_images; `side`
+    holds each side feature's raw values, one per image, for a model that takes them.
 
     The batch goes to the export as it is: its decode refuses a header over the pixel limit
     before decoding anything, so a bomb costs nothing. Only a refused batch is taken apart, one
@@ -235,11 +260,12 @@ def probabilities_or_reasons(
         return []
     side = side or {}
     try:
-        return list(_probabilities(runtime, images, tta, side))
+        outputs = _answers(runtime, images, tta, side)
+        return [{k: v[i] for k, v in outputs.items()} for i in range(len(images))]
     except tf.errors.InvalidArgumentError:
         if len(images) > 1:
             return [
-                probabilities_or_reasons(runtime, [image], max_megapixels, tta, {k: [v[i]] for k, v in side.items()})[0]
+                answers_or_reasons(runtime, [image], max_megapixels, tta, {k: [v[i]] for k, v in side.items()})[0]
                 for i, image in enumerate(images)
             ]
     try:

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
+from app.models import ood
 from app.training.context import Context
 from app.training.passes import eval_images, model_outputs
 from app.training.phase import KeptPhases
@@ -75,6 +76,20 @@ def saved_validation_outputs(ctx: Context, phases: KeptPhases) -> tuple[np.ndarr
         with np.load(path) as saved:
             return saved["logits"].astype(np.float64), saved["labels"].astype(np.int32)
     return None
+
+
+def fit_ood_score(
+    ctx: Context, phases: KeptPhases, temperature: float, accept: float = ood.DEFAULT_ACCEPT
+) -> ood.ShippedScore:
+    """The export's out-of-distribution score (app.models.ood.SHIPPED) for the kept weights: its
+    feature statistics from one pass over the training split (eval decode, no augmentation), its
+    standardisation and threshold from the validation split, where `accept` of the photos pass."""
+    features = ctx.clf.features_model
+    train_features, train_labels = model_outputs(lambda images, labels: features(images, training=False),
+                                                 eval_images(ctx, "train"))  # fmt: skip
+    val_features, _ = model_outputs(lambda images, labels: features(images, training=False), eval_images(ctx, "val"))
+    logits, _ = validation_logits(ctx, phases)
+    return ood.fit_shipped(train_features, train_labels, val_features, softmax(logits / temperature), accept)
 
 
 def calibrate(ctx: Context, phases: KeptPhases | None = None) -> dict:

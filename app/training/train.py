@@ -18,6 +18,7 @@ import numpy as np
 from app import storage
 from app.config import TrainConfig
 from app.data.demo import demo_run_dir, ensure_demo_records
+from app.models import ood
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import RunDir, completed_run
 from app.training.builders import finetune_schedule, make_optimizer, make_steps
@@ -165,6 +166,8 @@ def _train(ctx: Context) -> dict:
         phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
         if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see docs/training.md
             metrics["calibration"] = _calibrate(ctx, phases)
+        if not ctx.info.multi_label:
+            metrics["ood"] = _fit_ood_score(ctx, phases, metrics.get("calibration"))
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
         # 6. Export, figures, then metrics.json, which marks the run complete.
@@ -233,6 +236,28 @@ def _thresholds(ctx: Context, phases: KeptPhases) -> dict:
     return found
 
 
+def _fit_ood_score(ctx: Context, phases: KeptPhases, calibration: dict | None) -> dict:
+    """Fits the export's "none of these" score, writes its statistics into the run dir, and
+    returns what metrics.json records of it."""
+    from app.training.calibration import fit_ood_score
+
+    score = fit_ood_score(ctx, phases, (calibration or {}).get("temperature", 1.0))
+    ctx.run.write_ood_score(score)
+    found = {
+        "method": ood.SHIPPED,
+        "accept": score.accept,
+        "threshold": score.threshold,
+        "fitted_on": f"train ({ctx.info.num_examples('train')} images), val ({ctx.info.num_examples('val')} images)",
+    }
+    log.info(
+        'unknown: %s score over %.4f answers "none of these" (%.0f%% of val accepted)',
+        found["method"],
+        found["threshold"],
+        100 * found["accept"],
+    )
+    return found
+
+
 def _calibrate(ctx: Context, phases: KeptPhases) -> dict:
     from app.training.calibration import calibrate
 
@@ -285,7 +310,8 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int,
         storage.write_bytes_atomic(ctx.run.final_weights, storage.read_bytes(kept))
     else:
         save_weights_atomic(ctx.clf.model, ctx.run.final_weights)
-    served = served_model(ctx.clf, metrics.get("calibration"))
+    ood_score = ctx.run.read_ood_score() if metrics.get("ood") else None
+    served = served_model(ctx.clf, metrics.get("calibration"), ood_score)
     exported = export_run(ctx.run.root, model=served, metrics=metrics)
     metrics["export"], metrics["litert"] = exported["saved_model"], exported["litert"]
     plot_learning_curves(ctx.run.history, ctx.run.learning_curves)

@@ -92,7 +92,7 @@ def test_serving_bytes_match_the_eval_pipeline(trained_run: Path, demo_records: 
     served = serve(image_bytes=tf.constant(images))
     in_memory = np.concatenate(
         [
-            model(x, training=False).numpy()
+            model(x, training=False)["probabilities"].numpy()
             for x, _ in make_eval_dataset(demo_records, split="val", image_size=run.image_size, batch_size=16)
         ]
     )
@@ -165,8 +165,8 @@ def test_phone_litert_files_with_parity_in_the_metadata(
 
     model = RunDir(trained_run).load().build_model()
     x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
-    lite = LiteRTModel(Path(paths["saved_model"]) / report["file"])(x)
-    np.testing.assert_allclose(lite, model(x).numpy(), atol=0.05 if mode == "int8" else 0.01)
+    lite = LiteRTModel(Path(paths["saved_model"]) / report["file"])(x)["probabilities"]
+    np.testing.assert_allclose(lite, model(x)["probabilities"].numpy(), atol=0.05 if mode == "int8" else 0.01)
 
 
 def _small_model(side_width: int) -> keras.Model:
@@ -195,9 +195,9 @@ def test_the_frozen_forward_pass_is_the_model_with_its_weights_as_constants(side
     forward = frozen_forward(model, 16, side_width)
     assert forward.inputs == ["image:0", "side:0"][: 1 + bool(side_width)]
     assert not {node.op for node in forward.graph_def.node} & {"VarHandleOp", "ReadVariableOp"}
-    np.testing.assert_allclose(forward(x, *([s] if side_width else [])).numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(forward(x, *([s] if side_width else []))["probabilities"].numpy(), expected, atol=1e-6)
     model.set_weights([np.zeros_like(w) for w in model.get_weights()])  # the graph holds its own copy
-    np.testing.assert_allclose(forward(x, *([s] if side_width else [])).numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(forward(x, *([s] if side_width else []))["probabilities"].numpy(), expected, atol=1e-6)
 
 
 @pytest.mark.parametrize("side_width", [0, 2])
@@ -270,3 +270,29 @@ def test_a_mixed_precision_run_exports_its_savedmodel_and_says_why_no_litert_fil
     assert (Path(metrics["export"]) / "saved_model.pb").is_file()
     assert not (Path(metrics["export"]) / "litert").exists()
     assert "mixed_precision=off" in format_result(metrics)
+
+
+def test_a_model_with_an_ood_score_gives_it_to_phones_too():
+    """The LiteRT file's signature returns `ood_score` beside `probabilities`, as the model does."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from app.export.frozen import frozen_forward
+    from app.export.tflite import convert
+    from app.models.layers import OutOfDistributionScore
+    from app.models.ood import fit_shipped
+
+    image = keras.Input((16, 16, 3), name="image")
+    pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="relu")(image))
+    probabilities = keras.layers.Dense(2, activation="softmax")(pooled)
+    rng = np.random.default_rng(0)
+    score = fit_shipped(rng.random((40, 8)), np.arange(40) % 2, rng.random((10, 8)), rng.dirichlet([1, 1], 10))
+    ood_score = OutOfDistributionScore(score)([probabilities, pooled])
+    model = keras.Model(image, {"probabilities": probabilities, "ood_score": ood_score})
+    x, _ = _small_inputs(0)
+    runner = Interpreter(model_content=convert(frozen_forward(model, 16), 16, "float32", None)).get_signature_runner(
+        "serving_default"
+    )
+    answer, expected = runner(image=x), model(x)
+    assert set(answer) == {"probabilities", "ood_score"}
+    np.testing.assert_allclose(answer["probabilities"], expected["probabilities"].numpy(), atol=1e-4)
+    np.testing.assert_allclose(answer["ood_score"], expected["ood_score"].numpy(), rtol=1e-3, atol=1e-3)

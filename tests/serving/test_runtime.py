@@ -120,7 +120,8 @@ def test_a_phone_sized_jpeg_gets_the_same_answer_from_every_path(trained_run: Pa
     inputs = {"image_bytes": np.array([data], dtype=object)}
     served = TFRuntime(version).run("serving_default", inputs)["probabilities"]
     lite = load_runtime(version, "litert").run("serving_default", inputs)["probabilities"]
-    in_memory = run.build_model()(decode_for_eval(tf.constant(data), run.image_size)[None], training=False).numpy()
+    pixels = decode_for_eval(tf.constant(data), run.image_size)[None]
+    in_memory = run.build_model()(pixels, training=False)["probabilities"].numpy()
     np.testing.assert_allclose(lite, served, atol=1e-4)
     np.testing.assert_allclose(in_memory, served, atol=1e-4)
     assert lite.argmax() == served.argmax() == in_memory.argmax()

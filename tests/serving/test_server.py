@@ -135,6 +135,8 @@ def test_classify_raw_and_multipart(server: Server, images: list[bytes]):
     status, body = server.request("/v1/models/shapes:classify", images[0], "image/jpeg")
     assert status == 200, body
     assert len(body["predictions"]) == 4 and {"label", "score"} <= body["predictions"][0].keys()
+    # "none of these": the export's out-of-distribution score, over its threshold or not
+    assert isinstance(body["ood_score"], float) and isinstance(body["unknown"], bool)
     boundary = "xYzBoUnDaRy"
     multipart = (
         (

@@ -66,7 +66,7 @@ def test_a_run_fits_t_and_its_export_serves_calibrated_probabilities(trained_run
     version = resolve_model_dir(trained_run)
     assert read_metadata(version)["calibration"] == calibration
     served = run.load().build_model()
-    logits = keras.Model(served.input, served.get_layer("logits").output)
+    logits = keras.Model(served.inputs, served.get_layer("logits").output)
     images = tf.random.stateless_uniform([3, 64, 64, 3], [0, 1], 0, 255)
     exported = tf.saved_model.load(str(version)).signatures["predict_images"](images=images)["probabilities"].numpy()
     np.testing.assert_allclose(

@@ -1,0 +1,76 @@
+"""Out-of-distribution scores: a far cluster scores higher than the training classes' photos under
+every method, the threshold accepts the asked share, and AUROC / FPR are the textbook figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.models import ood
+
+
+def _clusters(rng: np.random.Generator, centres: np.ndarray, per: int, spread: float = 0.3) -> np.ndarray:
+    return np.concatenate([c + spread * rng.standard_normal((per, centres.shape[1])) for c in centres])
+
+
+@pytest.fixture
+def synthetic():
+    """3 classes in 64 dimensions; a 'head' that is the nearest class mean; a far cluster."""
+    rng = np.random.default_rng(0)
+    centres = 3.0 * np.eye(3, 64)
+    train, test = _clusters(rng, centres, 100), _clusters(rng, centres, 30)
+    labels = np.repeat(np.arange(3), 100)
+    far = _clusters(rng, 3.0 * np.eye(64)[10:11], 90)  # a direction no class uses
+
+    def logits(x: np.ndarray) -> np.ndarray:
+        return 2.0 * x @ centres.T
+
+    return train, labels, test, far, logits
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("method", ood.METHODS)
+def test_a_far_cluster_scores_higher_than_the_classes_photos(synthetic, method: str):
+    train, labels, test, far, logits = synthetic
+    stats = ood.fit_feature_stats(train, labels)
+
+    def score(x: np.ndarray) -> np.ndarray:
+        z = logits(x)
+        return ood.scores(method, probabilities=_softmax(z), logits=z, features=x, stats=stats)
+
+    assert ood.auroc(score(test), score(far)) > 0.95
+    assert np.median(score(far)) > np.median(score(test))
+
+
+def test_the_threshold_accepts_the_share_asked_for():
+    scores = np.random.default_rng(1).standard_normal(1000)
+    for accept in (0.5, 0.9, 0.95):
+        assert (scores <= ood.threshold_for(scores, accept)).mean() == pytest.approx(accept, abs=0.002)
+    assert (scores <= ood.threshold_for(scores, 1.0)).all()
+    with pytest.raises(ValueError, match="accept"):
+        ood.threshold_for(scores, 0.0)
+
+
+def test_auroc_and_fpr_are_the_textbook_figures():
+    assert ood.auroc(np.array([0.0, 1.0]), np.array([2.0, 3.0])) == 1.0
+    assert ood.auroc(np.array([2.0, 3.0]), np.array([0.0, 1.0])) == 0.0
+    assert ood.auroc(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.5  # ties count half
+    assert ood.auroc(np.array([0.0, 2.0]), np.array([1.0, 3.0])) == 0.75
+    in_scores = np.arange(100, dtype=float)  # 95% accepted at 94
+    assert ood.fpr_at_tpr(in_scores, np.array([10.0, 50.0, 94.0, 95.0, 200.0])) == 0.6
+
+
+def test_the_scores_follow_their_definitions():
+    logits = np.array([[2.0, 0.0], [0.0, 0.0]])
+    assert ood.energy(logits) == pytest.approx(-np.log(np.exp(logits).sum(axis=1)), rel=1e-6)
+    assert ood.energy(logits, 2.0) == pytest.approx(-2.0 * np.log(np.exp(logits / 2.0).sum(axis=1)), rel=1e-6)
+    assert ood.msp(np.array([[0.7, 0.3], [0.5, 0.5]])) == pytest.approx([0.3, 0.5])
+    bank = ood.l2_normalise(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    assert ood.knn(np.array([[2.0, 0.0]]), bank, k=1) == pytest.approx([0.0])  # its own direction
+    assert ood.knn(np.array([[2.0, 0.0]]), bank, k=2) == pytest.approx([1.0])  # the 2nd: orthogonal
+    stats = ood.fit_feature_stats(np.random.default_rng(0).standard_normal((5000, 4)), np.zeros(5000))
+    assert len(stats.bank) == ood.BANK_SIZE  # a bounded sample of the training set
