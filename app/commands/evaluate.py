@@ -2,6 +2,7 @@
 
     photoclf evaluate runs/demo --data datasets/demo/tfrecords --split test
     photoclf evaluate exports/shapes/3 --data ~/new_photos --label-map names.json
+    photoclf evaluate runs/photos --data data/ --split test --ood ~/photos_of_other_things
 
 MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
 folder. The model is called through its serving signature on raw image bytes: what is measured
@@ -49,6 +50,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="none",
         help="flip: average each image's probabilities with its mirror's (2x the compute; default none)",
     )
+    p.add_argument(
+        "--ood",
+        default=None,
+        help="photos of other things (a folder, or a TFRecord folder's --split): how well the export's"
+        ' "unknown" answer separates them from --data (AUROC, counts, a histogram in the report)',
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -65,6 +72,7 @@ def run(args: argparse.Namespace) -> None:
         top_k=args.top_k,
         runtime=args.runtime,
         tta=args.tta,
+        ood=args.ood,
     )
     print(result.summary)
     if result.metrics["skipped"]:

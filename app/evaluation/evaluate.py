@@ -21,11 +21,13 @@ from app.evaluation.figures import (
     plot_reliability,
 )
 from app.evaluation.metrics import calibration_effect, compute_metrics
+from app.evaluation.ood import check_ood_source, ood_metrics, ood_scores, plot_ood_histogram
 from app.evaluation.predict import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
 from app.evaluation.report import summary_table, write_html, write_metrics
 from app.export.layout import read_metadata, reports_dir, resolve_model_dir
 from app.models.tta import check_tta
 from app.run_dir import RunDir
+from app.serving.runtime import load_runtime
 
 
 @dataclass
@@ -90,6 +92,22 @@ def _figures(metrics: dict, predictions: Predictions, version_dir: Path, out: Pa
     return figures
 
 
+def _check_ood(version_dir: Path, ood: str) -> None:
+    if "ood" not in read_metadata(version_dir):
+        raise UserError(
+            f"--ood: {version_dir} has no out-of-distribution score (a multi-label model, or one exported"
+            " before it existed: train it again to get one)"
+        )
+    check_ood_source(ood)
+
+
+def _ood_metrics(version_dir: Path, ood: str, split: str, predictions: Predictions, runtime: str, tta: str) -> dict:
+    known = predictions.ood_scores
+    correct = predictions.probabilities.argmax(axis=1) == predictions.labels
+    other = ood_scores(load_runtime(version_dir, runtime), ood, split, tta)
+    return ood_metrics(known, other, float(read_metadata(version_dir)["ood"]["threshold"]), correct)
+
+
 def _multilabel_result(
     predictions: Predictions, version_dir: Path, data: str, split: str, report_dir: str | Path | None
 ) -> EvaluationResult:
@@ -132,13 +150,18 @@ def evaluate(
     batch_size: int = 32,
     runtime: str = "tf",
     tta: str = "none",
+    ood: str | Path | None = None,
 ) -> EvaluationResult:
+    """`ood`: photos of other things (a folder, or a TFRecord folder's `split`), to measure the
+    export's "none of these" against the evaluation photos (app.evaluation.ood)."""
     version_dir = resolve_model_dir(model)
     baked = read_metadata(version_dir).get("tta", "none")
     if check_tta(tta) != "none" and baked != "none":
         raise UserError(f"--tta {tta}: {version_dir} already applies '{baked}' test-time augmentation in its graph")
     data = str(data)
     _check_task(version_dir, data)
+    if ood is not None:
+        _check_ood(version_dir, str(ood))
     data_classes, total, examples = _examples(data, split)
     mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
     predictions = predict(
@@ -165,6 +188,11 @@ def evaluate(
     out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
     out.mkdir(parents=True, exist_ok=True)
     figures = _figures(metrics, predictions, version_dir, out)
+    if ood is not None:
+        metrics["ood"] = _ood_metrics(version_dir, str(ood), split, predictions, runtime, tta)
+        figures["None of these: scores of the evaluation photos and the other photos"] = plot_ood_histogram(
+            metrics["ood"], out / "ood_scores.png"
+        )
     write_metrics(metrics, out / "metrics.json")
     title = f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}"
     page = write_html(metrics, figures, out / "report.html", title)

@@ -34,6 +34,10 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
             [f"log loss without T={c['temperature']:.2f}", f"{c['log_loss_uncalibrated']:.4f}"],
             [f"ECE without T={c['temperature']:.2f}", f"{c['ece_uncalibrated']:.4f}"],
         ]
+    if "ood" in metrics:  # evaluate --ood: photos of other things against these
+        from app.evaluation.ood import ood_summary_rows
+
+        overall += ood_summary_rows(metrics["ood"])
     classes = sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"])[:worst]
     rows = [["worst classes", "precision", "recall", "f1", "support"]] + [
         [name, f"{v['precision']:.3f}", f"{v['recall']:.3f}", f"{v['f1']:.3f}", str(v["support"])]

@@ -110,10 +110,11 @@ def test_notebook_runs_with_papermill_parameters(trained_run: Path, demo_records
             "data_dir": str(demo_records),
             "split": "val",
             "report_dir": str(tmp_path / "rep"),
+            "ood_dir": str(_other_photos(tmp_path / "other")),
         },
     )
     executed = json.loads(out.read_text())
-    assert _image_outputs(executed) >= 4
+    assert _image_outputs(executed) >= 5  # with the histogram of "none of these"
     assert (tmp_path / "rep" / "report.html").exists()
 
 
@@ -167,3 +168,43 @@ def test_tta_flip_is_applied_recorded_and_refused_twice(trained_run: Path, demo_
     served = evaluate(baked, demo_records, split="test", report_dir=tmp_path / "baked")
     assert served.metrics["tta"] == "flip"
     np.testing.assert_allclose(served.predictions.probabilities, on_tf.predictions.probabilities, atol=1e-4)
+
+
+def _other_photos(folder: Path, count: int = 6) -> Path:
+    """Photos of something else: noise, in no class folder, plus a file that is not an image."""
+    from PIL import Image
+
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    for k in range(count):
+        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(folder / f"noise_{k}.jpg")
+    (folder / "notes.txt").write_text("not a photo")
+    return folder
+
+
+def test_ood_photos_are_measured_against_the_evaluation_photos(trained_run: Path, demo_records: Path, tmp_path: Path):
+    from app.export.layout import read_metadata, resolve_model_dir
+    from app.models import ood
+
+    result = evaluate(
+        trained_run, demo_records, split="val", report_dir=tmp_path / "rep", ood=_other_photos(tmp_path / "o")
+    )
+    found = result.metrics["ood"]
+    known, other = np.array(found["scores"]["known"]), np.array(found["scores"]["other"])
+    threshold = read_metadata(resolve_model_dir(trained_run))["ood"]["threshold"]
+    assert found["threshold"] == threshold and found["method"] == ood.SHIPPED
+    assert len(known) == load_dataset_info(demo_records).num_examples("val") and len(other) == 6  # the text skipped
+    assert found["auroc"] == pytest.approx(ood.auroc(known, other), abs=1e-6)
+    assert found["known"] == {"count": len(known), "accepted": int((known <= threshold).sum()),
+                              "unknown": int((known > threshold).sum())}  # fmt: skip
+    assert found["other"]["unknown"] == int((other > threshold).sum())
+    assert result.figures["None of these: scores of the evaluation photos and the other photos"].exists()
+    assert "other photos: AUROC" in result.summary and "ood_scores" in result.html.read_text()
+
+
+def test_ood_needs_photos_and_says_so_before_any_work(trained_run: Path, demo_records: Path, tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "missing", tmp_path / "empty"):
+        with pytest.raises(UserError, match="--ood .*neither a TFRecord folder"):
+            evaluate(trained_run, demo_records, split="val", report_dir=tmp_path / "rep", ood=path)
+    assert not (tmp_path / "rep").exists()

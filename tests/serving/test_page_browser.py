@@ -161,3 +161,44 @@ def test_a_multi_label_model_s_labels_above_threshold_are_shown(browser, tmp_pat
         assert shown == f"labels above their thresholds: {', '.join(expected['labels_above_threshold']) or 'none'}"
     finally:
         server.stop()
+
+
+def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_say_so(
+    browser, trained_run: Path, tmp_path: Path
+):
+    """Every label of the model table sits above the drop zone; a photo the server answers
+    "unknown" for is shown as not one of the model's classes, with its score."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = Server(trained_run / "export" / "shapes")
+    try:
+        rng = np.random.default_rng(0)
+        unknown = None
+        for k in range(20):  # noise is unlike the shapes: the first the server calls unknown
+            photo = tmp_path / f"noise_{k}.png"
+            Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(photo)
+            status, answer = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/png")
+            assert status == 200
+            if answer["unknown"]:
+                unknown = (photo, answer)
+                break
+        assert unknown is not None, "none of 20 noise images was answered unknown"
+        browser.set_window_size(1200, 900)
+        browser.get(server.base + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: "None of these" in b.find_element(By.ID, "model").text)
+        drop_top = browser.find_element(By.ID, "drop").rect["y"]
+        for cell in browser.find_elements(By.CSS_SELECTOR, "#model dt, #model dd"):
+            assert cell.rect["y"] + cell.rect["height"] <= drop_top, f"{cell.text!r} overlaps the drop zone"
+        labels = [dt.text for dt in browser.find_elements(By.CSS_SELECTOR, "#model dt")]
+        assert "Largest image" in labels and "None of these" in labels
+        photo, answer = unknown
+        browser.find_element(By.ID, "files").send_keys(str(photo))
+        wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .unknown")))
+        shown = browser.find_element(By.CSS_SELECTOR, ".card .unknown").text
+        assert shown == f"not one of: circle, square, star, triangle (score {answer['ood_score']:.2f})"
+    finally:
+        server.stop()
