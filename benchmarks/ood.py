@@ -8,8 +8,9 @@ the pooled backbone features, logits and calibrated probabilities of each folder
 computed with the export's own eval decode; the feature statistics (kNN bank, class means,
 covariance) are fitted on --train, each method's threshold on --val (95% accepted), and its
 scores compared on --test (in distribution) against --near (classes the runs never saw, of the
-same kind) and --far (photos of something else). Prints a table of mean ± spread over the runs,
-then one JSON line.
+same kind) and --far (photos of something else). The last row is the score every export ships
+(app.models.ood.SHIPPED), fitted as training fits it. Prints a table of mean ± half the spread
+over the runs, then one JSON line.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def measure_run(run_dir: Path, folders: dict[str, Path]) -> dict[str, dict[str, 
         features, logits, probabilities = outputs(paths)
         sets[name] = {"features": features, "logits": logits, "probabilities": probabilities, "labels": labels}
     stats = ood.fit_feature_stats(sets["train"]["features"], sets["train"]["labels"])
-    result, all_scores = {}, {}
+    result = {}
     for method in ood.METHODS:
-        score = all_scores[method] = {
+        score = {
             name: ood.scores(
                 method,
                 probabilities=s["probabilities"],
@@ -90,17 +91,12 @@ def measure_run(run_dir: Path, folders: dict[str, Path]) -> dict[str, dict[str, 
             if name != "train"
         }
         result[method] = method_figures(score, sets["test"])
-    for a, b in (("msp", "knn"), ("msp", "mahalanobis"), ("energy", "knn")):
-        for how in ("sum", "max"):
-            za, zb = (standardised(all_scores[m]) for m in (a, b))
-            fused = {k: (za[k] + zb[k]) if how == "sum" else np.maximum(za[k], zb[k]) for k in za}
-            result[f"{a}+{b} {how}"] = method_figures(fused, sets["test"])
+    shipped = ood.fit_shipped(
+        sets["train"]["features"], sets["train"]["labels"], sets["val"]["features"], sets["val"]["probabilities"]
+    )  # what every export computes, fitted as training fits it
+    score = {name: shipped(s["probabilities"], s["features"]) for name, s in sets.items() if name != "train"}
+    result[f"{ood.SHIPPED} (shipped)"] = method_figures(score, sets["test"])
     return result
-
-
-def standardised(score: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    mean, std = score["val"].mean(), score["val"].std() + 1e-12
-    return {k: (v - mean) / std for k, v in score.items()}
 
 
 def method_figures(score: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> dict[str, float]:

@@ -3,10 +3,12 @@
     photoclf predict runs/demo ~/new_photos                      # → predictions.csv
     photoclf predict runs/demo/export/demo "shots/**/*.jpg" --output out.jsonl
     photoclf predict exports/pets/3 paths.txt --top-k 1          # .txt/.csv list of paths
+    photoclf predict runs/demo ~/new_photos --explain why/       # + a Grad-CAM map of each top label
 
 MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
 folder. INPUT is a folder (searched recursively), a glob (quote it) or a .txt/.csv file of
-paths. Rows: path, label_1, score_1, ..., error. Files that cannot be read, are not images or
+paths. Rows: path, label_1, score_1, ..., unknown, ood_score ("none of these": the photo is
+unlike the training photos), error. Files that cannot be read, are not images or
 are over the model's pixel limit get their reason in `error` and never stop the run; they are
 also listed at the end. The output appears only when complete.
 """
@@ -43,6 +45,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)",
     )
+    p.add_argument(
+        "--explain",
+        type=Path,
+        default=None,
+        help="folder for a Grad-CAM map of each photo's top label: PATH.overlay.png and PATH.cam.npy"
+        " (float32, the photo's height x width, in [0, 1]) under each photo's relative path;"
+        " needs the export's run dir",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -58,8 +68,11 @@ def run(args: argparse.Namespace) -> None:
         top_k=args.top_k,
         batch_size=args.batch_size,
         fmt=args.format,
+        explain=args.explain,
     )
     print(f"{summary.predicted} photo(s) predicted ({summary.runtime}) → {summary.output}")
+    if args.explain:
+        print(f"Grad-CAM maps of the top labels → {args.explain}")
     if summary.failed:
         print(f"{len(summary.failed)} file(s) could not be predicted:")
         for row in summary.failed[:SHOW_FAILED]:

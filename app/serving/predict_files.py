@@ -12,6 +12,7 @@ import csv
 import glob
 import io
 import json
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -125,6 +126,30 @@ def _rows(
     return rows
 
 
+def _explainer(version: Path, explain: str | Path | None):
+    if explain is None:
+        return None
+    from app.serving.explain import PhotoExplainer
+
+    return PhotoExplainer(version, Path(explain))
+
+
+def _common_root(paths: list[Path], source: str) -> Path:
+    """What each photo's path is taken relative to: the folder given, else the photos' common folder."""
+    if Path(source).is_dir():
+        return Path(source)
+    return Path(os.path.commonpath([str(p.absolute().parent) for p in paths]))
+
+
+def _explain(explainer, batch: list[tuple[Path, bytes | str]], rows: list[dict], classes: list[str], root: Path):
+    """Maps of each predicted photo's top label; photos that failed get none."""
+    done = [(path.absolute().relative_to(root.absolute()), data, row) for (path, data), row in zip(batch, rows)
+            if not row["error"]]  # fmt: skip
+    if done:
+        top = [classes.index(row["predictions"][0]["label"]) for _, _, row in done]
+        explainer.write([(relative, data) for relative, data, _ in done], top)
+
+
 def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
     with storage.atomic_path(output) as tmp, open(tmp, "w", newline="") as f:
         if fmt == "jsonl":
@@ -164,7 +189,9 @@ def predict_files(
     top_k: int = 5,
     batch_size: int = 32,
     fmt: str | None = None,
+    explain: str | Path | None = None,
 ) -> PredictionSummary:
+    """`explain`: a folder for a Grad-CAM map of each photo's top label (app.serving.explain)."""
     output = Path(output)
     fmt = fmt or ("jsonl" if output.suffix.lower() in (".jsonl", ".json") else "csv")
     if fmt not in FORMATS:
@@ -186,10 +213,15 @@ def predict_files(
     limit = float(layout.read_metadata(version).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     top_k = min(top_k, len(classes))
     thresholds = layout.read_metadata(version).get("thresholds")  # a multi-label model's
+    explainer = _explainer(version, explain)
+    root = _common_root(paths, source)
     rows: list[dict] = []
     with tqdm(total=len(paths), unit="img", desc="Predicting", dynamic_ncols=True) as bar:
         for batch in _batches(paths, batch_size):
-            rows.extend(_rows(batch, model, classes, top_k, limit, thresholds))
+            batch_rows = _rows(batch, model, classes, top_k, limit, thresholds)
+            if explainer is not None:
+                _explain(explainer, batch, batch_rows, classes, root)
+            rows.extend(batch_rows)
             bar.update(len(batch))
     _write(rows, output, fmt, top_k)
     failed = [{"path": r["path"], "error": r["error"]} for r in rows if r["error"]]

@@ -97,3 +97,33 @@ def test_the_script_on_a_glob_prints_a_summary_and_leaves_no_temp_files(
     assert "24 photo(s) predicted" in run.stdout and "3 file(s) could not be predicted" in run.stdout
     assert len(list(csv.DictReader(out.open()))) == 27
     assert [p.name for p in out.parent.iterdir()] == ["p.csv"]
+
+
+def test_explain_writes_an_overlay_and_a_map_of_the_photo_s_size_for_each_predicted_photo(
+    trained_run: Path, photos: Path, tmp_path: Path
+):
+    from PIL import Image
+
+    from app.serving.explain import explained_paths
+
+    out = tmp_path / "why"
+    predict_files(trained_run, str(photos), tmp_path / "p.csv", runtime="litert", explain=out)
+    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    good = [Path(r["path"]) for r in rows if not r["error"]]
+    assert len(good) == 48
+    for path in good[::12]:
+        overlay, cam = explained_paths(out, path.relative_to(photos))
+        heat = np.load(cam)
+        with Image.open(path) as photo, Image.open(overlay) as shown:
+            assert heat.shape == (photo.height, photo.width) and shown.size == photo.size
+        assert heat.dtype == np.float32 and heat.min() >= 0.0 and heat.max() <= 1.0
+    written = {p.relative_to(out) for p in out.rglob("*") if p.is_file()}
+    assert len(written) == 2 * 48  # none for the files that failed
+    assert not any(p.name.startswith(".") for p in written)
+
+
+def test_explain_needs_the_run_dir(trained_run: Path, photos: Path, tmp_path: Path):
+    export = Path(shutil.copytree(trained_run / "export" / "shapes", tmp_path / "alone" / "shapes"))
+    with pytest.raises(UserError, match="--explain: .* is not inside its run dir"):
+        predict_files(export, str(photos), tmp_path / "p.csv", explain=tmp_path / "why")
+    assert not (tmp_path / "p.csv").exists()
