@@ -139,3 +139,27 @@ def trained_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) ->
     )
     train(cfg)
     return run
+
+
+@pytest.fixture(scope="session")
+def registry_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run "shapes" of a registry backbone (MobileNetV2, random init, 64 px, two steps):
+    for what runs in a separate process (a server), which knows only the registry's backbones."""
+    from app.config import TrainConfig
+    from app.training.train import train
+
+    run = tmp_path_factory.mktemp("registry") / "shapes"
+    train(
+        TrainConfig(
+            data=str(demo_records),
+            out=str(run),
+            backbone="mobilenet_v2",
+            weights="none",
+            image_size=64,
+            batch_size=8,
+            epochs_head=1,
+            epochs_finetune=0,
+            max_steps_per_epoch=2,
+        )
+    )
+    return run

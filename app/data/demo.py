@@ -97,6 +97,21 @@ def draw_image(kind: str, rng: np.random.Generator, size: tuple[int, int] | None
     return image.filter(ImageFilter.GaussianBlur(0.7))
 
 
+def draw_small_object(
+    kind: str, rng: np.random.Generator, size: int, radius: float, within: tuple[float, float] = (0.0, 1.0)
+) -> tuple[Image.Image, tuple[float, float, float, float]]:
+    """A square image with one small shape of `kind` (radius `radius` × size) at a random place
+    inside the band `within` (fractions of the side), on the demo's cluttered background, and the
+    shape's box (top, left, bottom, right) in pixels: data where the class is decided by a
+    small thing, for checking where a model looks (benchmarks.gradcam)."""
+    image = _background(rng, size, size)
+    r = radius * size
+    low, high = within[0] * size + r, within[1] * size - r
+    cx, cy = rng.uniform(low, high), rng.uniform(low, high)
+    _draw_shape(ImageDraw.Draw(image), kind, cx, cy, r, rng, width=2)
+    return image.filter(ImageFilter.GaussianBlur(0.7)), (cy - r, cx - r, cy + r, cx + r)
+
+
 def draw_scene(kinds: list[str], rng: np.random.Generator, size: int) -> Image.Image:
     """Several shapes in one square image (multi-label data): each of `kinds` in its own cell of
     a 2x2 grid, chosen at random, with a random colour, size and rotation."""

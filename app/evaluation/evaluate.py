@@ -6,6 +6,7 @@ so what is measured is what will be deployed.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from app.export.layout import read_metadata, reports_dir, resolve_model_dir
 from app.models.tta import check_tta
 from app.run_dir import RunDir
 from app.serving.runtime import load_runtime
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -86,10 +89,30 @@ def _figures(metrics: dict, predictions: Predictions, version_dir: Path, out: Pa
     mistakes = plot_mistakes(predictions.mistakes, out / "mistakes.png")
     if mistakes:
         figures["Most confident mistakes"] = mistakes
+        why = _mistakes_explained(predictions, version_dir, out / "mistakes_gradcam.png")
+        if why:
+            figures["Most confident mistakes: where the model looked (Grad-CAM of the predicted class)"] = why
     run = RunDir.of_export(version_dir)
     if run is not None and run.history.exists():
         figures["Learning curves"] = plot_learning_curves(run.history, out / "learning_curves.png")
     return figures
+
+
+def _mistakes_explained(predictions: Predictions, version_dir: Path, path: Path) -> Path | None:
+    """The mistakes again, each with the Grad-CAM map of the class it was taken for; None (and
+    why, in the log) where the export is not in its run dir or its model cannot be explained."""
+    from app.models.gradcam import overlay
+    from app.serving.explain import PhotoExplainer
+
+    try:
+        explainer = PhotoExplainer(version_dir)
+    except UserError as err:
+        log.info("no Grad-CAM of the mistakes: %s", err)
+        return None
+    mistakes = predictions.mistakes
+    ids = [predictions.classes.index(m["predicted"]) for m in mistakes]
+    shown = [overlay(photo, heat) for photo, heat in explainer.heatmaps([m["image"] for m in mistakes], ids)]
+    return plot_mistakes(mistakes, path, shown=shown, title="Where the model looked for the class it chose")
 
 
 def _check_ood(version_dir: Path, ood: str) -> None:

@@ -126,20 +126,23 @@ def plot_reliability(metrics: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_mistakes(mistakes: list[dict], path: Path, columns: int = 4) -> Path | None:
-    """The most confident mistakes: image, true label, predicted label, confidence."""
+def plot_mistakes(
+    mistakes: list[dict], path: Path, columns: int = 4, shown: list[np.ndarray] | None = None, title: str = ""
+) -> Path | None:
+    """The most confident mistakes: image (or `shown[i]` instead, e.g. with its Grad-CAM map),
+    true label, predicted label, confidence."""
     if not mistakes:
         return None
     rows = (len(mistakes) + columns - 1) // columns
     fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3.3 * rows), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
-    for ax, m in zip(axes.flat, mistakes):
-        image = Image.open(io.BytesIO(m["image"])).convert("RGB")
+    for i, (ax, m) in enumerate(zip(axes.flat, mistakes)):
+        image = Image.fromarray(shown[i]) if shown else Image.open(io.BytesIO(m["image"])).convert("RGB")
         image.thumbnail((256, 256))
         ax.imshow(image)
         ax.set_title(f"true: {m['true']}\npred: {m['predicted']} ({m['confidence']:.2f})", fontsize=9)
-    fig.suptitle("Most confident mistakes")
+    fig.suptitle(title or "Most confident mistakes")
     return save_figure(fig, path)
 
 

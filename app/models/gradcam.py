@@ -28,7 +28,8 @@ HEAD = ("pool", "dropout", "logits")
 
 def explainer(model: keras.Model):
     """`model` (a classifier from app.models.classifier) → a function (float32 images [N, S, S, 3]
-    in 0..255, class ids [N]) → maps [N, h, w] in [0, 1] at the feature map's resolution."""
+    in 0..255, class ids [N]; -1: the model's top class) → (maps [N, h, w] in [0, 1] at the
+    feature map's resolution, the class ids explained [N])."""
     names = {layer.name for layer in model.layers}
     if "side_encoding" in names:
         raise UserError("Grad-CAM: models with side features are not explained yet")
@@ -45,15 +46,18 @@ def explainer(model: keras.Model):
             x = features
             for layer in head:
                 x = layer(x, training=False)
+            class_ids = tf.where(class_ids < 0, tf.argmax(x, axis=-1, output_type=tf.int32), class_ids)
             chosen = tf.gather(x, class_ids, batch_dims=1)
         weights = tf.reduce_mean(tape.gradient(chosen, features), axis=[1, 2], keepdims=True)
         cam = tf.nn.relu(tf.reduce_sum(weights * features, axis=-1))
         peak = tf.reduce_max(cam, axis=[1, 2], keepdims=True)
-        return tf.math.divide_no_nan(cam, peak)
+        return tf.math.divide_no_nan(cam, peak), class_ids
 
-    return lambda images, class_ids: maps(
-        tf.convert_to_tensor(images, tf.float32), tf.convert_to_tensor(class_ids, tf.int32)
-    ).numpy()
+    def call(images, class_ids) -> tuple[np.ndarray, np.ndarray]:
+        cams, ids = maps(tf.convert_to_tensor(images, tf.float32), tf.convert_to_tensor(class_ids, tf.int32))
+        return cams.numpy(), ids.numpy()
+
+    return call
 
 
 def on_photo(cam: np.ndarray, height: int, width: int, crop_fraction: float) -> np.ndarray:

@@ -8,6 +8,7 @@ Grad-CAM needs the model's weights, so the export must sit in its run dir.
 
 from __future__ import annotations
 
+import base64
 import io
 from pathlib import Path
 
@@ -30,7 +31,10 @@ def explained_paths(out: Path, relative: Path) -> tuple[Path, Path]:
 
 
 class PhotoExplainer:
-    def __init__(self, version: Path, out: Path) -> None:
+    """Grad-CAM maps of photos given as bytes, through the export's own decode; `out` is the
+    folder `write` fills."""
+
+    def __init__(self, version: Path, out: Path | None = None) -> None:
         run = RunDir.of_export(version)
         if run is None:
             raise UserError(f"--explain: {version} is not inside its run dir; Grad-CAM needs the run's weights")
@@ -38,15 +42,28 @@ class PhotoExplainer:
         self.decode = host_decoder(version)
         self.out = out
 
+    def heatmaps(self, images: list[bytes], class_ids: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(photo uint8 [H, W, 3], its map float32 [H, W] in [0, 1]) of `class_ids` (-1: the top
+        class), per image (all decodable)."""
+        return [self.on_photo(data, cam) for data, cam in zip(images, self.cams(images, class_ids)[0])]
+
+    def cams(self, images: list[bytes], class_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Maps at the feature map's resolution, and the class ids they explain."""
+        return self.maps(self.decode(np.array(images, dtype=object)).astype(np.float32), class_ids)
+
+    @staticmethod
+    def on_photo(image: bytes, cam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(image)) as opened:
+            photo = np.asarray(opened.convert("RGB"))
+        return photo, gradcam.on_photo(cam, photo.shape[0], photo.shape[1], DEFAULT_CROP_FRACTION)
+
     def write(self, photos: list[tuple[Path, bytes]], class_ids: list[int]) -> None:
         """Maps of `class_ids` for these (relative path, bytes) photos, all decodable."""
         from PIL import Image
 
-        pixels = self.decode(np.array([data for _, data in photos], dtype=object)).astype(np.float32)
-        for (relative, data), cam in zip(photos, self.maps(pixels, class_ids)):
-            with Image.open(io.BytesIO(data)) as image:
-                photo = np.asarray(image.convert("RGB"))
-            heat = gradcam.on_photo(cam, photo.shape[0], photo.shape[1], DEFAULT_CROP_FRACTION)
+        for (relative, _), (photo, heat) in zip(photos, self.heatmaps([data for _, data in photos], class_ids)):
             overlay_path, cam_path = explained_paths(self.out, relative)
             overlay_path.parent.mkdir(parents=True, exist_ok=True)
             buffer = io.BytesIO()
@@ -55,3 +72,21 @@ class PhotoExplainer:
             buffer = io.BytesIO()
             np.save(buffer, heat)
             storage.write_bytes_atomic(cam_path, buffer.getvalue())
+
+
+def explain_answer(explainer: PhotoExplainer, image: bytes, class_id: int, classes: list[str]) -> dict:
+    """The server's :explain answer: the class explained, its map at the model's feature
+    resolution, and the photo with the map over it (a PNG data URL, at most 512 pixels a side)."""
+    from PIL import Image
+
+    (cam,), (explained,) = explainer.cams([image], [class_id])
+    photo, heat = explainer.on_photo(image, cam)
+    shown = Image.fromarray(gradcam.overlay(photo, heat))
+    shown.thumbnail((512, 512))
+    buffer = io.BytesIO()
+    shown.save(buffer, format="PNG")
+    return {
+        "label": classes[int(explained)],
+        "map": np.round(cam, 4).tolist(),
+        "overlay": "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(),
+    }

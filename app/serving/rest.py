@@ -4,6 +4,7 @@ GET  /v1/models/NAME[/versions/V]             status
 GET  /v1/models/NAME[/versions/V]/metadata    signatures
 POST /v1/models/NAME[/versions/V]:predict     {"instances": [...]} or {"inputs": ...}
 POST /v1/models/NAME:classify                 raw image body or multipart upload → top-k labels
+POST /v1/models/NAME:explain[?class=LABEL]    the same body → a Grad-CAM map of the top class (or LABEL)
 GET  /  and  /v1/models/NAME/ui               a page to try the model (app/serving/page.html)
 GET  /monitoring/prometheus/metrics           Prometheus metrics (TF Serving's path)
 
@@ -19,6 +20,7 @@ import asyncio
 import base64
 import binascii
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +32,9 @@ import tensorflow as tf
 from aiohttp import web
 
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
+from app.errors import UserError
 from app.serving.batcher import Batcher, InferenceError, Overloaded
+from app.serving.explain import PhotoExplainer, explain_answer
 from app.serving.metrics import CONTENT_TYPE, ServingMetrics, log_access
 from app.serving.runtime import tiny_jpeg
 from app.serving.store import LoadedModel, ModelStore
@@ -52,6 +56,8 @@ LIMITS = web.AppKey("limits", Limits)
 METRICS = web.AppKey("metrics", ServingMetrics)
 HEADER_POOL = web.AppKey("header_pool", ThreadPoolExecutor)
 CHECKING = web.AppKey("checking", list)  # [instances in header checks], counted against the queue limit
+EXPLAINERS = web.AppKey("explainers", dict)  # version → PhotoExplainer, built on the first :explain
+EXPLAINERS_LOCK = web.AppKey("explainers_lock", object)
 INSTANCES = web.RequestKey("instances", int)  # for the access log
 
 
@@ -251,10 +257,8 @@ def _side_from_query(request: web.Request, model: LoadedModel) -> dict[str, np.n
     return inputs
 
 
-async def classify(request: web.Request) -> web.Response:
-    """Convenience: the image as the raw body (any image/* type) or as a multipart file field;
-    a side-features model's other inputs as query parameters."""
-    model = _model(request)
+async def _image_body(request: web.Request) -> bytes:
+    """The image as the raw body (any image/* type) or as a multipart file field."""
     if request.content_type.startswith("multipart/"):
         reader = await request.multipart()
         part = await reader.next()
@@ -267,6 +271,14 @@ async def classify(request: web.Request) -> web.Response:
         data = await request.read()
     if not data:
         raise ApiError(400, "empty body: send the image bytes, or a multipart upload")
+    return data
+
+
+async def classify(request: web.Request) -> web.Response:
+    """Convenience: the image as the raw body (any image/* type) or as a multipart file field;
+    a side-features model's other inputs as query parameters."""
+    model = _model(request)
+    data = await _image_body(request)
     inputs = {"image_bytes": np.array([data], dtype=object), **_side_from_query(request, model)}
     outputs = await _infer(request, model, "serving_default", inputs)
     labels = [c.decode() for c in outputs["classes"][0]]
@@ -280,6 +292,40 @@ async def classify(request: web.Request) -> web.Response:
         answer["unknown"] = bool(outputs["unknown"][0])
         answer["ood_score"] = float(outputs["ood_score"][0])
     return web.json_response(answer)
+
+
+async def explain(request: web.Request) -> web.Response:
+    """Why: the Grad-CAM map of the top class (or of ?class=LABEL) for the image in the body, as
+    :classify takes it (app.serving.explain). Needs the export's run dir, for its weights."""
+    model = _model(request)
+    data = await _image_body(request)
+    classes = model.metadata().get("classes") or []
+    wanted = request.query.get("class")
+    if wanted is not None and wanted not in classes:
+        raise ApiError(400, f"query parameter class: '{wanted}' is not one of the model's classes")
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(request.app[HEADER_POOL], _check_images, [data], request.app[LIMITS].max_megapixels,
+                               request.app[METRICS])  # fmt: skip
+    explainer = await loop.run_in_executor(request.app[HEADER_POOL], _explainer, request.app, model)
+    class_id = classes.index(wanted) if wanted is not None else -1
+    try:
+        answer = await loop.run_in_executor(
+            request.app[HEADER_POOL], explain_answer, explainer, data, class_id, classes
+        )
+    except tf.errors.InvalidArgumentError:
+        raise ApiError(400, "instance 0: the image could not be decoded") from None
+    return web.json_response({"model_version": model.version, **answer})
+
+
+def _explainer(app: web.Application, model: LoadedModel) -> PhotoExplainer:
+    """The version's Grad-CAM explainer, built once (a Keras model from its run dir)."""
+    with app[EXPLAINERS_LOCK]:
+        if model.version not in app[EXPLAINERS]:
+            try:
+                app[EXPLAINERS][model.version] = PhotoExplainer(model.path)
+            except UserError as err:
+                raise ApiError(404, f"no Grad-CAM for version {model.version}: {err}") from None
+        return app[EXPLAINERS][model.version]
 
 
 async def status(request: web.Request) -> web.Response:
@@ -396,6 +442,7 @@ def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> 
     app[METRICS] = metrics = ServingMetrics()
     app[HEADER_POOL] = ThreadPoolExecutor(2, thread_name_prefix="headers")
     app[CHECKING] = [0]
+    app[EXPLAINERS], app[EXPLAINERS_LOCK] = {}, threading.Lock()
     batcher.on_batch = metrics.batch_size.observe
     name, version = r"{name:[^/:]+}", r"/versions/{version:\d+}"
     for prefix in (f"/v1/models/{name}", f"/v1/models/{name}{version}"):
@@ -403,6 +450,7 @@ def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> 
         app.router.add_get(prefix + "/metadata", metadata)
         app.router.add_post(prefix + ":predict", predict)
     app.router.add_post(f"/v1/models/{name}:classify", classify)
+    app.router.add_post(f"/v1/models/{name}:explain", explain)
     app.router.add_get(f"/v1/models/{name}/ui", page)
     app.router.add_get("/", page)
     app.router.add_get("/monitoring/prometheus/metrics", prometheus)

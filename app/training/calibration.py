@@ -18,6 +18,7 @@ import numpy as np
 from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
 from app.models import ood
 from app.training.context import Context
+from app.training.frozen_activations import FrozenActivations
 from app.training.passes import eval_images, model_outputs
 from app.training.phase import KeptPhases
 
@@ -79,17 +80,31 @@ def saved_validation_outputs(ctx: Context, phases: KeptPhases) -> tuple[np.ndarr
 
 
 def fit_ood_score(
-    ctx: Context, phases: KeptPhases, temperature: float, accept: float = ood.DEFAULT_ACCEPT
-) -> ood.ShippedScore:
-    """The export's out-of-distribution score (app.models.ood.SHIPPED) for the kept weights: its
-    feature statistics from one pass over the training split (eval decode, no augmentation), its
-    standardisation and threshold from the validation split, where `accept` of the photos pass."""
-    features = ctx.clf.features_model
-    train_features, train_labels = model_outputs(lambda images, labels: features(images, training=False),
-                                                 eval_images(ctx, "train"))  # fmt: skip
-    val_features, _ = model_outputs(lambda images, labels: features(images, training=False), eval_images(ctx, "val"))
+    ctx: Context,
+    phases: KeptPhases,
+    temperature: float,
+    frozen: FrozenActivations | None = None,
+    accept: float = ood.DEFAULT_ACCEPT,
+) -> tuple[ood.ShippedScore, str]:
+    """The export's out-of-distribution score (app.models.ood.SHIPPED) for the kept weights, and
+    what it was fitted on: feature statistics from the training split, standardisation and
+    threshold from the validation split, where `accept` of the photos pass. The pooled features
+    come from phase 2's activations at its cut where they are in memory (`frozen`: only the layers
+    above the cut run; for training, its augmented views, whose statistics measured the same as
+    the photos' in benchmarks.ood), else from one pass over the split's photos."""
+    train, train_from = _pooled(ctx, "train", frozen)
+    val, _ = _pooled(ctx, "val", frozen)
     logits, _ = validation_logits(ctx, phases)
-    return ood.fit_shipped(train_features, train_labels, val_features, softmax(logits / temperature), accept)
+    score = ood.fit_shipped(train[0], train[1], val[0], softmax(logits / temperature), accept)
+    return score, f"{train_from} ({len(train[0])}), val ({len(val[0])} images)"
+
+
+def _pooled(ctx: Context, split: str, frozen: FrozenActivations | None) -> tuple[tuple[np.ndarray, np.ndarray], str]:
+    found = frozen.pooled_features(split) if frozen is not None else None
+    if found is not None:
+        return found, f"{split} views" if split == "train" else split
+    features = ctx.clf.features_model
+    return model_outputs(lambda images, labels: features(images, training=False), eval_images(ctx, split)), split
 
 
 def calibrate(ctx: Context, phases: KeptPhases | None = None) -> dict:

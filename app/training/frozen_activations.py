@@ -72,6 +72,17 @@ class FrozenActivations:
         """None when phase 2 can train on phase 1's views, else why it cannot."""
         return self._no_views if not self.trains else None
 
+    def pooled_features(self, split: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(pooled features, labels) of the current weights for `split`, from the activations at
+        the cut that phase 2 used ("train": its views of the training images; "val"), running
+        only the layers above the cut; None where they are not in memory."""
+        rows = self._train if split == "train" else self._val
+        if self.cut is None or rows is None:
+            return None
+        batches = tf.data.Dataset.from_tensor_slices((rows.activations, rows.labels)).batch(self.ctx.cfg.batch_size)
+        upper = self.cut.upper
+        return model_outputs(lambda activations, labels: upper(activations, training=False), batches)
+
     def train_on_images(self) -> None:
         """Phase 2's plan chose images: the views' activations are let go (host memory)."""
         self.trains, self._train = False, None

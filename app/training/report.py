@@ -31,6 +31,12 @@ def format_result(metrics: dict) -> str:
             f" val ECE {c['val_ece_before']:.3f} -> {c['val_ece_after']:.3f},"
             f" log loss {c['val_log_loss_before']:.3f} -> {c['val_log_loss_after']:.3f}"
         )
+    if metrics.get("ood"):
+        o = metrics["ood"]
+        lines.append(
+            f"none of these: answered unknown above ood_score {o['threshold']:.2f}"
+            f" ({100 * o['accept']:.0f}% of val accepted)"
+        )
     if metrics.get("weights_warning"):
         lines.append(f"WARNING: {metrics['weights_warning']}")
     lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")

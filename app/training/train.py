@@ -167,7 +167,7 @@ def _train(ctx: Context) -> dict:
         if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see docs/training.md
             metrics["calibration"] = _calibrate(ctx, phases)
         if not ctx.info.multi_label:
-            metrics["ood"] = _fit_ood_score(ctx, phases, metrics.get("calibration"))
+            metrics["ood"] = _fit_ood_score(ctx, phases, metrics.get("calibration"), frozen)
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
         # 6. Export, figures, then metrics.json, which marks the run complete.
@@ -236,19 +236,14 @@ def _thresholds(ctx: Context, phases: KeptPhases) -> dict:
     return found
 
 
-def _fit_ood_score(ctx: Context, phases: KeptPhases, calibration: dict | None) -> dict:
+def _fit_ood_score(ctx: Context, phases: KeptPhases, calibration: dict | None, frozen: FrozenActivations) -> dict:
     """Fits the export's "none of these" score, writes its statistics into the run dir, and
     returns what metrics.json records of it."""
     from app.training.calibration import fit_ood_score
 
-    score = fit_ood_score(ctx, phases, (calibration or {}).get("temperature", 1.0))
+    score, fitted_on = fit_ood_score(ctx, phases, (calibration or {}).get("temperature", 1.0), frozen)
     ctx.run.write_ood_score(score)
-    found = {
-        "method": ood.SHIPPED,
-        "accept": score.accept,
-        "threshold": score.threshold,
-        "fitted_on": f"train ({ctx.info.num_examples('train')} images), val ({ctx.info.num_examples('val')} images)",
-    }
+    found = {"method": ood.SHIPPED, "accept": score.accept, "threshold": score.threshold, "fitted_on": fitted_on}
     log.info(
         'unknown: %s score over %.4f answers "none of these" (%.0f%% of val accepted)',
         found["method"],

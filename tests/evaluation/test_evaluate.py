@@ -27,6 +27,8 @@ def test_evaluate_tfrecord_split_writes_metrics_figures_and_html(trained_run: Pa
     assert saved["num_examples"] == load_dataset_info(demo_records).num_examples("val")
     assert sum(map(sum, saved["confusion_matrix"])) == saved["num_examples"]
     assert "Learning curves" in result.figures  # the export lives in its run dir
+    assert result.predictions.mistakes  # a model trained for 2 steps: the Grad-CAM of each shown mistake
+    assert (tmp_path / "mistakes_gradcam.png").exists() and any("Grad-CAM" in name for name in result.figures)
     page = result.html.read_text()
     embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(embedded) == len(result.figures) and all(len(e) > 1000 for e in embedded)

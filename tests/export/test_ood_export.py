@@ -13,6 +13,7 @@ from app.data.pipeline import make_eval_dataset
 from app.export import layout
 from app.models import ood
 from app.serving.runtime import LiteRTRuntime, TFRuntime
+from app.training.report import format_result
 
 
 def _val_scores(version: Path, demo_records: Path) -> np.ndarray:
@@ -29,6 +30,11 @@ def test_the_threshold_accepts_95_percent_of_validation_and_is_in_metrics_and_ex
     version = trained_run / "export" / "shapes" / "1"
     assert layout.read_metadata(version)["ood"] == found
     assert found["method"] == ood.SHIPPED == "msp+mahalanobis" and found["accept"] == ood.DEFAULT_ACCEPT
+    # phase 2 trained on phase 1's views: their activations at the cut gave the training features
+    assert found["fitted_on"].startswith("train views (")
+    assert f"answered unknown above ood_score {found['threshold']:.2f} (95% of val accepted)" in format_result(
+        json.loads((trained_run / "metrics.json").read_text())
+    )
     scores = _val_scores(version, demo_records)
     # fitted in float64 NumPy, computed by the graph in float32: a photo exactly at the threshold
     # may land either side of it, so the comparison allows the graph's rounding

@@ -43,11 +43,14 @@ def _two_squares() -> tuple[np.ndarray, tuple, tuple]:
 def test_each_class_s_map_peaks_on_its_own_evidence():
     maps = gradcam.explainer(_colour_detector())
     image, red_box, green_box = _two_squares()
-    red, green = maps(np.repeat(image, 2, axis=0), [0, 1])
+    (red, green), explained = maps(np.repeat(image, 2, axis=0), [0, 1])
+    assert explained.tolist() == [0, 1]
     assert red.shape == (SIZE // 4, SIZE // 4) and red.min() >= 0.0 and red.max() == pytest.approx(1.0)
     assert gradcam.peak_inside(red, red_box) and not gradcam.peak_inside(red, green_box)
     assert gradcam.peak_inside(green, green_box) and not gradcam.peak_inside(green, red_box)
     assert np.abs(red - green).max() > 0.5  # top-1 and top-2 maps differ
+    top, top_id = maps(image, [-1])  # -1: the model's own top class (red wins: more red than green here)
+    assert top_id.tolist() == [0] and np.array_equal(top[0], red)
 
 
 def test_the_map_is_placed_on_the_photo_s_centre_crop():

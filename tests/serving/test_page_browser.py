@@ -164,16 +164,17 @@ def test_a_multi_label_model_s_labels_above_threshold_are_shown(browser, tmp_pat
 
 
 def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_say_so(
-    browser, trained_run: Path, tmp_path: Path
+    browser, registry_run: Path, tmp_path: Path
 ):
     """Every label of the model table sits above the drop zone; a photo the server answers
-    "unknown" for is shown as not one of the model's classes, with its score."""
+    "unknown" for is shown as not one of the model's classes, with its score; "why?" shows
+    where the model looked."""
     import numpy as np
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
 
-    server = Server(trained_run / "export" / "shapes")
+    server = Server(registry_run / "export" / "shapes")  # a registry backbone: the server can rebuild it
     try:
         rng = np.random.default_rng(0)
         unknown = None
@@ -200,5 +201,14 @@ def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_
         wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .unknown")))
         shown = browser.find_element(By.CSS_SELECTOR, ".card .unknown").text
         assert shown == f"not one of: circle, square, star, triangle (score {answer['ood_score']:.2f})"
+        # "why?" swaps the photo for its Grad-CAM overlay, as the server's :explain draws it, and back
+        photo_src = browser.find_element(By.CSS_SELECTOR, ".card img").get_attribute("src")
+        _, why = server.request("/v1/models/shapes:explain", photo.read_bytes(), "image/png")
+        browser.find_element(By.CSS_SELECTOR, ".card .why").click()
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, ".card img").get_attribute("src").startswith("data:"))
+        assert browser.find_element(By.CSS_SELECTOR, ".card img").get_attribute("src") == why["overlay"]
+        assert why["label"] in browser.find_element(By.CSS_SELECTOR, ".card .why").text
+        browser.find_element(By.CSS_SELECTOR, ".card .why").click()
+        assert browser.find_element(By.CSS_SELECTOR, ".card img").get_attribute("src") == photo_src
     finally:
         server.stop()

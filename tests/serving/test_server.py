@@ -235,3 +235,33 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits_0(model_dir: Path, i
     assert answer and answer[0][0] == 200 and len(answer[0][1]["predictions"]) == 1
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         srv.get("/v1/models/shapes")  # no longer accepting
+
+
+def test_explain_answers_the_map_of_the_top_class_or_the_one_asked(registry_run: Path, images: list[bytes]):
+    srv = Server(registry_run / "export" / "shapes")  # inside its run dir: Grad-CAM has the weights
+    try:
+        _, top = srv.request("/v1/models/shapes:classify", images[0], "image/jpeg")
+        status, why = srv.request("/v1/models/shapes:explain", images[0], "image/jpeg")
+        assert status == 200, why
+        assert why["label"] == top["predictions"][0]["label"] and why["model_version"] == 1
+        cam = np.array(why["map"])
+        assert cam.ndim == 2 and cam.min() >= 0.0 and cam.max() <= 1.0
+        assert why["overlay"].startswith("data:image/png;base64,")
+        other = top["predictions"][1]["label"]
+        status, second = srv.request(f"/v1/models/shapes:explain?class={other}", images[0], "image/jpeg")
+        assert status == 200 and second["label"] == other
+        for path, body, message in [
+            ("/v1/models/shapes:explain?class=dragon", images[0], "not one of the model's classes"),
+            ("/v1/models/shapes:explain", b"not an image", "instance 0"),
+            ("/v1/models/shapes:explain", b"", "empty body"),
+        ]:
+            status, answer = srv.request(path, body, "image/jpeg")
+            assert status == 400 and message in answer["error"], answer
+        assert srv.request("/v1/models/shapes:explain", images[1], "image/jpeg")[0] == 200  # still serving
+    finally:
+        assert srv.stop() == 0
+
+
+def test_explain_without_the_run_dir_says_why(server: Server, images: list[bytes]):
+    status, body = server.request("/v1/models/shapes:explain", images[0], "image/jpeg")
+    assert status == 404 and "not inside its run dir" in body["error"]
