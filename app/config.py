@@ -114,6 +114,11 @@ class TrainConfig:
         "fit a temperature on the validation split after training; the export serves"
         " softmax(logits / T) (calibrated confidence, same predictions)",
     )
+    unknown_accept: float = _key(
+        0.95,
+        'share of validation photos the export\'s "none of these" threshold accepts as one of the'
+        " classes (single-label models; the export answers unknown above it); 0 = no such answer",
+    )
     # performance and scale
     mixed_precision: str = _key("auto", "auto (on for GPUs) | on | off", choices=("auto", "on", "off"))
     strategy: str = _key("auto", "distribution strategy", choices=("auto", "default", "mirrored", "multiworker", "tpu"))
@@ -225,6 +230,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
         (cfg.feature_views >= 1, "feature_views must be >= 1"),
         (cfg.finetune_time_cap >= 0, "finetune_time_cap must be >= 0 (0 = no cap)"),
+        (0.0 <= cfg.unknown_accept <= 1.0, "unknown_accept must be in [0, 1] (0 = no unknown answer)"),
         (
             cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"),
             "unfreeze must be blocks:N, fraction:F or layer:NAME",

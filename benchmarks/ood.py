@@ -9,7 +9,8 @@ computed with the export's own eval decode; the feature statistics (kNN bank, cl
 covariance) are fitted on --train, each method's threshold on --val (95% accepted), and its
 scores compared on --test (in distribution) against --near (classes the runs never saw, of the
 same kind) and --far (photos of something else). The last row is the score every export ships
-(app.models.ood.SHIPPED), fitted as training fits it. Prints a table of mean ± half the spread
+(app.models.ood.SHIPPED) with the statistics its run fitted (`ood_score.npz`; fitted here from
+--train and --val for a run that has none). Prints a table of mean ± half the spread
 over the runs, then one JSON line.
 """
 
@@ -91,9 +92,11 @@ def measure_run(run_dir: Path, folders: dict[str, Path]) -> dict[str, dict[str, 
             if name != "train"
         }
         result[method] = method_figures(score, sets["test"])
-    shipped = ood.fit_shipped(
+    from app.run_dir import RunDir
+
+    shipped = RunDir(run_dir).read_ood_score() or ood.fit_shipped(
         sets["train"]["features"], sets["train"]["labels"], sets["val"]["features"], sets["val"]["probabilities"]
-    )  # what every export computes, fitted as training fits it
+    )  # what the run's export computes, as the run fitted it (or, for an older run, fitted here)
     score = {name: shipped(s["probabilities"], s["features"]) for name, s in sets.items() if name != "train"}
     result[f"{ood.SHIPPED} (shipped)"] = method_figures(score, sets["test"])
     return result

@@ -96,15 +96,16 @@ def fit_ood_score(
     val, _ = _pooled(ctx, "val", frozen)
     logits, _ = validation_logits(ctx, phases)
     score = ood.fit_shipped(train[0], train[1], val[0], softmax(logits / temperature), accept)
-    return score, f"{train_from} ({len(train[0])}), val ({len(val[0])} images)"
+    return score, f"{len(train[0])} {train_from}, {len(val[0])} val photos"
 
 
 def _pooled(ctx: Context, split: str, frozen: FrozenActivations | None) -> tuple[tuple[np.ndarray, np.ndarray], str]:
     found = frozen.pooled_features(split) if frozen is not None else None
     if found is not None:
-        return found, f"{split} views" if split == "train" else split
+        return found, f"{split} views" if split == "train" else f"{split} photos"
     features = ctx.clf.features_model
-    return model_outputs(lambda images, labels: features(images, training=False), eval_images(ctx, split)), split
+    outputs = model_outputs(lambda images, labels: features(images, training=False), eval_images(ctx, split))
+    return outputs, f"{split} photos"
 
 
 def calibrate(ctx: Context, phases: KeptPhases | None = None) -> dict:

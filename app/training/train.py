@@ -166,7 +166,7 @@ def _train(ctx: Context) -> dict:
         phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
         if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see docs/training.md
             metrics["calibration"] = _calibrate(ctx, phases)
-        if not ctx.info.multi_label:
+        if not ctx.info.multi_label and cfg.unknown_accept > 0:
             metrics["ood"] = _fit_ood_score(ctx, phases, metrics.get("calibration"), frozen)
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
@@ -241,14 +241,16 @@ def _fit_ood_score(ctx: Context, phases: KeptPhases, calibration: dict | None, f
     returns what metrics.json records of it."""
     from app.training.calibration import fit_ood_score
 
-    score, fitted_on = fit_ood_score(ctx, phases, (calibration or {}).get("temperature", 1.0), frozen)
+    temperature = (calibration or {}).get("temperature", 1.0)
+    score, fitted_on = fit_ood_score(ctx, phases, temperature, frozen, ctx.cfg.unknown_accept)
     ctx.run.write_ood_score(score)
     found = {"method": ood.SHIPPED, "accept": score.accept, "threshold": score.threshold, "fitted_on": fitted_on}
     log.info(
-        'unknown: %s score over %.4f answers "none of these" (%.0f%% of val accepted)',
+        'unknown: %s score over %.4f answers "none of these" (%.0f%% of val accepted); fitted on %s',
         found["method"],
         found["threshold"],
         100 * found["accept"],
+        fitted_on,
     )
     return found
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from app.data.pipeline import make_eval_dataset
@@ -31,7 +32,7 @@ def test_the_threshold_accepts_95_percent_of_validation_and_is_in_metrics_and_ex
     assert layout.read_metadata(version)["ood"] == found
     assert found["method"] == ood.SHIPPED == "msp+mahalanobis" and found["accept"] == ood.DEFAULT_ACCEPT
     # phase 2 trained on phase 1's views: their activations at the cut gave the training features
-    assert found["fitted_on"].startswith("train views (")
+    assert "train views" in found["fitted_on"] and found["fitted_on"].endswith("val photos")
     assert f"answered unknown above ood_score {found['threshold']:.2f} (95% of val accepted)" in format_result(
         json.loads((trained_run / "metrics.json").read_text())
     )
@@ -75,3 +76,21 @@ def test_the_graph_computes_the_score_numpy_fitted(trained_run: Path, demo_image
     saved = TFRuntime(version).run("serving_default", {"image_bytes": np.array(images, dtype=object)})
     np.testing.assert_allclose(saved["ood_score"], expected, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(outputs["ood_score"].numpy(), expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accept", [0.0, 0.5])
+def test_unknown_accept_sets_the_share_of_validation_accepted_or_turns_it_off(tiny_config, accept: float):
+    from app.training.train import train
+
+    metrics = train(tiny_config.replace(unknown_accept=accept))
+    version = Path(metrics["export"])
+    outputs = TFRuntime(version).signatures()["serving_default"][1]
+    if accept == 0.0:
+        assert "ood" not in metrics and "ood_score" not in outputs and "ood" not in layout.read_metadata(version)
+        assert not (Path(tiny_config.out) / "ood_score.npz").exists()
+        return
+    assert metrics["ood"]["accept"] == 0.5 and {"ood_score", "unknown"} <= set(outputs)
+    scores = _val_scores(version, Path(tiny_config.data))
+    assert (scores <= metrics["ood"]["threshold"] + 1e-3).mean() >= 0.5
+    assert (scores < metrics["ood"]["threshold"] - 1e-3).mean() < 0.5

@@ -237,6 +237,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits_0(model_dir: Path, i
         srv.get("/v1/models/shapes")  # no longer accepting
 
 
+@pytest.mark.slow  # trains a MobileNetV2 (the server process knows only the registry's backbones)
 def test_explain_answers_the_map_of_the_top_class_or_the_one_asked(registry_run: Path, images: list[bytes]):
     srv = Server(registry_run / "export" / "shapes")  # inside its run dir: Grad-CAM has the weights
     try:
