@@ -84,12 +84,18 @@ main(sys.argv[1:])
         (["train", "--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
         (["convert", "{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
         (["serve", "{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
+        (
+            ["predict", "{tmp}/alone/shapes/1", "{tmp}", "--explain", "{tmp}/why"],
+            "--explain: {tmp}/alone/shapes/1 is not inside its run dir",
+        ),
     ],
 )
 def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(
     tmp_path: Path, args: list[str], message: str
 ):
     filled = [a.format(tmp=tmp_path) for a in args]
+    (tmp_path / "alone" / "shapes" / "1").mkdir(parents=True)  # an export's version folder, outside any run dir
+    (tmp_path / "alone" / "shapes" / "1" / "saved_model.pb").write_bytes(b"")
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_TENSORFLOW, *filled], cwd=ROOT, capture_output=True, text=True, timeout=60
     )

@@ -19,7 +19,9 @@ import argparse
 from pathlib import Path
 
 from app.cli import lasting_imports
+from app.errors import UserError
 from app.export.layout import resolve_model_dir
+from app.run_dir import RunDir
 
 SHOW_FAILED = 10
 
@@ -56,7 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
+    version = resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
+    if args.explain is not None and RunDir.of_export(version) is None:
+        raise UserError(f"--explain: {version} is not inside its run dir; Grad-CAM needs the run's weights")
     with lasting_imports():
         from app.serving.predict_files import predict_files
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from conftest import TINY_BACKBONE
 
 from app.errors import UserError
 from app.models import gradcam
+from app.models.backbones import BACKBONES
 
 SIZE = 32
 
@@ -73,3 +75,24 @@ def test_a_pooled_backbone_is_refused_with_a_reason():
     model = keras.Model(image, keras.layers.Dense(2, name="logits")(x))
     with pytest.raises(UserError, match="pooled features, so there is no spatial map"):
         gradcam.explainer(model)
+
+
+REGISTRY = sorted(name for name in BACKBONES if name != TINY_BACKBONE)  # the tests' own is registered in conftest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REGISTRY)
+def test_every_registry_backbone_is_explained(name: str):
+    """Each registry backbone (random init, its smallest size) gives a map per image in [0, 1]."""
+    from app.models.backbones import get_backbone
+    from app.models.classifier import build_classifier
+    from app.models.pretrained import load_backbone
+
+    spec = get_backbone(name)
+    size = max(spec.min_size, 32)
+    backbone, _ = load_backbone(spec, size, "none")
+    clf = build_classifier(spec, backbone, 3, size, 0.2)
+    images = np.random.default_rng(0).uniform(0, 255, (2, size, size, 3)).astype(np.float32)
+    cams, ids = gradcam.explainer(clf.model)(images, [-1, 2])
+    assert cams.ndim == 3 and len(cams) == 2 and ids[1] == 2
+    assert cams.min() >= 0.0 and cams.max() <= 1.0
