@@ -50,19 +50,25 @@ def ood_scores(runtime: TFRuntime | LiteRTRuntime, path: str, split: str, tta: s
     limit = float(read_metadata(runtime.version).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     total, images = _encoded(path, split)
     scores: list[float] = []
-    batch: list[bytes] = []
     with tqdm(total=total, unit="img", desc="Other photos", dynamic_ncols=True) as bar:
-        for image in [*images, None]:
-            if image is not None:
-                batch.append(image)
-            if batch and (image is None or len(batch) == batch_size):
-                answers = answers_or_reasons(runtime, batch, limit, tta)
-                scores += [float(a["ood_score"]) for a in answers if not isinstance(a, str)]
-                bar.update(len(batch))
-                batch = []
+        for batch in _batched(images, batch_size):  # streamed: one batch of bytes in memory at a time
+            answers = answers_or_reasons(runtime, batch, limit, tta)
+            scores += [float(a["ood_score"]) for a in answers if not isinstance(a, str)]
+            bar.update(len(batch))
     if not scores:
         raise UserError(f"--ood {path}: no photo there could be decoded")
     return np.array(scores, np.float32)
+
+
+def _batched(items: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def ood_metrics(known: np.ndarray, other: np.ndarray, threshold: float, correct: np.ndarray) -> dict:
