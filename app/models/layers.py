@@ -76,9 +76,10 @@ class OutOfDistributionScore(keras.layers.Layer):
     def build(self, input_shape):
         precision = self.score.precision.astype("float64")
         means = self.score.means.astype("float64")
+        projected = means @ precision  # [C, D]
         self._precision = self._constant("precision", precision)
-        self._projected_means = self._constant("projected_means", (means @ precision).T)  # [D, C]
-        self._mean_norms = self._constant("mean_norms", ((means @ precision) * means).sum(axis=1))
+        self._projected_means = self._constant("projected_means", projected.T)  # [D, C]
+        self._mean_norms = self._constant("mean_norms", (projected * means).sum(axis=1))
 
     def _constant(self, name: str, value):
         return self.add_weight(

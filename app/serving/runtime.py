@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 Outputs = dict[str, np.ndarray]
 
 
+def unknown_threshold(metadata: dict) -> float | None:
+    """The export's "none of these" threshold (above it, unknown), or None: a multi-label export or
+    one made before it existed."""
+    return None if metadata.get("thresholds") else (metadata.get("ood") or {}).get("threshold")
+
+
 def host_decoder(version: Path, metadata: dict | None = None):
     """The export's own decoding (size, crop, pixel limit from its metadata) as a host function:
     string [N] → uint8 [N, S, S, 3]."""
@@ -56,6 +62,7 @@ class TFRuntime:
         self.version = Path(version)
         self._module = tf.saved_model.load(str(version))
         self._decode = None
+        self.unknown_threshold = unknown_threshold(layout.read_metadata(version))
 
     def decode(self, image_bytes: np.ndarray) -> np.ndarray:
         """Host-side decoding, only for TTA around predict_images (the graph decodes by itself)."""
@@ -86,7 +93,7 @@ class LiteRTRuntime:
         self._model = LiteRTModel(layout.tflite_model_path(version, mode), threads)
         self.top_k = int(metadata.get("top_k", min(5, len(self.classes))))
         self.thresholds = metadata.get("thresholds")  # a multi-label export's: its graph's labels_above_threshold
-        self.unknown_threshold = None if self.thresholds else (metadata.get("ood") or {}).get("threshold")
+        self.unknown_threshold = unknown_threshold(metadata)
         self.side_features = metadata.get("side_features", [])
         self._specs = _signature_specs(
             int(metadata["input_size"]),
@@ -233,9 +240,8 @@ def _answers(
     outputs = with_tta(
         lambda x: {k: v for k, v in runtime.run("predict_images", {"images": x}).items() if k in keys}, pixels, tta
     )
-    threshold = (layout.read_metadata(runtime.version).get("ood") or {}).get("threshold")
-    if "ood_score" in outputs and threshold is not None:  # the averaged score against the export's threshold
-        outputs["unknown"] = outputs["ood_score"] > threshold
+    if "ood_score" in outputs and runtime.unknown_threshold is not None:  # the averaged score, the export's threshold
+        outputs["unknown"] = outputs["ood_score"] > runtime.unknown_threshold
     return outputs
 
 

@@ -166,13 +166,14 @@ def _train(ctx: Context) -> dict:
         phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
         if cfg.calibrate and not ctx.info.multi_label:  # temperature scaling is a softmax's; see docs/training.md
             metrics["calibration"] = _calibrate(ctx, phases)
+        ood_score = None
         if not ctx.info.multi_label and cfg.unknown_accept > 0:
-            metrics["ood"] = _fit_ood_score(ctx, phases, metrics.get("calibration"), frozen)
+            metrics["ood"], ood_score = _fit_ood_score(ctx, phases, metrics.get("calibration"), frozen)
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
         # 6. Export, figures, then metrics.json, which marks the run complete.
         epochs = sum(p.epochs for p in (phase1, phase2) if p)
-        _finish(ctx, metrics, confusion, epochs=epochs, kept=_kept_file(ctx, phases))
+        _finish(ctx, metrics, confusion, epochs=epochs, kept=_kept_file(ctx, phases), ood_score=ood_score)
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
 
@@ -236,9 +237,11 @@ def _thresholds(ctx: Context, phases: KeptPhases) -> dict:
     return found
 
 
-def _fit_ood_score(ctx: Context, phases: KeptPhases, calibration: dict | None, frozen: FrozenActivations) -> dict:
-    """Fits the export's "none of these" score, writes its statistics into the run dir, and
-    returns what metrics.json records of it."""
+def _fit_ood_score(
+    ctx: Context, phases: KeptPhases, calibration: dict | None, frozen: FrozenActivations
+) -> tuple[dict, ood.ShippedScore]:
+    """Fits the export's "none of these" score and writes its statistics into the run dir;
+    returns what metrics.json records of it, and the score for the export."""
     from app.training.calibration import fit_ood_score
 
     temperature = (calibration or {}).get("temperature", 1.0)
@@ -252,7 +255,7 @@ def _fit_ood_score(ctx: Context, phases: KeptPhases, calibration: dict | None, f
         100 * found["accept"],
         fitted_on,
     )
-    return found
+    return found, score
 
 
 def _calibrate(ctx: Context, phases: KeptPhases) -> dict:
@@ -296,7 +299,14 @@ def _kept_file(ctx: Context, phases: KeptPhases) -> str | None:
     return path if storage.exists(path) else None
 
 
-def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int, kept: str | None) -> None:
+def _finish(
+    ctx: Context,
+    metrics: dict,
+    val_confusion: np.ndarray,
+    epochs: int,
+    kept: str | None,
+    ood_score: ood.ShippedScore | None = None,
+) -> None:
     """The chief's last steps: final weights (a copy of the `kept` epoch's file when there is one:
     the model holds exactly those weights, and Keras takes 0.5 s to write them again), export,
     plots, then metrics.json (which marks the run complete)."""
@@ -307,7 +317,6 @@ def _finish(ctx: Context, metrics: dict, val_confusion: np.ndarray, epochs: int,
         storage.write_bytes_atomic(ctx.run.final_weights, storage.read_bytes(kept))
     else:
         save_weights_atomic(ctx.clf.model, ctx.run.final_weights)
-    ood_score = ctx.run.read_ood_score() if metrics.get("ood") else None
     served = served_model(ctx.clf, metrics.get("calibration"), ood_score)
     exported = export_run(ctx.run.root, model=served, metrics=metrics)
     metrics["export"], metrics["litert"] = exported["saved_model"], exported["litert"]
