@@ -58,22 +58,31 @@ def _need(data: tf.Tensor, length: int, what: str) -> tf.Operation:
     )
 
 
+def _area(height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+    """height × width of int64 sizes, negative sides as 0, saturating at the int64 maximum: a
+    header's two 32-bit sides can overflow the product into a negative number, which would pass
+    any pixel limit (found by python -m fuzz image_header)."""
+    height, width = tf.maximum(height, 0), tf.maximum(width, 0)
+    huge = tf.logical_or(height >= 2**31, width >= 2**31)
+    return tf.where(huge, tf.constant(tf.int64.max, tf.int64), height * tf.minimum(width, 2**31 - 1))
+
+
 def _png(data: tf.Tensor) -> tf.Tensor:
     with tf.control_dependencies([_need(data, 24, "PNG")]):
         chunk = tf.strings.reduce_join(tf.strings.as_string(data[12:16]), separator=",")
         is_ihdr = tf.debugging.Assert(tf.equal(chunk, "73,72,68,82"), ["PNG without an IHDR chunk first"])
         with tf.control_dependencies([is_ihdr]):
             width, height = _uint(data, 16, 4, True), _uint(data, 20, 4, True)
-    return tf.stack([height, width, height * width])
+    return tf.stack([height, width, _area(height, width)])
 
 
 def _bmp(data: tf.Tensor) -> tf.Tensor:
     """As TensorFlow's BMP decoder reads it: int32 width and height at 18 and 22 (height < 0: top-down)."""
     with tf.control_dependencies([_need(data, 26, "BMP")]):
         width = tf.bitcast(tf.cast(_uint(data, 18, 4, False), tf.uint32), tf.int32)
-        height = tf.abs(tf.bitcast(tf.cast(_uint(data, 22, 4, False), tf.uint32), tf.int32))
-    width, height = tf.cast(width, tf.int64), tf.cast(height, tf.int64)
-    return tf.stack([height, width, tf.maximum(width, 0) * height])
+        height = tf.bitcast(tf.cast(_uint(data, 22, 4, False), tf.uint32), tf.int32)
+    width, height = tf.cast(width, tf.int64), tf.abs(tf.cast(height, tf.int64))  # int32's abs(-2**31) < 0
+    return tf.stack([height, width, _area(height, width)])
 
 
 def _jpeg(encoded: tf.Tensor) -> tf.Tensor:
@@ -188,7 +197,9 @@ def check_size(data: bytes, max_megapixels: float) -> HeaderSize:
     size = read_header(data)
     if size.pixels > max_pixels(max_megapixels):
         frames = (
-            f", {size.megapixels:.1f} megapixels with every frame" if size.pixels != size.height * size.width else ""
+            f", {size.megapixels:.1f} megapixels with every frame"
+            if size.pixels not in (size.height * size.width, tf.int64.max)
+            else ""
         )
         raise ImageRejected(
             f"image is {size.width}x{size.height} pixels{frames}; the limit is {max_megapixels:g} megapixels",

@@ -90,3 +90,23 @@ def test_a_gif_built_to_make_the_walk_slow_is_refused_after_a_bounded_walk():
 
 def test_within_the_limit_passes_and_returns_the_size():
     assert check_size(encode("JPEG", 64, 48), 40) == HeaderSize(height=48, width=64, pixels=3072)
+
+
+@pytest.mark.parametrize(
+    ("header", "size"),
+    [
+        # Found by python -m fuzz image_header: 3267543746² overflows int64 into a negative count.
+        (
+            b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", 3_267_543_746, 3_267_543_746),
+            "3267543746x3267543746",
+        ),
+        # int32's abs(-2**31) is itself: a top-down BMP of that height had a negative count.
+        (b"BM" + b"\0" * 16 + struct.pack("<ii", 100, -(2**31)), "100x2147483648"),
+    ],
+)
+def test_sides_whose_product_overflows_are_refused_not_passed(header: bytes, size: str):
+    data = header + b"\0" * 32
+    assert read_header(data).pixels == 2**63 - 1  # saturated: over any limit
+    with pytest.raises(ImageRejected, match=rf"^image is {size} pixels; the limit is 40 megapixels$") as err:
+        check_size(data, 40)
+    assert err.value.status == 413
