@@ -46,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="replace shards already in OUT")
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a missing, empty or undecodable file (default: skip it and list it in the summary)",
+    )
+    p.add_argument(
         "--drop-duplicates",
         action="store_true",
         help="keep one file of each byte-identical group (the train copy if any)",
@@ -92,6 +97,7 @@ def run(args: argparse.Namespace) -> None:
         drop_duplicates=args.drop_duplicates,
         feature_columns=args.feature_columns,
         multi_label=args.multi_label,
+        strict=args.strict,
     )
     if args.num_writers > 1:
         shards = sum(len(v) for v in meta["shards"].values())

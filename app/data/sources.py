@@ -68,6 +68,12 @@ def class_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not _is_hidden(p.name))
 
 
+def refused_by_strict(skipped: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The skipped files `--strict` refuses: missing or unreadable ones, not the rows a manifest's
+    keep column leaves out on purpose."""
+    return [s for s in skipped if not s["reason"].startswith(f"{KEEP_COLUMN} = ")]
+
+
 def _screen(path: Path, root: Path, skipped: list[dict[str, str]]) -> bool:
     """Cheap pre-checks; content checks (decodability, size) happen at conversion."""
     if path.stat().st_size == 0:
@@ -191,7 +197,7 @@ def _from_manifest(
 ) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
     """Returns {split: {class: paths}} (split '' when the manifest has no split column), whether
     it has a split column, and each path's side-feature cells."""
-    with csv_path.open(newline="") as f:
+    with csv_path.open(newline="", encoding="utf-8-sig") as f:  # a spreadsheet's BOM is not part of 'path'
         rows = list(csv.reader(f))
     if not rows:
         raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'")
@@ -215,7 +221,8 @@ def _from_manifest(
             )
             continue
         if not path.is_file():
-            raise UserError(f"{csv_path}:{line_no}: no such file {path}")
+            skipped.append({"path": row[0].strip(), "reason": f"no such file (line {line_no} of the manifest)"})
+            continue
         cells[path] = _side_cells(row, side_at, columns, f"{csv_path}:{line_no}")
         if _screen(path, path.parent, skipped):
             by_split.setdefault(split, {}).setdefault(label, []).append(path)

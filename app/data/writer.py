@@ -24,7 +24,7 @@ from tqdm import tqdm
 from app import storage
 from app.data import duplicates, schema, side_features
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
-from app.data.sources import SPLITS, Source, SourceImage, photo_labels, scan_source
+from app.data.sources import SPLITS, Source, SourceImage, photo_labels, refused_by_strict, scan_source
 from app.errors import UserError
 from app.labels import LABELS_FILE, write_labels
 
@@ -226,12 +226,16 @@ def _scan(
     drop_duplicates: bool,
     feature_columns: str | None,
     multi_label: bool,
+    strict: bool,
 ) -> tuple[Source, list[list[SourceImage]]]:
     """The source to convert, and its byte-identical groups (the same on every writer: they
-    plan the same shards), dropped from it with `drop_duplicates`."""
+    plan the same shards), dropped from it with `drop_duplicates`. `strict` refuses a missing
+    or empty file here, before any work."""
     source = scan_source(
         src, val_fraction, test_fraction, seed, tuple(side_features.parse_columns(feature_columns)), multi_label
     )
+    if strict:
+        _refuse_skipped(refused_by_strict(source.skipped))
     groups = duplicates.duplicate_groups(source)
     return (duplicates.drop_duplicates(source, groups) if drop_duplicates else source), groups
 
@@ -254,6 +258,7 @@ def write_tfrecords(
     drop_duplicates: bool = False,
     feature_columns: str | None = None,
     multi_label: bool = False,
+    strict: bool = False,
 ) -> dict:
     """Convert SRC into shards in OUT and return the dataset.json contents.
 
@@ -261,12 +266,16 @@ def write_tfrecords(
     the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT).
     OUT may be local or a gs:// (any tf.io.gfile) URL; SRC is a local folder or CSV.
     `feature_columns` ('age,site:categorical') stores those manifest columns as side features;
-    `multi_label` reads a manifest's label cells as lists ('car|person')."""
+    `multi_label` reads a manifest's label cells as lists ('car|person'). Missing, empty and
+    undecodable files are skipped and listed in dataset.json's "skipped"; `strict` refuses them
+    instead (nothing is written)."""
     src, out = Path(src), str(out)
     _check_options(num_shards, max_side, workers, num_writers, writer_index)
     part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
     _check_out(out, overwrite, part)
-    source, groups = _scan(src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns, multi_label)
+    source, groups = _scan(
+        src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns, multi_label, strict
+    )
     tasks = plan_shards(source, num_shards, target_shard_mb, seed, max_side, max_pixels)
     if part is not None:
         tasks = tasks[writer_index::num_writers]
@@ -277,6 +286,8 @@ def write_tfrecords(
     staging = storage.make_temp_dir(out, ".incomplete-")
     try:
         results = _run_tasks(tasks, staging, workers)
+        if strict:
+            _refuse_skipped([s for r in results for s in r.skipped])
         metadata = _metadata(
             source,
             results,
@@ -301,6 +312,13 @@ def write_tfrecords(
     finally:
         storage.rmtree(staging)
     return metadata
+
+
+def _refuse_skipped(skipped: list[dict[str, str]]) -> None:
+    if skipped:
+        first = skipped[0]
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        raise UserError(f"--strict: {first['path']}: {first['reason']}{more}; nothing written")
 
 
 def _worker_count(workers: int | None, source: Source, tasks: list[ShardTask]) -> int:

@@ -125,3 +125,30 @@ def test_manifest_may_carry_review_columns_and_keep_false_leaves_a_row_out(tmp_p
     manifest.write_text("label,path\ncat,a.jpg\n")
     with pytest.raises(UserError, match="header 'path,label'"):
         scan_source(manifest)
+
+
+def test_a_spreadsheets_manifest_reads_like_any_other(tmp_path: Path):
+    """Saved by a spreadsheet: UTF-8 with a byte-order mark, CRLF line ends, quoted cells; labels
+    that are not plain ASCII (or look like markup) are data like any other."""
+    _make_tree(tmp_path / "img", {"x": 4})
+    labels = ["Çiçek, wild", "<img src=x onerror=alert(1)>"]
+    rows = "".join(f'img/x/{i:03d}.jpg,"{labels[i % 2]}"\r\n' for i in range(4))
+    (tmp_path / "excel.csv").write_bytes(("\ufeffpath,label\r\n" + rows).encode("utf-8"))
+    (tmp_path / "plain.csv").write_text("path,label\n" + rows.replace("\r\n", "\n"), encoding="utf-8")
+    excel, plain = scan_source(tmp_path / "excel.csv", 0.5), scan_source(tmp_path / "plain.csv", 0.5)
+    assert excel.classes == sorted(labels)
+    assert [(i.path, i.class_name, i.split) for i in excel.images] == [
+        (i.path, i.class_name, i.split) for i in plain.images
+    ]
+
+
+def test_a_manifest_row_whose_file_is_missing_is_skipped_and_listed(tmp_path: Path):
+    _make_tree(tmp_path / "img", {"x": 4})
+    (tmp_path / "m.csv").write_text(
+        "path,label,split\n"
+        "img/x/000.jpg,cat,train\nimg/x/001.jpg,dog,train\ngone.jpg,dog,train\n"
+        "img/x/002.jpg,cat,val\nimg/x/003.jpg,dog,val\n"
+    )
+    source = scan_source(tmp_path / "m.csv")
+    assert len(source.images) == 4
+    assert source.skipped == [{"path": "gone.jpg", "reason": "no such file (line 4 of the manifest)"}]

@@ -228,3 +228,19 @@ def test_byte_identical_files_are_reported_and_dropped_on_request(tmp_path: Path
     dropped = write_tfrecords(src, tmp_path / "dropped", num_shards=1, workers=1, drop_duplicates=True)
     assert dropped["counts"]["val"]["red"] == 3 and dropped["counts"]["train"]["blue"] == 3
     assert sorted(s["path"] for s in dropped["skipped"]) == ["train/blue/again.png", "val/red/leaked.png"]
+
+
+def test_strict_refuses_what_would_be_skipped_and_writes_nothing(demo_images: Path, tmp_path: Path):
+    out = tmp_path / "strict"
+    with pytest.raises(UserError, match=r"^--strict: star/empty.jpg: zero-byte file; nothing written$"):
+        write_tfrecords(demo_images, out, strict=True)  # refused by the scan, before any conversion
+    undecodable = tmp_path / "photos"
+    for name in ("a", "b"):
+        (undecodable / name).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (16, 16), (40 * i, 90, 30)).save(undecodable / name / f"{i}.jpg")
+    (undecodable / "b" / "0.jpg").write_bytes(b"not a photo at all")
+    with pytest.raises(UserError, match=r"^--strict: b/0.jpg: .*; nothing written$"):
+        write_tfrecords(undecodable, out, strict=True, val_fraction=0.34)
+    assert not out.exists() or not any(out.iterdir())
+    assert write_tfrecords(undecodable, out, val_fraction=0.34)["skipped"][0]["path"] == "b/0.jpg"
