@@ -11,9 +11,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
 
 from app import storage  # noqa: E402
+from app.data.display import MISTAKE_SIDE, open_photo  # noqa: E402
 from app.evaluation.metrics import row_normalized  # noqa: E402
 from app.run_dir import read_history  # noqa: E402
 
@@ -138,9 +138,7 @@ def plot_mistakes(
     for ax in axes.flat:
         ax.axis("off")
     for i, (ax, m) in enumerate(zip(axes.flat, mistakes)):
-        image = Image.fromarray(shown[i]) if shown else Image.open(io.BytesIO(m["image"])).convert("RGB")
-        image.thumbnail((256, 256))
-        ax.imshow(image)
+        ax.imshow(shown[i] if shown else open_photo(m["image"], MISTAKE_SIDE))
         ax.set_title(f"true: {m['true']}\npred: {m['predicted']} ({m['confidence']:.2f})", fontsize=9)
     fig.suptitle(title or "Most confident mistakes")
     return save_figure(fig, path)

@@ -29,7 +29,7 @@ HEAD = ("pool", "dropout", "logits")
 def explainer(model: keras.Model):
     """`model` (a classifier from app.models.classifier) → a function (float32 images [N, S, S, 3]
     in 0..255, class ids [N]; -1: the model's top class) → (maps [N, h, w] in [0, 1] at the
-    feature map's resolution, the class ids explained [N])."""
+    feature map's resolution, the class ids explained [N]); its `image_size` is S."""
     names = {layer.name for layer in model.layers}
     if "side_encoding" in names:
         raise UserError("Grad-CAM: models with side features are not explained yet")
@@ -38,7 +38,10 @@ def explainer(model: keras.Model):
     if len(backbone.output.shape) != 4:
         raise UserError("Grad-CAM: this backbone returns pooled features, so there is no spatial map to show")
 
-    @tf.function(reduce_retracing=True)
+    size = model.inputs[0].shape[1]
+    images_spec = tf.TensorSpec([None, size, size, 3], tf.float32)
+
+    @tf.function(input_signature=[images_spec, tf.TensorSpec([None], tf.int32)])
     def maps(images: tf.Tensor, class_ids: tf.Tensor) -> tf.Tensor:
         features = tf.cast(backbone(normalize(images), training=False), tf.float32)
         with tf.GradientTape() as tape:
@@ -57,6 +60,7 @@ def explainer(model: keras.Model):
         cams, ids = maps(tf.convert_to_tensor(images, tf.float32), tf.convert_to_tensor(class_ids, tf.int32))
         return cams.numpy(), ids.numpy()
 
+    call.image_size = size
     return call
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from app import storage
+from app.data.display import open_photo
 from app.data.preprocess import DEFAULT_CROP_FRACTION
 from app.errors import UserError
 from app.models import gradcam
@@ -42,21 +43,26 @@ class PhotoExplainer:
         self.decode = host_decoder(version)
         self.out = out
 
-    def heatmaps(self, images: list[bytes], class_ids: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def warm_up(self) -> None:
+        """Trace the map's function once (about as long as building the model), on a blank image."""
+        size = self.maps.image_size
+        self.maps(np.zeros((1, size, size, 3), np.float32), [-1])
+
+    def heatmaps(
+        self, images: list[bytes], class_ids: list[int], max_side: int | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """(photo uint8 [H, W, 3], its map float32 [H, W] in [0, 1]) of `class_ids` (-1: the top
-        class), per image (all decodable)."""
-        return [self.on_photo(data, cam) for data, cam in zip(images, self.cams(images, class_ids)[0])]
+        class), per image (all decodable); photo and map at most `max_side` pixels a side."""
+        cams = self.cams(images, class_ids)[0]
+        return [self.on_photo(data, cam, max_side) for data, cam in zip(images, cams)]
 
     def cams(self, images: list[bytes], class_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Maps at the feature map's resolution, and the class ids they explain."""
         return self.maps(self.decode(np.array(images, dtype=object)).astype(np.float32), class_ids)
 
     @staticmethod
-    def on_photo(image: bytes, cam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(image)) as opened:
-            photo = np.asarray(opened.convert("RGB"))
+    def on_photo(image: bytes, cam: np.ndarray, max_side: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        photo = open_photo(image, max_side)
         return photo, gradcam.on_photo(cam, photo.shape[0], photo.shape[1], DEFAULT_CROP_FRACTION)
 
     def write(self, photos: list[tuple[Path, bytes]], class_ids: list[int]) -> None:
@@ -80,11 +86,9 @@ def explain_answer(explainer: PhotoExplainer, image: bytes, class_id: int, class
     from PIL import Image
 
     (cam,), (explained,) = explainer.cams([image], [class_id])
-    photo, heat = explainer.on_photo(image, cam)
-    shown = Image.fromarray(gradcam.overlay(photo, heat))
-    shown.thumbnail((512, 512))
+    photo, heat = explainer.on_photo(image, cam, max_side=512)
     buffer = io.BytesIO()
-    shown.save(buffer, format="PNG")
+    Image.fromarray(gradcam.overlay(photo, heat)).save(buffer, format="PNG")
     return {
         "label": classes[int(explained)],
         "map": np.round(cam, 4).tolist(),
