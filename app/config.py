@@ -15,7 +15,7 @@ from pathlib import Path
 import tomllib
 
 from app.errors import UserError
-from app.storage import is_url, write_text_atomic
+from app.storage import is_url, read_json_object, write_text_atomic
 
 
 def _key(default: typing.Any, help: str, *, flag: bool = False, choices: tuple[str, ...] = ()) -> typing.Any:
@@ -258,4 +258,4 @@ def read_saved_config(path: Path) -> TrainConfig:
     """A run dir's config.json; keys an older version wrote and this one no longer has (such as
     phase2_on_views, now phase2_mode, or phase2_keeps_accuracy, now always on) are dropped, so
     older runs still load, export and evaluate."""
-    return TrainConfig(**{k: v for k, v in json.loads(path.read_text()).items() if k in FIELDS})
+    return TrainConfig(**{k: v for k, v in read_json_object(path).items() if k in FIELDS})

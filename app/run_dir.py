@@ -113,7 +113,7 @@ class RunDir:
         return read_saved_config(self.config)
 
     def read_state(self) -> dict:
-        return json.loads(self.state.read_text())
+        return storage.read_json_object(self.state)
 
     def read_metrics(self) -> dict:
         return json.loads(self.metrics.read_text()) if self.metrics.exists() else {}

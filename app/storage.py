@@ -95,6 +95,18 @@ def read_text(path: str | Path) -> str:
     return Path(path).read_text()
 
 
+def read_json_object(path: str | Path) -> dict:
+    """A JSON file that must hold an object (dataset.json, a run's state and config): anything
+    else is one line naming the file, not a stack trace."""
+    try:
+        data = json.loads(read_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
 def read_bytes(path: str | Path) -> bytes:
     if is_url(path):
         with _gfile().GFile(str(path), "rb") as f:

@@ -8,6 +8,7 @@ is converted once here, so readers only ever decode RGB JPEG.
 from __future__ import annotations
 
 import io
+import struct
 import warnings
 from dataclasses import dataclass
 
@@ -17,6 +18,11 @@ JPEG_QUALITY = 95
 # Pillow's own default bomb threshold (~89 Mpx). Above it we refuse rather than decode.
 DEFAULT_MAX_PIXELS = 89_478_485
 _EXIF_ORIENTATION = 0x0112
+
+
+# What Pillow's readers raise on a corrupt file, beyond OSError: a truncated GIF's frame count
+# raised IndexError (found by python -m fuzz convert).
+UNDECODABLE = (OSError, SyntaxError, ValueError, IndexError, EOFError, struct.error)
 
 
 class ImageRejected(Exception):
@@ -32,21 +38,12 @@ class ConvertedImage:
 
 
 def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
-            if image.width * image.height > max_pixels:
-                raise ImageRejected(f"decompression bomb: {image.width}x{image.height} exceeds {max_pixels} pixels")
-            image.load()  # full decode: catches truncated and corrupt files
-    except ImageRejected:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise ImageRejected(f"decompression bomb: {err}") from None
-    except Image.UnidentifiedImageError:
-        raise ImageRejected("not an image (unrecognised format)") from None
-    except (OSError, SyntaxError, ValueError) as err:
-        raise ImageRejected(f"undecodable: {err}") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        image = Image.open(io.BytesIO(data))
+        if image.width * image.height > max_pixels:
+            raise ImageRejected(f"decompression bomb: {image.width}x{image.height} exceeds {max_pixels} pixels")
+        image.load()  # full decode: catches truncated and corrupt files
     return image
 
 
@@ -63,6 +60,17 @@ def convert_image(data: bytes, max_side: int | None = None, max_pixels: int = DE
     """Validate and normalise one encoded image. Raises ImageRejected with the reason."""
     if not data:
         raise ImageRejected("zero-byte file")
+    try:
+        return _normalised(data, max_side, max_pixels)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageRejected(f"decompression bomb: {err}") from None
+    except Image.UnidentifiedImageError:
+        raise ImageRejected("not an image (unrecognised format)") from None
+    except UNDECODABLE as err:
+        raise ImageRejected(f"undecodable: {err or type(err).__name__}") from None
+
+
+def _normalised(data: bytes, max_side: int | None, max_pixels: int) -> ConvertedImage:
     image = _open_checked(data, max_pixels)
     orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
     too_big = max_side is not None and max(image.size) > max_side

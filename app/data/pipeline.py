@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,12 +65,10 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     meta_path = storage.join(root, schema.METADATA_FILE)
     if not storage.exists(meta_path) or storage.isdir(meta_path):
         raise UserError(f"{root}: no {schema.METADATA_FILE}; create it with photoclf convert")
-    try:
-        meta = json.loads(storage.read_text(meta_path))
-    except json.JSONDecodeError as err:
-        raise UserError(f"{meta_path}: not valid JSON ({err})") from None
+    meta = storage.read_json_object(meta_path)
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")
+    _check_fields(meta, meta_path)
     return DatasetInfo(
         root,
         meta["classes"],
@@ -82,6 +79,38 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
         meta.get("task", "single_label"),
         meta.get("examples", {}),
     )
+
+
+_TEXTS, _NUMBERS = (list, str), (dict, str, int)
+DATASET_FIELDS = {  # dataset.json's keys as this module reads them: (required, shape)
+    "classes": (True, _TEXTS),
+    "counts": (True, (dict, str, _NUMBERS)),
+    "shards": (True, (dict, str, _TEXTS)),
+    "shard_records": (False, _NUMBERS),
+    "side_features": (False, (list, dict)),
+    "examples": (False, _NUMBERS),
+}
+
+
+def _conforms(value, shape) -> bool:
+    """`shape`: a type, or (list, item shape), or (dict, key type, value shape)."""
+    if not isinstance(shape, tuple):
+        return isinstance(value, shape) and not (shape is int and isinstance(value, bool))
+    if shape[0] is list:
+        return isinstance(value, list) and all(_conforms(v, shape[1]) for v in value)
+    return isinstance(value, dict) and all(isinstance(k, shape[1]) and _conforms(v, shape[2]) for k, v in value.items())
+
+
+def _check_fields(meta: dict, meta_path: str) -> None:
+    """A dataset.json edited by hand or cut short: one line naming the key, not a KeyError later."""
+    for key, (required, shape) in DATASET_FIELDS.items():
+        if key not in meta:
+            if required:
+                raise UserError(f"{meta_path}: no '{key}'; write the dataset again with photoclf convert")
+        elif not _conforms(meta[key], shape):
+            raise UserError(f"{meta_path}: '{key}' is not what photoclf convert writes")
+    if meta.get("task", "single_label") not in ("single_label", "multi_label"):
+        raise UserError(f"{meta_path}: 'task' must be single_label or multi_label, got {meta['task']!r}")
 
 
 def map_image(inputs, fn):

@@ -192,13 +192,32 @@ def _label_key(label: str, multi_label: bool, where: str) -> str:
     return LABEL_SEPARATOR.join(names)
 
 
+def _is_file(path: Path) -> bool:
+    """False, not an error, for a name no file can have (a NUL byte, too long for the system)."""
+    try:
+        return path.is_file()
+    except (ValueError, OSError):
+        return False
+
+
+def _manifest_rows(csv_path: Path) -> list[list[str]]:
+    """The CSV's rows; UTF-8, with or without a spreadsheet's byte-order mark (not part of 'path')."""
+    try:
+        with csv_path.open(newline="", encoding="utf-8-sig") as f:
+            return list(csv.reader(f))
+    except UnicodeDecodeError as err:
+        line = csv_path.read_bytes()[: err.start].count(b"\n") + 1
+        raise UserError(f"{csv_path}:{line}: not UTF-8 text (save the manifest as UTF-8 CSV)") from None
+    except csv.Error as err:
+        raise UserError(f"{csv_path}: not a readable CSV ({err})") from None
+
+
 def _from_manifest(
     csv_path: Path, skipped: list[dict[str, str]], columns: tuple[Column, ...] = (), multi_label: bool = False
 ) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
     """Returns {split: {class: paths}} (split '' when the manifest has no split column), whether
     it has a split column, and each path's side-feature cells."""
-    with csv_path.open(newline="", encoding="utf-8-sig") as f:  # a spreadsheet's BOM is not part of 'path'
-        rows = list(csv.reader(f))
+    rows = _manifest_rows(csv_path)
     if not rows:
         raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'")
     has_split, keep_at = _manifest_header(csv_path, rows[0])
@@ -210,7 +229,7 @@ def _from_manifest(
             continue
         if len(row) != len(rows[0]):
             raise UserError(f"{csv_path}:{line_no}: expected {len(rows[0])} columns, got {len(row)}")
-        path = (csv_path.parent / row[0].strip()).resolve()
+        named = csv_path.parent / row[0].strip()
         label = _label_key(row[1].strip(), multi_label, f"{csv_path}:{line_no}")
         split = row[2].strip() if has_split else ""
         if has_split and split not in SPLITS:
@@ -220,9 +239,10 @@ def _from_manifest(
                 {"path": row[0].strip(), "reason": f"{KEEP_COLUMN} = {row[keep_at].strip()} in the manifest"}
             )
             continue
-        if not path.is_file():
+        if not _is_file(named):
             skipped.append({"path": row[0].strip(), "reason": f"no such file (line {line_no} of the manifest)"})
             continue
+        path = named.resolve()
         cells[path] = _side_cells(row, side_at, columns, f"{csv_path}:{line_no}")
         if _screen(path, path.parent, skipped):
             by_split.setdefault(split, {}).setdefault(label, []).append(path)

@@ -30,6 +30,7 @@ from importlib import resources
 import numpy as np
 import tensorflow as tf
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
 from app.errors import UserError
@@ -59,6 +60,9 @@ CHECKING = web.AppKey("checking", list)  # [instances in header checks], counted
 EXPLAINERS = web.AppKey("explainers", dict)  # version → PhotoExplainer, built on the first :explain
 EXPLAINERS_LOCK = web.AppKey("explainers_lock", object)
 INSTANCES = web.RequestKey("instances", int)  # for the access log
+
+
+MALFORMED_MULTIPART = (BadHttpMessage, ValueError, AssertionError)
 
 
 class ApiError(Exception):
@@ -257,16 +261,30 @@ def _side_from_query(request: web.Request, model: LoadedModel) -> dict[str, np.n
     return inputs
 
 
-async def _image_body(request: web.Request) -> bytes:
-    """The image as the raw body (any image/* type) or as a multipart file field."""
-    if request.content_type.startswith("multipart/"):
+async def _uploaded_file(request: web.Request) -> bytes:
+    """The first file of a multipart body. aiohttp's parser raises its own errors (and
+    ValueError, AssertionError) on malformed parts: each is the client's fault, a 400, where it
+    was a 500 (found by python -m fuzz rest_classify)."""
+    try:
         reader = await request.multipart()
         part = await reader.next()
         while part is not None and not part.filename:
             part = await reader.next()
         if part is None:
             raise ApiError(400, "multipart upload holds no file")
-        data = bytes(await part.read(decode=True))
+        return bytes(await part.read(decode=True))
+    except MALFORMED_MULTIPART as err:
+        raise ApiError(400, f"malformed multipart body: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+async def _image_body(request: web.Request) -> bytes:
+    """The image as the raw body (any image/* type) or as a multipart file field."""
+    if request.content_type.startswith("multipart/"):
+        data = await _uploaded_file(request)
     else:
         data = await request.read()
     if not data:

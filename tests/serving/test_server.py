@@ -151,6 +151,16 @@ def test_classify_raw_and_multipart(server: Server, images: list[bytes]):
     assert up["predictions"] == body["predictions"]
 
 
+def test_a_malformed_multipart_body_is_a_400_not_a_500(server: Server, images: list[bytes]):
+    """Found by python -m fuzz rest_classify: a NUL inside a part's header made aiohttp's parser
+    raise InvalidHeader, which reached the client as a 500."""
+    boundary = "fuzzboundary"
+    body = f"--{boundary}\r\nContent-Disposition: form-da\x00".encode() + images[0] + b'ta; name="file"\r\n\r\n'
+    status, answer = server.request("/v1/models/shapes:classify", body, f"multipart/form-data; boundary={boundary}")
+    assert status == 400 and answer["error"].startswith("malformed multipart body: "), answer
+    assert server.request("/v1/models/shapes:classify", images[0], "image/jpeg")[0] == 200
+
+
 @pytest.mark.parametrize(
     "path,payload,code,message",
     [
