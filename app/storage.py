@@ -8,6 +8,7 @@ URLs go through tf.io.gfile. Paths are strings: pathlib would turn gs://b/x into
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import posixpath
@@ -114,6 +115,28 @@ def read_bytes(path: str | Path) -> bytes:
     return Path(path).read_bytes()
 
 
+def is_out_of_space(err: BaseException) -> bool:
+    """ENOSPC or EDQUOT from Python, or TensorFlow's words for it (its file errors carry no errno)."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(err, Exception) and "No space left on device" in str(err)
+
+
+@contextlib.contextmanager
+def space_named(path: str | Path) -> Iterator[None]:
+    """Running out of space inside the block becomes one line naming `path`; the caller's
+    cleanup (a temp name, a staging folder) has left nothing half-written where a reader looks."""
+    try:
+        yield
+    except Exception as err:
+        if is_out_of_space(err):
+            raise UserError(
+                f"{path}: no space left on the device; nothing half-written was kept."
+                " Free some space and run the same command again"
+            ) from None
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[str]:
     """Yield a hidden temp name beside `path` to write to; on success it is renamed over `path`,
@@ -122,12 +145,13 @@ def atomic_path(path: str | Path) -> Iterator[str]:
     (Keras wants `.weights.h5`, matplotlib infers the format). On failure the temp file is removed."""
     directory, name = posixpath.split(str(path)) if is_url(path) else os.path.split(str(path))
     tmp = join(directory or ".", f".tmp-{uuid.uuid4().hex[:8]}-{name}")
-    try:
-        yield tmp
-        rename(tmp, path)
-    except BaseException:
-        remove(tmp)
-        raise
+    with space_named(path):
+        try:
+            yield tmp
+            rename(tmp, path)
+        except BaseException:
+            remove(tmp)
+            raise
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import json
 from pathlib import Path
 
 import pytest
 
 from app import storage
+from app.errors import UserError
 
 
 @pytest.mark.parametrize("base", ["local", "url"])
@@ -30,3 +33,26 @@ def test_temp_name_keeps_the_suffixes_writers_check(tmp_path: Path):
         assert tmp.endswith(".weights.h5") and Path(tmp).name.startswith(".")  # hidden until renamed
         Path(tmp).write_bytes(b"x")
     assert (tmp_path / "best.weights.h5").read_bytes() == b"x"
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_keeps_the_old_content(tmp_path: Path, monkeypatch):
+    report = tmp_path / "metrics.json"
+    storage.write_json_atomic(report, {"accuracy": 0.5})
+    with monkeypatch.context() as patched:
+        patched.setattr(Path, "write_bytes", _no_space)  # the disk fills while the new content is written
+        with pytest.raises(UserError, match=rf"^{report}: no space left on the device; nothing half-written"):
+            storage.write_json_atomic(report, {"accuracy": 0.9})
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]  # no temp file left
+    assert json.loads(report.read_text()) == {"accuracy": 0.5}
+    storage.write_json_atomic(report, {"accuracy": 0.9})  # space is back: the same call completes
+    assert json.loads(report.read_text()) == {"accuracy": 0.9}
+
+
+def test_tensorflows_words_for_a_full_disk_count_too():
+    assert storage.is_out_of_space(RuntimeError("/tmp/x.tfrecord; No space left on device"))
+    assert storage.is_out_of_space(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert not storage.is_out_of_space(OSError(errno.EACCES, "Permission denied"))

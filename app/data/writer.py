@@ -285,7 +285,8 @@ def write_tfrecords(
     storage.makedirs(out)
     staging = storage.make_temp_dir(out, ".incomplete-")
     try:
-        results = _run_tasks(tasks, staging, workers)
+        with storage.space_named(out):
+            results = _run_tasks(tasks, staging, workers)
         if strict:
             _refuse_skipped([s for r in results for s in r.skipped])
         metadata = _metadata(

@@ -187,30 +187,36 @@ def export_saved_model(
     model_dir, version, final = _new_version(export_root, name, version)
     staging = Path(tempfile.mkdtemp(prefix=f"{layout.STAGING_PREFIX}{version}-", dir=model_dir))  # servers skip it
     try:
-        # Written outside the SavedModel; tf.saved_model.save copies assets into its assets/.
-        extra = staging / "extra"
-        labels, metadata_file = extra / LABELS_FILE, extra / layout.METADATA_FILE
-        extra.mkdir()
-        write_labels(labels, classes)
-        metadata = {**(metadata or {}), "max_megapixels": max_megapixels, "top_k": min(top_k, len(classes)), "tta": tta}
-        storage.write_json_atomic(metadata_file, metadata)
-        module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file,
-                               max_megapixels, tta, side_features, thresholds, unknown_threshold)  # fmt: skip
-        saved = staging / "model"
-        with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
-            tf.saved_model.save(
-                module,
-                str(saved),
-                signatures={
-                    "serving_default": module.serving_default,
-                    "serving_keyed": module.serving_keyed,
-                    "predict_images": module.predict_images,
-                },
-            )
-        if finish is not None:
-            finished = finish(saved, module.forward)
-            storage.write_json_atomic(layout.metadata_path(saved), {**metadata, **finished})
-        os.replace(saved, final)
+        with storage.space_named(final):  # ENOSPC: one line; the staging folder goes
+            # Written outside the SavedModel; tf.saved_model.save copies assets into its assets/.
+            extra = staging / "extra"
+            labels, metadata_file = extra / LABELS_FILE, extra / layout.METADATA_FILE
+            extra.mkdir()
+            write_labels(labels, classes)
+            metadata = {
+                **(metadata or {}),
+                "max_megapixels": max_megapixels,
+                "top_k": min(top_k, len(classes)),
+                "tta": tta,
+            }
+            storage.write_json_atomic(metadata_file, metadata)
+            module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file,
+                                   max_megapixels, tta, side_features, thresholds, unknown_threshold)  # fmt: skip
+            saved = staging / "model"
+            with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
+                tf.saved_model.save(
+                    module,
+                    str(saved),
+                    signatures={
+                        "serving_default": module.serving_default,
+                        "serving_keyed": module.serving_keyed,
+                        "predict_images": module.predict_images,
+                    },
+                )
+            if finish is not None:
+                finished = finish(saved, module.forward)
+                storage.write_json_atomic(layout.metadata_path(saved), {**metadata, **finished})
+            os.replace(saved, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final

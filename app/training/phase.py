@@ -214,7 +214,10 @@ class PhaseState:
             log.info("resuming phase %d after epoch %d (%s)", self.phase.spec.phase, self.epochs_done, latest)
 
     def save(self) -> None:
-        self._manager.save()
+        """A checkpoint cut short by a full disk is never the one resume reads: the manager's
+        state file still names the previous one."""
+        with storage.space_named(self._manager.directory):
+            self._manager.save()
 
     @property
     def epochs_done(self) -> int:

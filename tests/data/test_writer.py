@@ -244,3 +244,25 @@ def test_strict_refuses_what_would_be_skipped_and_writes_nothing(demo_images: Pa
         write_tfrecords(undecodable, out, strict=True, val_fraction=0.34)
     assert not out.exists() or not any(out.iterdir())
     assert write_tfrecords(undecodable, out, val_fraction=0.34)["skipped"][0]["path"] == "b/0.jpg"
+
+
+def test_a_full_disk_mid_shard_is_one_line_and_the_same_command_then_finishes(
+    demo_images: Path, tmp_path: Path, monkeypatch
+):
+    real, written = tf.io.TFRecordWriter, Counter()
+
+    class FillingWriter(real):
+        def write(self, record):
+            written["n"] += 1
+            if written["n"] > 20:  # a partial shard is on disk when the space runs out
+                raise tf.errors.ResourceExhaustedError(None, None, "shard.tfrecord; No space left on device")
+            super().write(record)
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patched:
+        patched.setattr(tf.io, "TFRecordWriter", FillingWriter)
+        with pytest.raises(UserError, match=rf"^{out}: no space left on the device; nothing half-written was kept"):
+            write_tfrecords(demo_images, out, workers=1)
+    assert list(out.iterdir()) == []  # no shard, no dataset.json, no staging folder
+    meta = write_tfrecords(demo_images, out, workers=1)
+    assert load_dataset_info(out).shards == meta["shards"]

@@ -235,6 +235,30 @@ def test_the_serving_signature_refuses_images_over_its_pixel_limit(tmp_path: Pat
     assert json.loads((path / "assets" / "metadata.json").read_text())["max_megapixels"] == 0.002
 
 
+def test_a_full_disk_during_export_publishes_nothing_and_the_next_export_completes(tmp_path: Path, monkeypatch):
+    """The SavedModel is half on disk when the space runs out: no version appears (a server
+    polling the folder sees only the staging name it skips), and the same export then works."""
+    inputs = keras.Input((16, 16, 3))
+    model = keras.Model(
+        inputs, keras.layers.Dense(2, activation="softmax")(keras.layers.GlobalAveragePooling2D()(inputs))
+    )
+    real_save = tf.saved_model.save
+
+    def filling(obj, path, **kwargs):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "saved_model.pb").write_bytes(b"half")
+        raise tf.errors.UnknownError(None, None, f"{path}/variables: No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tf.saved_model, "save", filling)
+        with pytest.raises(UserError, match=r"m/1: no space left on the device; nothing half-written was kept"):
+            export_saved_model(model, ["a", "b"], 16, tmp_path, "m", version=1)
+    assert list((tmp_path / "m").iterdir()) == []
+    assert real_save is tf.saved_model.save
+    path = export_saved_model(model, ["a", "b"], 16, tmp_path, "m", version=1)
+    assert path == tmp_path / "m" / "1" and (path / "saved_model.pb").stat().st_size > 1000
+
+
 @pytest.mark.parametrize(
     "script,args,message",
     [
