@@ -80,11 +80,6 @@ class RunDir:
         keep = {self.best_weights(phase, keep_epoch), self.best_val_outputs(phase, keep_epoch)}
         return [p for p in self.checkpoints.glob(f"phase{phase}_best_epoch*") if p not in keep]
 
-    def latest_checkpoint(self, phase: int) -> str | None:
-        import tensorflow as tf
-
-        return tf.train.latest_checkpoint(str(self.phase_checkpoints(phase)))
-
     def is_complete(self) -> bool:
         return self.metrics.exists()
 

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from app import storage
+from app.errors import UserError
 from app.run_dir import RunDir
 from app.training.history import History
 from app.training.optimizer import averaged_weights, keeps_average
@@ -126,6 +127,27 @@ def save_weights_atomic(model: keras.Model, path) -> None:
         model.save_weights(tmp)
 
 
+def restore_newest_whole(checkpoint: tf.train.Checkpoint, folder) -> str | None:
+    """Restore the newest checkpoint in `folder` that reads back whole and return its path (None:
+    there is none yet). A damaged one (a flipped byte fails its checksum, a cut-short file its
+    read) is named in the log and the one before it is used; when none reads, one line says so."""
+    state = tf.train.get_checkpoint_state(str(folder))
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    for path in reversed(paths):
+        try:
+            checkpoint.restore(path).assert_existing_objects_matched()
+        except (tf.errors.OpError, ValueError, AssertionError) as err:
+            reason = str(getattr(err, "message", err)).strip().splitlines()[0][:200]
+            log.warning("checkpoint %s is damaged (%s); trying the one before it", path, reason)
+            continue
+        return path
+    if paths:
+        raise UserError(
+            f"{folder}: no checkpoint reads back whole ({len(paths)} damaged); pass --overwrite to start over"
+        )
+    return None
+
+
 class KeptWeights:
     """The weights a phase keeps (its best epoch's, or phase 2's fallback "epoch 0", see `hold`):
     written to the run dir, for resuming, and the last written held in memory too, so that the
@@ -204,14 +226,16 @@ class PhaseState:
         )
         self._checkpoint = checkpoint
         self._manager = tf.train.CheckpointManager(
-            checkpoint, str(phase.files.write.phase_checkpoints(phase.spec.phase)), max_to_keep=1
+            checkpoint,
+            str(phase.files.write.phase_checkpoints(phase.spec.phase)),
+            max_to_keep=2,  # the one before the newest: what resume falls back to if the newest is damaged
         )
 
     def restore(self) -> None:
-        latest = self.phase.files.read.latest_checkpoint(self.phase.spec.phase)
-        if latest:
-            self._checkpoint.restore(latest).assert_existing_objects_matched()
-            log.info("resuming phase %d after epoch %d (%s)", self.phase.spec.phase, self.epochs_done, latest)
+        folder = self.phase.files.read.phase_checkpoints(self.phase.spec.phase)
+        restored = restore_newest_whole(self._checkpoint, folder)
+        if restored:
+            log.info("resuming phase %d after epoch %d (%s)", self.phase.spec.phase, self.epochs_done, restored)
 
     def save(self) -> None:
         """A checkpoint cut short by a full disk is never the one resume reads: the manager's
