@@ -150,8 +150,11 @@ class FinishedRun:
         """The side-feature columns the model takes besides the image ([] for image-only runs)."""
         return self.state.get("side_features", [])
 
-    def build_model(self):
-        """The classifier (images → probabilities) with the run's final weights and temperature."""
+    def build_model(self, metrics: dict | None = None):
+        """The classifier (images → probabilities) with the run's final weights and temperature,
+        under the global dtype policy; `metrics` stands in for metrics.json (not yet written
+        while a run exports itself)."""
+        metrics = self.metrics if metrics is None else metrics
         from app.models.backbones import get_backbone
         from app.models.classifier import build_classifier, served_model
         from app.models.pretrained import load_backbone
@@ -168,11 +171,12 @@ class FinishedRun:
             self.multi_label,
         )
         clf.model.load_weights(str(self.run.final_weights))
-        return served_model(clf, self.metrics.get("calibration"), self.ood_score())
+        return served_model(clf, metrics.get("calibration"), self.ood_score(metrics))
 
-    def ood_score(self):
+    def ood_score(self, metrics: dict | None = None):
         """The run's fitted out-of-distribution score (app.models.ood.ShippedScore), if it has one."""
-        return None if self.multi_label or not self.metrics.get("ood") else self.run.read_ood_score()
+        metrics = self.metrics if metrics is None else metrics
+        return None if self.multi_label or not metrics.get("ood") else self.run.read_ood_score()
 
 
 def config_changes(saved: TrainConfig, cfg: TrainConfig) -> list[str]:

@@ -4,7 +4,9 @@ scripts/export.py use it."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+from collections.abc import Iterator
 from pathlib import Path
 
 import keras
@@ -48,6 +50,17 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
     }
 
 
+@contextlib.contextmanager
+def float32_policy() -> Iterator[None]:
+    """Build models in float32 inside the block, whatever policy the run trained under."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 def export_run(
     run_dir: Path,
     *,
@@ -63,7 +76,9 @@ def export_run(
 ) -> dict:
     """Returns {"saved_model": path, "litert": {mode: {file, passed, top1_agreement, ...}}}: the
     float32 LiteRT file always, plus `tflite` (float16/int8) when asked. With `model` (the
-    in-memory model at the end of training) nothing is rebuilt from the run dir's weights."""
+    in-memory model at the end of training) nothing is rebuilt from the run dir's weights, unless
+    it computes in reduced precision: the export is rebuilt in float32 from its final weights,
+    so a mixed-precision run gets its LiteRT files too."""
     if tflite not in TFLITE_MODES:
         raise UserError(f"--tflite must be one of {TFLITE_MODES}, got '{tflite}'")
     if top_k < 1:
@@ -72,8 +87,11 @@ def export_run(
     if not max_megapixels > 0:
         raise UserError(f"--max-megapixels must be > 0, got {max_megapixels}")
     run = RunDir(run_dir)
-    finished = run.load(need_weights=model is None)
-    model = model or finished.build_model()
+    reduced = keras.config.dtype_policy().compute_dtype != "float32"  # mixed precision: the default on GPUs
+    finished = run.load(need_weights=model is None or reduced)
+    if model is None or reduced:
+        with float32_policy():  # LiteRT's built-in ops run float32 graphs; the weights are float32 already
+            model = finished.build_model(metrics)
     export_dir = Path(export_dir) if export_dir else run.export_root
     name = name or run.export_name
     metadata = build_metadata(finished, metrics or finished.metrics)
