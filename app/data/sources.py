@@ -174,7 +174,10 @@ Manifest = dict[str, dict[str, list[Path]]]  # {split: {class: paths}}
 
 def _label_key(label: str, multi_label: bool, where: str) -> str:
     """A manifest's label cell → the class name it is filed under: itself, or (multi-label) its
-    labels sorted and joined by LABEL_SEPARATOR ('' for none)."""
+    labels sorted and joined by LABEL_SEPARATOR ('' for none). A line break cannot be part of a
+    label: labels.txt holds one per line."""
+    if "\n" in label or "\r" in label:
+        raise UserError(f"{where}: label {label!r} holds a line break; a label is one line of text")
     if not multi_label:
         if LABEL_SEPARATOR in label:
             raise UserError(

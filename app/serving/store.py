@@ -46,6 +46,7 @@ class ModelStore:
         versions = layout.served_versions(self.base)
         self._lock = threading.Lock()
         self._current = self._load(versions[-1])
+        self._refused: dict[int, tuple] = {}  # version → its files when it failed to load
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, args=(poll_seconds,), daemon=True, name="model-poller")
 
@@ -69,10 +70,36 @@ class ModelStore:
     def _poll(self, seconds: float) -> None:
         while not self._stop.wait(seconds):
             try:
-                newest = max(layout.versions(self.base), default=0)
-                if newest > self.current.version:
-                    loaded = self._load(newest)  # fully loaded before anyone sees it
-                    with self._lock:
-                        self._current = loaded
-            except Exception:  # a half-copied or broken version must not kill the server
-                log.exception("could not load a new version from %s; still serving %d", self.base, self.current.version)
+                self.poll_once()
+            except Exception:  # e.g. a file removed while it was listed: the next poll sees the folder again
+                log.exception("could not read %s; still serving %d", self.base, self.current.version)
+
+    def poll_once(self) -> None:
+        """Swap in the newest version if it is newer and loads. One that fails (broken, or still
+        being copied) is logged once and tried again only when its files change, so a broken
+        version costs one load, not one every poll."""
+        newest = max(layout.versions(self.base), default=0)
+        if newest <= self.current.version:
+            return
+        files = _files_state(self.base / str(newest))
+        if self._refused.get(newest) == files:
+            return
+        try:
+            loaded = self._load(newest)  # fully loaded before anyone sees it
+        except Exception:  # a half-copied or broken version must not kill the server
+            self._refused[newest] = files
+            log.exception("could not load %s version %d; still serving %d", self.base, newest, self.current.version)
+            return
+        with self._lock:
+            self._current = loaded
+
+
+def _files_state(folder: Path) -> tuple:
+    """(relative path, size, mtime) of every file under `folder`: what changes while it is copied."""
+    return tuple(
+        sorted(
+            (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*")
+            if p.is_file()
+        )
+    )

@@ -152,3 +152,10 @@ def test_a_manifest_row_whose_file_is_missing_is_skipped_and_listed(tmp_path: Pa
     source = scan_source(tmp_path / "m.csv")
     assert len(source.images) == 4
     assert source.skipped == [{"path": "gone.jpg", "reason": "no such file (line 4 of the manifest)"}]
+
+
+def test_a_label_with_a_line_break_is_refused_naming_its_line(tmp_path: Path):
+    _make_tree(tmp_path / "img", {"x": 2})
+    (tmp_path / "m.csv").write_text('path,label\nimg/x/000.jpg,cat\nimg/x/001.jpg,"two\nlines"\n')
+    with pytest.raises(UserError, match=r"m.csv:3: label 'two\\nlines' holds a line break; a label is one line"):
+        scan_source(tmp_path / "m.csv")

@@ -212,3 +212,65 @@ def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_
         assert browser.find_element(By.CSS_SELECTOR, ".card img").get_attribute("src") == photo_src
     finally:
         server.stop()
+
+
+HOSTILE = '<img src=x onerror="window.pwned=1">'
+LABELS = {"circle": HOSTILE, "square": "b&\"q'", "star": "Çiçek", "triangle": "tri,angle"}
+
+
+def test_labels_that_look_like_markup_are_shown_as_text_everywhere(browser, demo_images: Path, tmp_path: Path):
+    """Class names from a manifest holding markup, quotes, '&', a comma and non-ASCII: the page and
+    the evaluation report show them as text (no element made of them, no script run), and
+    predict's CSV gives them back unchanged."""
+    import csv
+    import subprocess
+    import sys
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from app.data.writer import write_tfrecords
+    from app.evaluation.evaluate import evaluate
+
+    manifest = tmp_path / "hostile.csv"
+    with manifest.open("w", newline="", encoding="utf-8") as f:
+        rows = csv.writer(f)
+        rows.writerow(["path", "label"])
+        for folder, label in LABELS.items():
+            rows.writerows([str(p), label] for p in sorted((demo_images / folder).iterdir()))
+    write_tfrecords(manifest, tmp_path / "records", val_fraction=0.25, test_fraction=0.25, num_shards=1)
+    server = _serve_a_tiny_model(tmp_path / "records", tmp_path)
+    photo = sorted((demo_images / "star").glob("*.png"))[0]
+
+    def nothing_injected() -> None:
+        assert browser.find_elements(By.CSS_SELECTOR, 'img[src="x"]') == []
+        assert browser.execute_script("return window.pwned") is None
+
+    try:
+        browser.get(server.base + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: HOSTILE in b.find_element(By.ID, "model").text)
+        browser.find_element(By.ID, "files").send_keys(str(photo))
+        wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .row .label")))
+        shown = {label.text for label in browser.find_elements(By.CSS_SELECTOR, ".card .row .label")}
+        assert shown == set(LABELS.values())
+        nothing_injected()
+        export = tmp_path / "shapes" / "export" / "shapes"
+        report = evaluate(export, tmp_path / "records", split="val", report_dir=tmp_path / "report").html
+        browser.get(report.resolve().as_uri())
+        assert HOSTILE in browser.find_element(By.TAG_NAME, "body").text
+        nothing_injected()
+        out = tmp_path / "predicted.csv"
+        done = subprocess.run(
+            [sys.executable, "scripts/predict.py", str(export), str(photo.parent), "--output", str(out)],
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        with out.open(newline="", encoding="utf-8") as f:
+            labels = {row[f"label_{i}"] for row in csv.DictReader(f) for i in range(1, 5)}
+        assert labels == set(LABELS.values())
+    finally:
+        server.stop()
