@@ -270,7 +270,7 @@ def test_labels_that_look_like_markup_are_shown_as_text_everywhere(browser, demo
         )
         assert done.returncode == 0, done.stderr
         with out.open(newline="", encoding="utf-8") as f:
-            labels = {row[f"label_{i}"] for row in csv.DictReader(f) for i in range(1, 5)}
-        assert labels == set(LABELS.values())
+            read = [row for row in csv.DictReader(f) if row["label_1"]]  # star/ also holds an empty file
+        assert read and {row[f"label_{i}"] for row in read for i in range(1, 5)} == set(LABELS.values())
     finally:
         server.stop()
