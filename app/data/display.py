@@ -14,7 +14,6 @@ def open_photo(data: bytes, max_side: int | None = None) -> np.ndarray:
     """uint8 RGB [H, W, 3] of a decodable photo; with `max_side`, at most that many pixels a side,
     a JPEG decoded at libjpeg's reduced scale: a figure of a 12 MP photo then costs milliseconds,
     not a full decode and an overlay of 12 million pixels."""
-
     with Image.open(io.BytesIO(data)) as opened:
         if max_side:
             opened.draft("RGB", (max_side, max_side))
