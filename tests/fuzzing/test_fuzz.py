@@ -32,6 +32,13 @@ TRUNCATED_GIF = base64.b64decode(
     "KCkqJ9jW2dYoIiYnJCUmIyQlIiMkISIjCwwJCgsICQoHCAkGBwgF"
 )
 
+# Found by python -m fuzz convert: junk before a marker; Pillow decodes it, TensorFlow does not.
+JUNK_BEFORE_MARKER = base64.b64decode(
+    "/9j/AAEA/9sAQwAIBgYy/9sAYwEJCQn/////////MjIyAQkyMjIvMjIyMgAJPQAAAABkMjIpMv/CABEIABAAGAMBAAgBAQAB"
+    "ESEt/9n/2P8AAQD/2wBDAAgGBjL/2wBjAQkJCf////////8yMjIBCT0A////MjIyMs/Pz8/PzzIyzzIyMjIyMjIyLzIyMjIy"
+    "MjJyZDIyKTL/wgARCAAQABgDASIAAhEBAxEAD//EAB0QAQACAgMBAQAAAAAAAAAAAAERISEAYTJRgfD/2gAIAQEAAREhLf/Z"
+)
+
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_target_takes_its_own_seeds(name: str):
@@ -72,6 +79,17 @@ def test_a_gif_pillow_cannot_count_the_frames_of_is_skipped_with_a_reason():
     with pytest.raises(ImageRejected, match="^undecodable: index out of range$"):
         convert_image(TRUNCATED_GIF, max_side=64)
     assert convert_image(image_seeds()[4]).reencoded  # the same format, whole, converts
+
+
+def test_a_jpeg_only_pillow_can_decode_is_stored_re_encoded_not_byte_for_byte():
+    import tensorflow as tf
+
+    converted = convert_image(JUNK_BEFORE_MARKER, max_side=64)
+    assert converted.reencoded and (converted.height, converted.width) == (16, 24)
+    assert tuple(tf.io.decode_jpeg(converted.jpeg, channels=3).shape) == (16, 24, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_jpeg(JUNK_BEFORE_MARKER, channels=3)  # what the pipeline would have met
+    assert not convert_image(image_seeds()[0]).reencoded  # a sound JPEG is still kept as it is
 
 
 def _photos(folder: Path) -> None:
