@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fuzz.targets import TARGETS
+from fuzz.targets import SCRATCH_ENV, TARGETS
 
 KINDS = {"crash": "crashes", "timeout": "hangs", "oom": "memory blow-ups"}  # libFuzzer's artifact prefixes
 
@@ -56,8 +57,9 @@ def run_target(name: str, seconds: int, out: Path) -> Report:
     child = [sys.executable, "-m", "fuzz.child", name, str(corpus), str(found_dir), str(seconds)]
     log = out / "last-run.log"
     started = time.monotonic()
+    env = {**os.environ, SCRATCH_ENV: str(out / "scratch")}
     with log.open("w") as sink:
-        subprocess.run(child, stdout=sink, stderr=subprocess.STDOUT, check=False)
+        subprocess.run(child, stdout=sink, stderr=subprocess.STDOUT, check=False, env=env)
     elapsed = round(time.monotonic() - started)
     return _read_report(name, elapsed, log.read_text(errors="replace"), _artifacts(found_dir) - before)
 

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import io
 import json
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,12 +190,17 @@ def classify_seeds() -> list[bytes]:
     return [b"\x00" + jpeg, b"\x01" + part]
 
 
+SCRATCH_ENV = "PHOTOCLF_FUZZ_SCRATCH"
+
+
 class _Scratch:
     """One temporary folder per fuzzing process: the files an input is written to, and two
     small photos a manifest can name."""
 
     def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="photoclf-fuzz-"))
+        given = os.environ.get(SCRATCH_ENV)  # fuzz.run names one inside --out: libFuzzer's exit skips clean-up
+        self.root = Path(given) if given else Path(tempfile.mkdtemp(prefix="photoclf-fuzz-"))
+        self.root.mkdir(parents=True, exist_ok=True)
         for name in ("a.jpg", "b.png"):
             (self.root / name).write_bytes(_image("JPEG" if name.endswith("jpg") else "PNG"))
 
