@@ -3,7 +3,8 @@
     EXPORT_DIR/NAME/VERSION/                 TF Serving's layout: numbered versions, newest served
         saved_model.pb, variables/
         assets/labels.txt                    app.labels format
-        assets/metadata.json                 backbone, input size, classes, training metrics, LiteRT parity, ...
+        assets/metadata.json                 backbone, input size, classes, training metrics, LiteRT parity, ...,
+                                             and every other file's size and SHA-256 ("files")
         litert/model_<mode>.tflite           float32 always (the CPU runtime); float16/int8 on request
     EXPORT_DIR/NAME-reports/                 evaluation reports of an export outside any run dir
     EXPORT_DIR/NAME/.incomplete-*            an export being written (servers skip it)
@@ -13,6 +14,7 @@ A run dir keeps its exports in RUN_DIR/export (see app.run_dir).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -23,6 +25,7 @@ SAVED_MODEL_FILE = "saved_model.pb"
 ASSETS = "assets"
 METADATA_FILE = "metadata.json"
 STAGING_PREFIX = ".incomplete-"
+FILES_KEY = "files"
 
 
 def is_version_dir(path: Path) -> bool:
@@ -95,6 +98,60 @@ def read_classes(version: Path) -> list[str]:
 def read_metadata(version: Path) -> dict:
     path = metadata_path(version)
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def file_digests(version: Path) -> dict[str, dict]:
+    """{relative path: {"bytes", "sha256"}} of every file of a version but its metadata.json (which
+    holds this list): what a server checks before it swaps a version in."""
+    version = Path(version)
+    listed = {}
+    for path in sorted(p for p in version.rglob("*") if p.is_file() and p != metadata_path(version)):
+        listed[path.relative_to(version).as_posix()] = {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
+    return listed
+
+
+def incomplete_file(version: Path, metadata: dict | None = None) -> str | None:
+    """What is wrong with a version's files (one missing, cut short, changed, an asset missing),
+    or None when they are as exported. A version exported without the list of files (before it
+    existed, or not by photoclf) is checked for its assets only."""
+    version = Path(version)
+    metadata = read_metadata(version) if metadata is None else metadata
+    for name, expected in (metadata.get(FILES_KEY) or {}).items():
+        path = version / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            return f"{name} has {size} of its {expected['bytes']} bytes"
+        if sha256_of(path) != expected["sha256"]:
+            return f"{name} differs from the file exported (SHA-256)"
+    return missing_asset(version)
+
+
+def missing_asset(version: Path) -> str | None:
+    """An asset the SavedModel names (labels, metadata) that is not in its assets/: TensorFlow
+    loads such a version and fails, or answers without its labels, only later."""
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    try:
+        saved_model.ParseFromString((Path(version) / SAVED_MODEL_FILE).read_bytes())
+    except DecodeError:
+        return f"{SAVED_MODEL_FILE} cannot be parsed (cut short?)"
+    for meta_graph in saved_model.meta_graphs:
+        for asset in meta_graph.asset_file_def:
+            if not (Path(version) / ASSETS / asset.filename).is_file():
+                return f"{ASSETS}/{asset.filename} is missing"
+    return None
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def resolve_model_dir(path: str | Path) -> Path:

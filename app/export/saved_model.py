@@ -213,9 +213,9 @@ def export_saved_model(
                         "predict_images": module.predict_images,
                     },
                 )
-            if finish is not None:
-                finished = finish(saved, module.forward)
-                storage.write_json_atomic(layout.metadata_path(saved), {**metadata, **finished})
+            finished = finish(saved, module.forward) if finish is not None else {}
+            files = {layout.FILES_KEY: layout.file_digests(saved)}  # a server checks them before swapping in
+            storage.write_json_atomic(layout.metadata_path(saved), {**metadata, **finished, **files})
             os.replace(saved, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

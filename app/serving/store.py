@@ -4,8 +4,10 @@ Each version is loaded into the runtime the server was started with (app.serving
 with `--runtime litert` a new version whose LiteRT check failed is not swapped in (logged).
 
 A background thread polls for new numeric version folders and loads a new one completely
-before swapping it in; requests already running keep the version they started with, so a swap
-drops nothing. Folders whose names are not numbers (the exporter's hidden temp dirs) are ignored.
+before swapping it in, once its files match the sizes and SHA-256 sums the exporter listed and
+every asset its SavedModel names is there (a version still being copied, or damaged, is refused
+and the last good one keeps serving); requests already running keep the version they started
+with, so a swap drops nothing. Folders whose names are not numbers (the exporter's hidden temp dirs) are ignored.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.errors import UserError
 from app.export import layout
 from app.serving.runtime import LiteRTRuntime, TFRuntime, load_runtime
 
@@ -45,16 +48,32 @@ class ModelStore:
         self.name = self.base.name
         versions = layout.served_versions(self.base)
         self._lock = threading.Lock()
-        self._current = self._load(versions[-1])
         self._refused: dict[int, tuple] = {}  # version → its files when it failed to load
+        self._current = self._load_newest_whole(versions)
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, args=(poll_seconds,), daemon=True, name="model-poller")
 
     def _load(self, version: int) -> LoadedModel:
         path = self.base / str(version)
+        problem = layout.incomplete_file(path)  # e.g. a truncated saved_model.pb LiteRT would not notice
+        if problem:
+            raise UserError(f"{path}: not as exported: {problem}")
         model = LoadedModel(version, path, load_runtime(path, self.runtime, self.litert_mode))
         log.info("loaded %s version %d (runtime %s)", self.name, version, model.runtime.name)
         return model
+
+    def _load_newest_whole(self, versions: list[int]) -> LoadedModel:
+        """At start: the newest version not being copied or damaged (said in the log), else the
+        newest one's reason as the error."""
+        first_problem = None
+        for version in reversed(versions):
+            try:
+                return self._load(version)
+            except UserError as err:
+                first_problem = first_problem or err
+                self._refused[version] = _files_state(self.base / str(version))
+                log.warning("not serving version %d: %s", version, err)
+        raise first_problem
 
     @property
     def current(self) -> LoadedModel:

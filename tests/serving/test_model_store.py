@@ -36,3 +36,47 @@ def test_a_broken_version_is_refused_once_and_loads_when_its_files_are_whole(tmp
     shutil.copy2(good / "saved_model.pb", pb)  # the copy completes
     store.poll_once()
     assert store.current.version == 2 and loads == [2, 2]
+
+
+def test_a_version_whose_files_differ_from_the_exported_list_is_refused_even_where_it_would_load(
+    tmp_path: Path, caplog
+):
+    """Swapped labels load without complaint in any runtime: only the export's list of sizes and
+    SHA-256 sums tells them apart."""
+    good = _export(tmp_path)
+    store = ModelStore(good.parent, runtime="tf")
+    changed = good.parent / "2"
+    shutil.copytree(good, changed)
+    labels = changed / "assets" / "labels.txt"
+    labels.write_text(labels.read_text().replace("a", "x"))  # same size, other bytes
+    store.poll_once()
+    assert store.current.version == 1
+    assert "assets/labels.txt differs from the file exported (SHA-256)" in caplog.text
+
+
+def test_at_start_a_newest_version_still_being_copied_is_passed_over_for_the_last_whole_one(tmp_path: Path, caplog):
+    good = _export(tmp_path)
+    copying = good.parent / "2"
+    shutil.copytree(good, copying)
+    variables = next((copying / "variables").glob("*.data-*"))
+    size = variables.stat().st_size
+    variables.write_bytes(variables.read_bytes()[: size // 2])
+    store = ModelStore(good.parent, runtime="tf")
+    assert store.current.version == 1
+    assert f"has {size // 2} of its {size} bytes" in caplog.text
+    shutil.copy2(good / variables.relative_to(copying), variables)
+    store.poll_once()
+    assert store.current.version == 2
+
+
+def test_a_version_without_its_assets_is_refused_even_without_a_list_of_files(tmp_path: Path, caplog):
+    """An export from before the list (or not from photoclf) is still checked for the assets its
+    SavedModel names: TensorFlow loads it without them and answers without labels."""
+    good = _export(tmp_path)
+    store = ModelStore(good.parent, runtime="tf")
+    bare = good.parent / "2"
+    shutil.copytree(good, bare)
+    shutil.rmtree(bare / "assets")
+    store.poll_once()
+    assert store.current.version == 1
+    assert "assets/" in caplog.text and "is missing" in caplog.text
