@@ -7,7 +7,10 @@ Serves the newest version folder and picks up new ones without a restart. --runt
 the export's LiteRT file when its parity check passed (here: 2.2x the throughput,
 0.26x the p50 latency of the TensorFlow server before it), else TensorFlow.
 Images over --max-megapixels are refused from their header (413); a full queue answers 503
-with Retry-After; a request past --request-timeout-ms answers 504. Metrics for Prometheus at
+with Retry-After; a request past --request-timeout-ms answers 504. A client gets
+--client-timeout-s to send a request's headers (else its connection is closed) and as long again
+for its body (else 408); past --max-connections a new connection is answered 503 and closed, so
+slow clients cannot starve the others. Metrics for Prometheus at
 /monitoring/prometheus/metrics; one JSON access-log line per request on stderr. Ctrl-C or
 SIGTERM stops accepting, answers the requests in flight, then exits 0.
 """
@@ -60,6 +63,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--request-timeout-ms", type=float, default=10_000, help="answer 504 after this long (default 10000)"
     )
+    p.add_argument(
+        "--client-timeout-s",
+        type=float,
+        default=20.0,
+        help="time a client has for a request's headers, and again for its body; also the idle"
+        " keep-alive time (default 20)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="most open connections; beyond, a new one is answered 503 and closed (default 256)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -68,15 +84,16 @@ def run(args: argparse.Namespace) -> None:
         ("--max-queue", args.max_queue),
         ("--request-timeout-ms", args.request_timeout_ms),
         ("--max-batch", args.max_batch),
+        ("--client-timeout-s", args.client_timeout_s),
+        ("--max-connections", args.max_connections),
     ):
         if not value > 0:
             raise UserError(f"{flag} must be > 0, got {value}")
     layout.served_versions(args.model_dir)  # a wrong folder is said before TensorFlow's seconds of import
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from aiohttp import web
-
     with lasting_imports():
         from app.serving.batcher import Batcher
+        from app.serving.connections import serve
         from app.serving.rest import Limits, make_app
         from app.serving.store import ModelStore
 
@@ -88,11 +105,18 @@ def run(args: argparse.Namespace) -> None:
         max_instances=args.max_instances,
         max_megapixels=args.max_megapixels,
         request_timeout_ms=args.request_timeout_ms,
+        client_timeout_s=args.client_timeout_s,
     )
     app = make_app(store, Batcher(args.max_batch, args.max_wait_ms, args.max_queue), limits)
-    print(
-        f"serving {store.name} version {store.current.version} ({store.current.runtime.name}) at"
-        f" http://{args.host}:{args.port}/ (API: /v1/models/{store.name})",
-        flush=True,
+    serve(
+        app,
+        args.host,
+        args.port,
+        max_connections=args.max_connections,
+        client_timeout=args.client_timeout_s,
+        on_started=lambda: print(
+            f"serving {store.name} version {store.current.version} ({store.current.runtime.name}) at"
+            f" http://{args.host}:{args.port}/ (API: /v1/models/{store.name})",
+            flush=True,
+        ),
     )
-    web.run_app(app, host=args.host, port=args.port, print=None, handle_signals=True, access_log=None)

@@ -11,7 +11,9 @@ GET  /monitoring/prometheus/metrics           Prometheus metrics (TF Serving's p
 Bad input is a 4xx JSON {"error": "..."}, as TF Serving answers, and the server keeps serving.
 Image bytes are checked from their header before they are queued: over `max_megapixels` is a
 413 naming the size and the limit. A full queue is a 503 with Retry-After; a request not
-answered within `request_timeout_ms` is a 504 (and dropped if it had not started).
+answered within `request_timeout_ms` is a 504 (and dropped if it had not started); a body that
+takes longer than `client_timeout_s` to arrive is a 408 and its connection is closed (slow
+headers and too many connections: app.serving.connections).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import binascii
 import json
 import threading
 import time
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from html import escape
 from importlib import resources
+from typing import TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -36,11 +40,14 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_s
 from app.errors import UserError
 from app.serving.batcher import Batcher, InferenceError, Overloaded
 from app.serving.explain import PhotoExplainer, explain_answer
+from app.serving.memory import release_free_memory
 from app.serving.metrics import CONTENT_TYPE, ServingMetrics, log_access
 from app.serving.runtime import tiny_jpeg
 from app.serving.store import LoadedModel, ModelStore
 
 RETRY_AFTER_SECONDS = 1
+RELEASE_SECONDS = 2.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class Limits:
     max_instances: int = 64
     max_megapixels: float = DEFAULT_MAX_MEGAPIXELS
     request_timeout_ms: float = 10_000
+    client_timeout_s: float = 20.0
 
 
 STORE = web.AppKey("store", ModelStore)
@@ -59,6 +67,7 @@ HEADER_POOL = web.AppKey("header_pool", ThreadPoolExecutor)
 CHECKING = web.AppKey("checking", list)  # [instances in header checks], counted against the queue limit
 EXPLAINERS = web.AppKey("explainers", dict)  # version → PhotoExplainer, built on the first :explain
 EXPLAINERS_LOCK = web.AppKey("explainers_lock", object)
+RELEASER = web.AppKey("releaser", asyncio.Task)
 INSTANCES = web.RequestKey("instances", int)  # for the access log
 
 
@@ -69,6 +78,10 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, headers: dict | None = None) -> None:
         super().__init__(message)
         self.status, self.headers = status, headers or {}
+
+
+def _too_large(limit: int) -> str:
+    return f"request body too large (limit {limit} bytes)"
 
 
 def _model(request: web.Request) -> LoadedModel:
@@ -178,9 +191,33 @@ def format_predict(outputs: dict[str, np.ndarray], rows: bool) -> dict:
     return {"predictions": [{k: _jsonable(v[i : i + 1])[0] for k, v in outputs.items()} for i in range(n)]}
 
 
+async def _in_client_time(request: web.Request, read: Awaitable[T]) -> T:
+    """A body sent slower than the client timeout allows is a 408: a client trickling bytes
+    must not hold a connection and a handler for as long as it likes."""
+    seconds = request.app[LIMITS].client_timeout_s
+    try:
+        return await asyncio.wait_for(read, seconds)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {seconds:g} s") from None
+
+
+async def _body(request: web.Request) -> bytes:
+    """The body, refused (413) as soon as it passes the limit. Kept as a list of the chunks that
+    arrived, not grown in one buffer as aiohttp's request.read() does: 400 bodies of 9 MB sent
+    chunked (no Content-Length to refuse them by) grew the server by 750 MB that way."""
+    limit, chunks, size = request.app[LIMITS].max_body_bytes, [], 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            chunks.clear()  # now: the exception below lives in a reference cycle until a full collection
+            raise ApiError(413, _too_large(limit))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _json_body(request: web.Request) -> dict:
     try:
-        body = await request.json(loads=json.loads)
+        body = json.loads(await _in_client_time(request, _body(request)))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ApiError(400, "malformed JSON body") from None
     if not isinstance(body, dict):
@@ -284,9 +321,9 @@ def _first_line(err: Exception) -> str:
 async def _image_body(request: web.Request) -> bytes:
     """The image as the raw body (any image/* type) or as a multipart file field."""
     if request.content_type.startswith("multipart/"):
-        data = await _uploaded_file(request)
+        data = await _in_client_time(request, _uploaded_file(request))
     else:
-        data = await request.read()
+        data = await _in_client_time(request, _body(request))
     if not data:
         raise ApiError(400, "empty body: send the image bytes, or a multipart upload")
     return data
@@ -438,24 +475,45 @@ async def observed(request: web.Request, handler):
 
 
 @web.middleware
+async def declared_size_first(request: web.Request, handler):
+    """A body whose Content-Length is over the limit is refused before any of it is read: reading
+    8 MB to find out cost the server its memory (400 such requests grew it by 900 MB)."""
+    limit = request.app[LIMITS].max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(413, _too_large(limit))
+    return await handler(request)
+
+
+@web.middleware
 async def errors_as_json(request: web.Request, handler):
     try:
         return await handler(request)
     except ApiError as err:
-        return web.json_response({"error": str(err)}, status=err.status, headers=err.headers)
+        response = web.json_response({"error": str(err)}, status=err.status, headers=err.headers)
+        if err.status == 408:  # the rest of a late body must not be read as the next request
+            response.force_close()
+        return response
     except InferenceError as err:
         return web.json_response({"error": str(err)}, status=400)
     except web.HTTPRequestEntityTooLarge:
-        limit = request.app[LIMITS].max_body_bytes
-        return web.json_response({"error": f"request body too large (limit {limit} bytes)"}, status=413)
+        return web.json_response({"error": _too_large(request.app[LIMITS].max_body_bytes)}, status=413)
     except web.HTTPException as err:
         if err.status >= 400:
             return web.json_response({"error": err.reason}, status=err.status)
         raise
 
 
+async def _release_memory_every(app: web.Application, seconds: float) -> None:
+    """Big bodies fragment the heap; without this the server keeps their memory (app.serving.memory)."""
+    loop = asyncio.get_running_loop()
+    while await asyncio.sleep(seconds, result=True):
+        await loop.run_in_executor(app[HEADER_POOL], release_free_memory)
+
+
 def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> web.Application:
-    app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[observed, errors_as_json])
+    app = web.Application(
+        client_max_size=limits.max_body_bytes, middlewares=[observed, errors_as_json, declared_size_first]
+    )
     app[STORE], app[BATCHER], app[LIMITS] = store, batcher, limits
     app[METRICS] = metrics = ServingMetrics()
     app[HEADER_POOL] = ThreadPoolExecutor(2, thread_name_prefix="headers")
@@ -477,8 +535,10 @@ def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> 
         check_size(tiny_jpeg(), limits.max_megapixels)  # traces the header check before the first request
         await batcher.start()
         store.start()
+        app[RELEASER] = asyncio.create_task(_release_memory_every(app, RELEASE_SECONDS))
 
     async def on_cleanup(app: web.Application) -> None:  # after in-flight requests have been answered
+        app[RELEASER].cancel()
         store.stop()
         await batcher.stop()
         app[HEADER_POOL].shutdown(wait=False)
