@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from app.config import TrainConfig
-from app.data.pipeline import DatasetInfo, load_dataset_info, shard_policy
+from app.data.pipeline import DatasetInfo, load_dataset_info, shard_policy, verify_shards
 from app.data.preprocess import Augment
 from app.data.service import check_reachable
 from app.errors import UserError
@@ -92,6 +92,8 @@ def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Str
         raise UserError("cache_features is not supported with several workers (each would cache every split)")
     if cfg.data_service:
         check_reachable(cfg.data_service)
+    for split in info.shards:  # a damaged shard is named before anything is built
+        verify_shards(info.shard_paths(split))
 
 
 FEATURE_CACHE_LIMIT = 4 * 2**30  # bytes of host memory `cache_features = auto` lets the cache take

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -194,14 +195,29 @@ def test_undecodable_record_is_skipped_and_counted_or_raises_in_strict_mode(demo
             pass
 
 
-def test_crc_corruption_is_skipped_or_named_in_strict_mode(demo_records: Path, tmp_path: Path):
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_flipped_byte_in_a_shard_is_an_error_naming_the_shard_in_either_mode(
+    demo_records: Path, tmp_path: Path, strict: bool
+):
+    """Skipping it would lose the rest of the shard without a word; only undecodable payloads are skipped."""
     data = tmp_path / "data"
     shard = _corrupt_copy(demo_records, data, "crc")
-    info = load_dataset_info(data)
-    seen = sum(len(y) for _, y in make_eval_dataset(data, split="val", image_size=16))
-    assert 0 < seen < info.num_examples("val")  # the rest of the bad shard is lost, the other shard is read
-    with pytest.raises(UserError, match=shard):
-        make_train_dataset(data, split="val", image_size=16, strict=True)
+    for make in (make_train_dataset, make_eval_dataset):
+        with pytest.raises(UserError, match=rf"{shard}: corrupt shard \(.*\); write the dataset again"):
+            make(data, split="val", image_size=16, strict=strict)
+
+
+def test_a_training_run_on_a_damaged_shard_stops_before_training_naming_it(
+    tiny_config, tmp_path: Path, demo_records: Path
+):
+    from app.training.train import train
+
+    data = tmp_path / "data"
+    shard = _corrupt_copy(demo_records, data, "crc")
+    config = dataclasses.replace(tiny_config, data=str(data))
+    with pytest.raises(UserError, match=f"{shard}: corrupt shard"):
+        train(config)
+    assert not Path(config.out).exists()  # stopped before the run dir was claimed
 
 
 def test_missing_dataset_json_or_split_is_a_clear_error(demo_records: Path, tmp_path: Path):
