@@ -7,7 +7,8 @@
                                              and every other file's size and SHA-256 ("files")
         litert/model_<mode>.tflite           float32 always (the CPU runtime); float16/int8 on request
     EXPORT_DIR/NAME-reports/                 evaluation reports of an export outside any run dir
-    EXPORT_DIR/NAME/.incomplete-*            an export being written (servers skip it)
+    EXPORT_DIR/NAME/.incomplete-V-PID-*      an export being written by process PID (servers skip it;
+                                             the next export removes it once PID is gone)
 
 A run dir keeps its exports in RUN_DIR/export (see app.run_dir).
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 from app.errors import UserError
@@ -26,6 +29,33 @@ ASSETS = "assets"
 METADATA_FILE = "metadata.json"
 STAGING_PREFIX = ".incomplete-"
 FILES_KEY = "files"
+
+
+def staging_prefix(version: int) -> str:
+    """The hidden folder an export is written in: it names its process, so an export killed
+    midway (kill -9, a power cut) can be told from one still running."""
+    return f"{STAGING_PREFIX}{version}-{os.getpid()}-"
+
+
+def remove_abandoned_staging(model_dir: Path) -> list[Path]:
+    """Remove the staging folders of exports whose process is gone; → those removed."""
+    removed = []
+    for folder in Path(model_dir).glob(f"{STAGING_PREFIX}*-*-*"):
+        pid = folder.name[len(STAGING_PREFIX) :].split("-")[1]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def is_version_dir(path: Path) -> bool:

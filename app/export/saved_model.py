@@ -185,7 +185,8 @@ def export_saved_model(
     check); what it returns is added to the metadata.
     """
     model_dir, version, final = _new_version(export_root, name, version)
-    staging = Path(tempfile.mkdtemp(prefix=f"{layout.STAGING_PREFIX}{version}-", dir=model_dir))  # servers skip it
+    layout.remove_abandoned_staging(model_dir)  # what an export killed midway left
+    staging = Path(tempfile.mkdtemp(prefix=layout.staging_prefix(version), dir=model_dir))  # servers skip it
     try:
         with storage.space_named(final):  # ENOSPC: one line; the staging folder goes
             # Written outside the SavedModel; tf.saved_model.save copies assets into its assets/.
