@@ -37,7 +37,9 @@ def wait_for_staging(model_dir: Path, proc: subprocess.Popen, seconds: float = 1
 
 
 @pytest.mark.slow  # two export processes (TensorFlow's import, a SavedModel and a LiteRT file each)
-def test_kill_9_during_export_keeps_the_served_version_and_the_next_export_completes(registry_run: Path, tmp_path: Path):
+def test_kill_9_during_export_keeps_the_served_version_and_the_next_export_completes(
+    registry_run: Path, tmp_path: Path
+):
     model_dir = tmp_path / "export" / "m"
     shutil.copytree(registry_run / "export" / "shapes" / "1", model_dir / "1")
     store = ModelStore(model_dir, runtime="tf")
