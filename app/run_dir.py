@@ -1,7 +1,7 @@
 """The run directory, owned here: every path of a run, its guard rails, and loading a finished run.
 
     RUN_DIR/config.json              the resolved TrainConfig
-    RUN_DIR/run_state.json           classes, image size, backbone, weights the checkpoints belong to
+    RUN_DIR/run_state.json           classes, image size, backbone, weights and dataset the checkpoints belong to
     RUN_DIR/history.csv              one row per epoch, both phases
     RUN_DIR/tensorboard/             TensorBoard event files
     RUN_DIR/learning_curves.png      loss and accuracy over both phases
@@ -220,16 +220,32 @@ def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
     return run
 
 
+DATASET_FACT = "dataset"  # run_state.json's key for the sha256 of the dataset.json a run trained on
+
+
+def check_trained_on(run: RunDir, fingerprint: str) -> None:
+    """A run is finished (or resumable) only for the data it was trained on: one on a dataset whose
+    dataset.json changed since must not hand back its old metrics as if it were today's."""
+    saved = run.read_state().get(DATASET_FACT) if run.state.exists() else None
+    if saved is not None and saved != fingerprint:
+        raise UserError(
+            f"{run.root} was trained on another version of its data (dataset.json changed since);"
+            " pass --overwrite to train again on today's data, or choose another --out"
+        )
+
+
 def check_run_state(run: RunDir, facts: dict, write: bool = True) -> None:
     """First start: record `facts` (if `write`). Resume: they must match (e.g. the class count of a checkpoint)."""
     if run.state.exists():
         saved = run.read_state()
         for key, value in facts.items():
-            if key in saved and saved[key] != value:
+            if key != DATASET_FACT and key in saved and saved[key] != value:
                 raise UserError(
                     f"{run.root}: checkpoint was trained with {key}={saved[key]!r}, the data now gives {value!r};"
                     " pass --overwrite to start over"
                 )
+        if DATASET_FACT in facts:  # after the specific ones: which fact changed says more
+            check_trained_on(run, facts[DATASET_FACT])
         return
     if write:
         storage.write_json_atomic(run.state, facts)

@@ -85,15 +85,19 @@ class _Requests:
     def request(self, body: bytes, content_type: str, max_size: int = 2**20):
         from unittest import mock
 
-        from aiohttp import streams
+        from aiohttp import streams, web
         from aiohttp.test_utils import make_mocked_request
+
+        from app.serving.rest import LIMITS, Limits
 
         payload = streams.StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=self.loop)
         payload.feed_data(body)
         payload.feed_eof()
         headers = {"Content-Type": content_type, "Content-Length": str(len(body))}
+        app = web.Application()
+        app[LIMITS] = Limits(max_body_bytes=max_size)  # what the body readers ask of the server's app
         return make_mocked_request(
-            "POST", "/v1/models/m:predict", headers, payload=payload, client_max_size=max_size, loop=self.loop
+            "POST", "/v1/models/m:predict", headers, payload=payload, client_max_size=max_size, app=app, loop=self.loop
         )
 
     def run(self, coroutine):

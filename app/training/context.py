@@ -14,14 +14,14 @@ import keras
 import tensorflow as tf
 
 from app.config import TrainConfig
-from app.data.pipeline import DatasetInfo, load_dataset_info, shard_policy, verify_shards
+from app.data.pipeline import DatasetInfo, dataset_fingerprint, load_dataset_info, shard_policy, verify_shards
 from app.data.preprocess import Augment
 from app.data.service import check_reachable
 from app.errors import UserError
 from app.models.backbones import get_backbone
 from app.models.classifier import Classifier, build_classifier
 from app.models.pretrained import load_pretrained_backbone
-from app.run_dir import RunDir, check_run_state, prepare_run_dir, validate_run_dir
+from app.run_dir import DATASET_FACT, RunDir, check_run_state, prepare_run_dir, validate_run_dir
 from app.training.history import History
 from app.training.phase import PhaseFiles
 from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
@@ -173,6 +173,7 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
             spec, backbone.model, len(info.classes), image_size, cfg.dropout, info.side_features, info.multi_label
         )
     facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": backbone.weights_used}
+    facts[DATASET_FACT] = dataset_fingerprint(cfg.data)  # a resume on other data is refused
     if info.side_features:  # the model's side branch is built from them; a resume must see the same
         facts["side_features"] = info.side_features
     if info.multi_label:

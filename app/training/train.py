@@ -18,9 +18,10 @@ import numpy as np
 from app import storage
 from app.config import TrainConfig
 from app.data.demo import demo_run_dir, ensure_demo_records
+from app.data.pipeline import dataset_fingerprint
 from app.models import ood
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
-from app.run_dir import RunDir, completed_run
+from app.run_dir import RunDir, check_trained_on, completed_run
 from app.training.builders import finetune_schedule, make_optimizer, make_steps
 from app.training.context import Context, describe_distribution, setup
 from app.training.frozen_activations import FrozenActivations, frozen_activations
@@ -131,6 +132,7 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
     1. Set up: every check and the model before anything is written (`setup`); then `_train`."""
     done = None if overwrite else completed_run(cfg)
     if done:  # before building anything: a finished run needs neither the model nor its weights
+        check_trained_on(done, dataset_fingerprint(cfg.data))
         log.info("%s is already complete; pass --overwrite to train again", done.root)
         return done.read_metrics()
     ctx = setup(cfg, overwrite)

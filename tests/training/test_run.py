@@ -260,3 +260,21 @@ def test_finished_run_is_reported_not_rebuilt_whatever_the_path_spelling(trained
     for out in (str(trained_run), os.path.relpath(trained_run)):
         assert train(cfg.replace(out=out)) == RunDir(trained_run).read_metrics()
     assert sorted(p.name for p in (trained_run / "export" / "shapes").iterdir()) == ["1"]  # nothing new exported
+
+
+def test_a_finished_run_on_data_that_changed_since_says_so_instead_of_its_old_metrics(
+    trained_run: Path, demo_records: Path, tmp_path: Path
+):
+    import shutil
+
+    run, data = tmp_path / "run", tmp_path / "data"
+    shutil.copytree(trained_run, run)
+    shutil.copytree(demo_records, data)
+    cfg = RunDir(run).read_config().replace(out=str(run), data=str(data))
+    save_config(cfg, RunDir(run).config)  # the copied run, trained on the copied data
+    assert train(cfg) == RunDir(run).read_metrics()  # the same dataset.json: finished, nothing rebuilt
+    meta = json.loads((data / "dataset.json").read_text())
+    meta["bytes"] += 1000
+    (data / "dataset.json").write_text(json.dumps(meta))  # converted again, from a folder that grew
+    with pytest.raises(UserError, match=r"trained on another version of its data .*--overwrite"):
+        train(cfg)
