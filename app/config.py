@@ -41,6 +41,12 @@ class TrainConfig:
     )
     weights: str = _key("auto", "auto | imagenet | none | PATH to a .h5/.weights.h5 file", flag=True)
     image_size: int = _key(0, "input size in pixels; 0 = the backbone's default", flag=True)
+    init_from: str = _key(
+        "",
+        "an earlier run dir to start from (its kept weights); with more classes the old classes' rows of"
+        " the classification layer are kept and the new ones start fresh",
+        flag=True,
+    )
     dropout: float = _key(0.2, "dropout before the logits layer")
     # phase 1: frozen backbone, new head
     epochs_head: int = _key(10, "phase-1 epochs, frozen backbone (early stopping may end sooner)", flag=True)
@@ -191,11 +197,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any]
     return validate(TrainConfig(**values))
 
 
-def check_data_exists(cfg: TrainConfig) -> None:
-    """A local `data` folder that is not there, said before a script imports TensorFlow; what
-    the folder must hold is checked where it is read (app.data.pipeline)."""
+def check_paths_exist(cfg: TrainConfig) -> None:
+    """A local `data` folder or `init_from` run dir that is not there, said before a script
+    imports TensorFlow; what they must hold is checked where they are read."""
     if cfg.data and not is_url(cfg.data) and not Path(cfg.data).exists():
         raise UserError(f"--data {cfg.data}: no such folder")
+    if cfg.init_from and not Path(cfg.init_from).is_dir():
+        raise UserError(f"--init-from {cfg.init_from}: no such run dir")
 
 
 def parse_set(items: list[str]) -> dict[str, str]:

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 from app.cli import lasting_imports
-from app.config import FIELDS, TrainConfig, check_data_exists, load_config, parse_set
+from app.config import FIELDS, TrainConfig, check_paths_exist, load_config, parse_set
 
 FLAG_KEYS = [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["flag"]]
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> None:
     overrides = parse_set(args.set)  # a bad --set or --config is said before TensorFlow's seconds of import
     overrides.update({key: getattr(args, key) for key in FLAG_KEYS if getattr(args, key) is not None})
     cfg = load_config(args.config, overrides)
-    check_data_exists(cfg)
+    check_paths_exist(cfg)
     with lasting_imports():
         from app.training.report import format_result
         from app.training.train import train_main

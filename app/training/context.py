@@ -23,6 +23,7 @@ from app.models.classifier import Classifier, build_classifier
 from app.models.pretrained import load_pretrained_backbone
 from app.run_dir import DATASET_FACT, RunDir, check_run_state, prepare_run_dir, validate_run_dir
 from app.training.history import History
+from app.training.init_from import Start, check_start, start_from
 from app.training.phase import PhaseFiles
 from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
 
@@ -46,6 +47,7 @@ class Context:
     phase1_reason: str  # why, for the log
     jit_compile: bool  # XLA-compile the train step (see xla_mode)
     jit_reason: str  # why, for the log
+    start: Start | None = None  # where --init-from started it
 
     @property
     def augmentation(self) -> Augment:
@@ -166,18 +168,21 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     policy = set_precision(cfg)
     strategy = make_strategy(cfg)
     _check_data(cfg, info, strategy)
+    facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name}
+    if info.side_features:  # the model's side branch is built from them; a resume must see the same
+        facts["side_features"] = info.side_features
+    if info.multi_label:
+        facts["task"] = info.task
+    earlier = check_start(cfg.init_from, facts, info.side_features) if cfg.init_from else None
     keras.utils.set_random_seed(cfg.seed)
     with strategy.scope():
         backbone = load_pretrained_backbone(spec, image_size, cfg.weights)
         clf = build_classifier(
             spec, backbone.model, len(info.classes), image_size, cfg.dropout, info.side_features, info.multi_label
         )
-    facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name, "weights": backbone.weights_used}
+        start = start_from(clf, spec, earlier, info.classes, cfg.dropout) if earlier else None
+    facts["weights"] = backbone.weights_used
     facts[DATASET_FACT] = dataset_fingerprint(cfg.data)  # a resume on other data is refused
-    if info.side_features:  # the model's side branch is built from them; a resume must see the same
-        facts["side_features"] = info.side_features
-    if info.multi_label:
-        facts["task"] = info.task
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
     cached_phase1, phase1_reason = phase1_mode(cfg, strategy, feature_cache_bytes(cfg, info, clf))
     jit_compile, jit_reason = xla_mode(cfg)
@@ -197,6 +202,7 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
         phase1_reason=phase1_reason,
         jit_compile=jit_compile,
         jit_reason=jit_reason,
+        start=start,
     )
 
 

@@ -205,6 +205,7 @@ def _run_facts(ctx: Context) -> dict:
         "image_size": ctx.image_size,
         "classes": ctx.info.classes,
         "phase1_mode": "features" if ctx.cached_phase1 else "images",
+        **({"init_from": ctx.start.to_dict()} if ctx.start else {}),
     }
 
 
