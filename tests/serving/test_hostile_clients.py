@@ -50,6 +50,14 @@ async def classify_ok(port: int) -> int:
             return resp.status
 
 
+def classify_head(content_length: int) -> bytes:
+    """A :classify request's headers, its body yet to come."""
+    return (
+        b"POST /v1/models/pets:classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+        b"Content-Length: %d\r\n\r\n" % content_length
+    )
+
+
 async def trickle(writer: asyncio.StreamWriter, data: bytes, seconds_per_byte: float) -> float:
     """Send `data` a byte at a time; → seconds until the server stopped taking it (or all was sent)."""
     start = time.monotonic()
@@ -80,10 +88,7 @@ def test_headers_sent_a_byte_at_a_time_are_cut_off_while_a_normal_client_is_serv
 def test_a_body_sent_a_byte_at_a_time_gets_408_and_its_connection_closed(tmp_path: Path):
     async def scenario(port: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            b"POST /v1/models/pets:classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
-            b"Content-Length: 400\r\n\r\n"
-        )
+        writer.write(classify_head(content_length=400))
         slow = asyncio.create_task(trickle(writer, b"x" * 400, 0.05))  # would take 20 s
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert answer.startswith(b"HTTP/1.1 408 ") and b"Connection: close" in answer
@@ -130,10 +135,7 @@ def test_a_burst_of_connections_is_held_to_the_limit(tmp_path: Path):
 def test_a_body_declared_over_the_limit_is_refused_before_any_of_it_is_sent(tmp_path: Path):
     async def scenario(port: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            b"POST /v1/models/pets:classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
-            b"Content-Length: 1000000000\r\n\r\n"
-        )  # and not one byte of the gigabyte
+        writer.write(classify_head(content_length=10**9))  # and not one byte of the gigabyte
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         assert answer.startswith(b"HTTP/1.1 413 ")
         assert b"request body too large (limit 1000 bytes)" in await asyncio.wait_for(reader.read(200), 5)
