@@ -101,3 +101,20 @@ def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: {message.format(tmp=tmp_path)}") and done.stderr.count("\n") == 1
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_before_tensorflow(tmp_path: Path):
+    import socket
+
+    (tmp_path / "shapes" / "1").mkdir(parents=True)
+    (tmp_path / "shapes" / "1" / "saved_model.pb").write_bytes(b"")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-c", WITHOUT_TENSORFLOW, "serve", str(tmp_path / "shapes"), "--port", str(port)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use)\n"

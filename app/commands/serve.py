@@ -24,6 +24,7 @@ from pathlib import Path
 from app.cli import lasting_imports
 from app.errors import UserError
 from app.export import layout
+from app.net import check_bindable
 
 HELP = "serve an exported model over TF Serving's REST API, with an image-upload endpoint and a page"
 
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> None:
         if not value > 0:
             raise UserError(f"{flag} must be > 0, got {value}")
     layout.served_versions(args.model_dir)  # a wrong folder is said before TensorFlow's seconds of import
+    check_bindable(args.host, args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     with lasting_imports():
         from app.serving.batcher import Batcher

@@ -24,7 +24,7 @@ import binascii
 import json
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from html import escape
@@ -67,7 +67,6 @@ HEADER_POOL = web.AppKey("header_pool", ThreadPoolExecutor)
 CHECKING = web.AppKey("checking", list)  # [instances in header checks], counted against the queue limit
 EXPLAINERS = web.AppKey("explainers", dict)  # version → PhotoExplainer, built on the first :explain
 EXPLAINERS_LOCK = web.AppKey("explainers_lock", object)
-RELEASER = web.AppKey("releaser", asyncio.Task)
 INSTANCES = web.RequestKey("instances", int)  # for the access log
 
 
@@ -503,11 +502,18 @@ async def errors_as_json(request: web.Request, handler):
         raise
 
 
-async def _release_memory_every(app: web.Application, seconds: float) -> None:
-    """Big bodies fragment the heap; without this the server keeps their memory (app.serving.memory)."""
-    loop = asyncio.get_running_loop()
-    while await asyncio.sleep(seconds, result=True):
-        await loop.run_in_executor(app[HEADER_POOL], release_free_memory)
+async def _releasing_memory(app: web.Application) -> AsyncIterator[None]:
+    """While the server runs: freed memory handed back every RELEASE_SECONDS. Big bodies fragment
+    the heap; without this the server keeps their memory (app.serving.memory)."""
+
+    async def every() -> None:
+        loop = asyncio.get_running_loop()
+        while await asyncio.sleep(RELEASE_SECONDS, result=True):
+            await loop.run_in_executor(app[HEADER_POOL], release_free_memory)
+
+    task = asyncio.create_task(every())
+    yield
+    task.cancel()
 
 
 def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> web.Application:
@@ -535,14 +541,13 @@ def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> 
         check_size(tiny_jpeg(), limits.max_megapixels)  # traces the header check before the first request
         await batcher.start()
         store.start()
-        app[RELEASER] = asyncio.create_task(_release_memory_every(app, RELEASE_SECONDS))
 
     async def on_cleanup(app: web.Application) -> None:  # after in-flight requests have been answered
-        app[RELEASER].cancel()
         store.stop()
         await batcher.stop()
         app[HEADER_POOL].shutdown(wait=False)
 
     app.on_startup.append(on_startup)
+    app.cleanup_ctx.append(_releasing_memory)
     app.on_cleanup.append(on_cleanup)
     return app

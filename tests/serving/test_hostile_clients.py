@@ -184,3 +184,28 @@ def test_chunked_bodies_over_the_limit_get_413_and_leave_no_memory_behind(tmp_pa
         assert await classify_ok(port) == 200
 
     run_server(tmp_path, scenario, max_body_bytes=4 * 2**20)
+
+
+def test_the_server_hands_freed_memory_back_while_it_runs_and_stops_with_it(tmp_path: Path, monkeypatch):
+    from app.serving import rest
+
+    calls = []
+    monkeypatch.setattr(rest, "RELEASE_SECONDS", 0.01)
+    monkeypatch.setattr(rest, "release_free_memory", lambda: calls.append(time.monotonic()) or True)
+
+    async def scenario(port: int) -> None:
+        await asyncio.sleep(0.3)
+        assert len(calls) >= 5
+
+    run_server(tmp_path, scenario)
+    stopped = len(calls)
+    time.sleep(0.1)
+    assert len(calls) == stopped
+
+
+def test_on_glibc_freed_memory_is_handed_back():
+    import platform
+
+    from app.serving.memory import release_free_memory
+
+    assert release_free_memory() is (platform.libc_ver()[0] == "glibc")
