@@ -145,7 +145,10 @@ def incomplete_file(version: Path, metadata: dict | None = None) -> str | None:
     or None when they are as exported. A version exported without the list of files (before it
     existed, or not by photoclf) is checked for its assets only."""
     version = Path(version)
-    metadata = read_metadata(version) if metadata is None else metadata
+    try:
+        metadata = read_metadata(version) if metadata is None else metadata
+    except ValueError:  # cut short or not UTF-8: still being copied, or damaged
+        return f"{ASSETS}/{METADATA_FILE} cannot be read"
     for name, expected in (metadata.get(FILES_KEY) or {}).items():
         path = version / name
         if not path.is_file():

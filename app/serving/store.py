@@ -7,7 +7,8 @@ A background thread polls for new numeric version folders and loads a new one co
 before swapping it in, once its files match the sizes and SHA-256 sums the exporter listed and
 every asset its SavedModel names is there (a version still being copied, or damaged, is refused
 and the last good one keeps serving); requests already running keep the version they started
-with, so a swap drops nothing. Folders whose names are not numbers (the exporter's hidden temp dirs) are ignored.
+with, so a swap drops nothing. Folders whose names are not numbers (the exporter's hidden temp
+dirs) are ignored.
 """
 
 from __future__ import annotations

@@ -80,3 +80,13 @@ def test_a_version_without_its_assets_is_refused_even_without_a_list_of_files(tm
     store.poll_once()
     assert store.current.version == 1
     assert "assets/" in caplog.text and "is missing" in caplog.text
+
+
+def test_at_start_a_newest_version_whose_metadata_is_cut_short_is_passed_over(tmp_path: Path, caplog):
+    good = _export(tmp_path)
+    copying = good.parent / "2"
+    shutil.copytree(good, copying)
+    metadata = copying / "assets" / "metadata.json"
+    metadata.write_bytes(metadata.read_bytes()[:20])
+    assert ModelStore(good.parent, runtime="tf").current.version == 1
+    assert "assets/metadata.json cannot be read" in caplog.text
