@@ -43,8 +43,8 @@ class TrainConfig:
     image_size: int = _key(0, "input size in pixels; 0 = the backbone's default", flag=True)
     init_from: str = _key(
         "",
-        "an earlier run dir to start from (its kept weights); with more classes the old classes' rows of"
-        " the classification layer are kept and the new ones start fresh",
+        "an earlier run dir to start from (its kept weights); with more classes the old classes' weights"
+        " in the classification layer are kept and the new ones start fresh",
         flag=True,
     )
     dropout: float = _key(0.2, "dropout before the logits layer")

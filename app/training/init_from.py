@@ -1,9 +1,10 @@
 """Start a run from an earlier run's kept weights (`--init-from RUN_DIR`, config `init_from`).
 
 Users grow a dataset rather than start over: with the same classes a run starts where the earlier
-one ended; with more classes the old classes' rows of the classification layer are kept and the
-new ones start fresh; a class the earlier run knew that the data no longer has is refused before
-anything is built (its row would be trained towards nothing, silently).
+one ended; with more classes the old classes' weights in the classification layer (their kernel
+columns and biases) are kept and the new ones start fresh; a class the earlier run knew that the
+data no longer has is refused before anything is built (its output would be trained towards
+nothing, silently).
 """
 
 from __future__ import annotations
