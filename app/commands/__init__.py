@@ -25,6 +25,7 @@ COMMANDS = (
     "export",
     "serve",
     "predict",
+    "review",
     "compare-backbones",
     "data-service",
     "merge",

@@ -215,23 +215,32 @@ def _manifest_rows(csv_path: Path) -> list[list[str]]:
         raise UserError(f"{csv_path}: not a readable CSV ({err})") from None
 
 
+def read_manifest_table(csv_path: Path) -> tuple[list[str], list[list[str]]]:
+    """A manifest's header and rows (blank ones as []), checked as the converter checks them
+    before it looks at any file: UTF-8, the header, each row's number of columns."""
+    rows = _manifest_rows(csv_path)
+    if not rows:
+        raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'")
+    _manifest_header(csv_path, rows[0])
+    for line_no, row in enumerate(rows[1:], start=2):
+        if row and len(row) != len(rows[0]):
+            raise UserError(f"{csv_path}:{line_no}: expected {len(rows[0])} columns, got {len(row)}")
+    return rows[0], rows[1:]
+
+
 def _from_manifest(
     csv_path: Path, skipped: list[dict[str, str]], columns: tuple[Column, ...] = (), multi_label: bool = False
 ) -> tuple[Manifest, bool, dict[Path, tuple[str, ...]]]:
     """Returns {split: {class: paths}} (split '' when the manifest has no split column), whether
     it has a split column, and each path's side-feature cells."""
-    rows = _manifest_rows(csv_path)
-    if not rows:
-        raise UserError(f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'")
-    has_split, keep_at = _manifest_header(csv_path, rows[0])
-    side_at = _side_columns_at(csv_path, rows[0], columns)
+    header, rows = read_manifest_table(csv_path)
+    has_split, keep_at = _manifest_header(csv_path, header)
+    side_at = _side_columns_at(csv_path, header, columns)
     by_split: Manifest = {}
     cells: dict[Path, tuple[str, ...]] = {}
-    for line_no, row in enumerate(rows[1:], start=2):
+    for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
-        if len(row) != len(rows[0]):
-            raise UserError(f"{csv_path}:{line_no}: expected {len(rows[0])} columns, got {len(row)}")
         named = csv_path.parent / row[0].strip()
         label = _label_key(row[1].strip(), multi_label, f"{csv_path}:{line_no}")
         split = row[2].strip() if has_split else ""

@@ -9,8 +9,6 @@ stops the run. The output is written to a temp name and renamed when complete.
 from __future__ import annotations
 
 import csv
-import glob
-import io
 import json
 import os
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from tqdm import tqdm
 
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
-from app.data.sources import list_files
+from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export import layout
 from app.serving.runtime import above_threshold, answers_or_reasons, load_runtime
@@ -39,35 +37,6 @@ class PredictionSummary:
     runtime: str = ""
 
 
-def _from_list(list_file: Path) -> list[Path]:
-    """A .txt (one path per line) or .csv (a `path` column, else the first) of paths, relative
-    to the list's own folder unless absolute."""
-    text = list_file.read_text()
-    if list_file.suffix.lower() == ".csv":
-        rows = list(csv.reader(io.StringIO(text)))
-        column = rows[0].index("path") if rows and "path" in rows[0] else 0
-        names = [r[column] for r in rows[1 if rows and "path" in rows[0] else 0 :] if r]
-    else:
-        names = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    return [p if p.is_absolute() else list_file.parent / p for p in map(Path, names)]
-
-
-def list_inputs(source: str) -> list[Path]:
-    """A folder (recursively, hidden files skipped), a glob pattern, or a .txt/.csv list of paths."""
-    path = Path(source)
-    if path.is_dir():
-        files = list_files(path)
-    elif path.is_file():
-        files = _from_list(path)
-    elif glob.has_magic(source):
-        files = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
-    else:
-        raise UserError(f"INPUT {source}: no such folder, list file or matching glob")
-    if not files:
-        raise UserError(f"INPUT {source}: no files to predict")
-    return files
-
-
 def _read(path: Path) -> bytes | str:
     try:
         return path.read_bytes()
@@ -75,7 +44,7 @@ def _read(path: Path) -> bytes | str:
         return f"cannot read: {err.strerror or err}"
 
 
-def _batches(paths: list[Path], batch_size: int) -> Iterator[list[tuple[Path, bytes | str]]]:
+def read_batches(paths: list[Path], batch_size: int) -> Iterator[list[tuple[Path, bytes | str]]]:
     """Reads one batch ahead on a thread, so disk and model overlap."""
     chunks = [paths[i : i + batch_size] for i in range(0, len(paths), batch_size)]
 
@@ -217,7 +186,7 @@ def predict_files(
     root = _common_root(paths, source)
     rows: list[dict] = []
     with tqdm(total=len(paths), unit="img", desc="Predicting", dynamic_ncols=True) as bar:
-        for batch in _batches(paths, batch_size):
+        for batch in read_batches(paths, batch_size):
             batch_rows = _rows(batch, model, classes, top_k, limit, thresholds)
             if explainer is not None:
                 _explain(explainer, batch, batch_rows, classes, root)

@@ -77,7 +77,7 @@ def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
     with pytest.raises(UserError, match="does not exist"):
         predict_files(trained_run, str(tmp_path), tmp_path / "no" / "p.csv")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="no files to predict"):
+    with pytest.raises(UserError, match="no files in it"):
         predict_files(trained_run, str(tmp_path / "empty"), tmp_path / "p.csv")
 
 

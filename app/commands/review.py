@@ -1,0 +1,104 @@
+"""Label the unlabelled photos that would help the model most, on a local page.
+
+    photoclf review runs/photos ~/new_photos                      # http://127.0.0.1:8502/
+    photoclf review runs/photos ~/new_photos --manifest data/more.csv
+    photoclf review runs/photos ~/new_photos --top 20             # print the queue, serve nothing
+
+Every photo goes through the model once. Those it is least sure of come first (the smallest
+margin between its top two classes, or --by entropy; a photo it calls "none of these" counts as
+the least sure), and of a burst of near-identical photos only one comes early. The page shows
+them in batches with the model's guess: Enter accepts it, 1-9 or the list pick another class,
+S skips, N says "not any class", all by keyboard or mouse. Each answer is added to the manifest
+at once (path,label[,split],keep; a temp file renamed): `photoclf convert MANIFEST OUT` reads it,
+leaving out "not any class" photos. Photos the manifest already holds are not asked again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.cli import lasting_imports
+from app.data.photo_lists import list_inputs
+from app.errors import UserError
+from app.export.layout import resolve_model_dir
+from app.net import check_bindable
+from app.review.answers import Answers
+from app.review.model import check_reviewable
+
+HELP = "label the unlabelled photos that would help the model most, on a local page"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
+    p.add_argument("unlabelled", help="folder of photos (searched recursively), glob, or .txt/.csv list of paths")
+    p.add_argument(
+        "--manifest",
+        type=Path,
+        default=Path("review.csv"),
+        help="CSV the answers are added to; an existing manifest keeps its columns (default review.csv)",
+    )
+    p.add_argument("--by", choices=["margin", "entropy"], default="margin", help="uncertainty measure (default margin)")
+    p.add_argument("--top", type=int, default=0, help="print the first N of the queue and exit, serving nothing")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8502, help="port (default 8502)")
+    p.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
+    p.add_argument(
+        "--runtime",
+        choices=["auto", "tf", "litert"],
+        default="auto",
+        help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)",
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.top < 0 or args.batch_size < 1:
+        raise UserError("--top must be >= 0 and --batch-size >= 1")
+    version = resolve_model_dir(args.model_dir)
+    if not args.top:
+        check_bindable(args.host, args.port)
+    answers = Answers.open(args.manifest)  # a manifest the converter would refuse is said here
+    check_reviewable(version)
+    reviewed = answers.reviewed()
+    photos = [p for p in list_inputs(args.unlabelled, "UNLABELLED") if p.resolve() not in reviewed]
+    if not photos:
+        raise UserError(f"{args.unlabelled}: every photo is already in {args.manifest}; nothing to review")
+    print(f"{len(reviewed)} photo(s) already in {args.manifest}; ranking {len(photos)}")
+    _review(args, version, answers, photos)
+
+
+def _review(args: argparse.Namespace, version: Path, answers: Answers, photos: list[Path]) -> None:
+    with lasting_imports():
+        from app.review.queue import rank_photos
+
+    queue = rank_photos(version, photos, runtime=args.runtime, method=args.by, batch_size=args.batch_size)
+    for row in queue.failed:
+        print(f"  not a photo the model reads: {row['path']}: {row['error']}")
+    if args.top:
+        for candidate in queue.candidates[: args.top]:
+            guesses = ", ".join(f"{label} {score:.2f}" for label, score in candidate.guesses)
+            flag = " (none of these)" if candidate.unknown else ""
+            print(f"{candidate.priority:.3f}  {candidate.path}  {guesses}{flag}")
+        return
+    _serve(args, queue, answers)
+
+
+def _serve(args: argparse.Namespace, queue, answers: Answers) -> None:
+    from app.review.server import Review, make_app
+    from app.serving.connections import serve
+
+    root = Path(args.unlabelled) if Path(args.unlabelled).is_dir() else Path.cwd()
+    review = Review(queue, answers, root)
+    serve(
+        make_app(review),
+        args.host,
+        args.port,
+        max_connections=64,
+        client_timeout=20.0,
+        on_started=lambda: print(
+            f"{len(queue.candidates)} photo(s) to review at http://{args.host}:{args.port}/;"
+            f" answers go to {answers.path} (Ctrl-C to stop)",
+            flush=True,
+        ),
+    )
+    print(f"{review.answered} answered, {review.skipped} skipped → {answers.path}")

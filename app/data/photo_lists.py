@@ -1,0 +1,45 @@
+"""Which photo files a command was pointed at: a folder, a glob or a list of paths.
+
+Used by the commands that take photos without labels (`predict`, `review`); TensorFlow-free, so
+a wrong INPUT is said before seconds of import.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+from pathlib import Path
+
+from app.data.sources import list_files
+from app.errors import UserError
+
+
+def _from_list(list_file: Path) -> list[Path]:
+    """A .txt (one path per line) or .csv (a `path` column, else the first) of paths, relative
+    to the list's own folder unless absolute."""
+    text = list_file.read_text()
+    if list_file.suffix.lower() == ".csv":
+        rows = list(csv.reader(io.StringIO(text)))
+        column = rows[0].index("path") if rows and "path" in rows[0] else 0
+        names = [r[column] for r in rows[1 if rows and "path" in rows[0] else 0 :] if r]
+    else:
+        names = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return [p if p.is_absolute() else list_file.parent / p for p in map(Path, names)]
+
+
+def list_inputs(source: str, flag: str = "INPUT") -> list[Path]:
+    """A folder (recursively, hidden files skipped), a glob pattern, or a .txt/.csv list of paths;
+    none is an error naming `flag`."""
+    path = Path(source)
+    if path.is_dir():
+        files = list_files(path)
+    elif path.is_file():
+        files = _from_list(path)
+    elif glob.has_magic(source):
+        files = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
+    else:
+        raise UserError(f"{flag} {source}: no such folder, list file or matching glob")
+    if not files:
+        raise UserError(f"{flag} {source}: no files in it")
+    return files

@@ -1,0 +1,71 @@
+"""The review's answers, kept as a manifest that `photoclf convert` reads.
+
+Each answer is a row: the photo's path (relative to the manifest's folder, as the converter
+resolves it) and its label. A photo that is none of the classes gets `keep` = false, so the
+converter lists it as left out and never makes a class of it; a skipped photo gets no row and
+is asked again next time. An existing manifest keeps its own columns: a new row's `split` is
+train (photos chosen for being hard are no random sample, so the evaluation splits stay as they
+were), its other columns empty. A new manifest is `path,label,keep`: the converter splits it.
+The whole file is written to a temp name and renamed at every answer: a crash loses at most the
+answer being written, never the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from app import storage
+from app.data.sources import KEEP_COLUMN, read_manifest_table
+from app.errors import UserError
+
+NOT_ANY_CLASS = "(not any class)"  # the label cell of a photo that is none of the classes
+NEW_HEADER = ("path", "label", KEEP_COLUMN)
+REVIEWED_SPLIT = "train"
+
+
+@dataclass
+class Answers:
+    path: Path
+    header: list[str]
+    rows: list[list[str]]
+
+    @classmethod
+    def open(cls, path: Path) -> Answers:
+        """The manifest at `path`, or a new one; one that the converter would refuse is refused here."""
+        if not path.parent.is_dir():
+            raise UserError(f"--manifest {path}: folder {path.parent} does not exist")
+        if path.is_dir():
+            raise UserError(f"--manifest {path}: is a folder; name a .csv file")
+        if not path.exists():
+            return cls(path, list(NEW_HEADER), [])
+        header, rows = read_manifest_table(path)
+        return cls(path, [h.strip() for h in header], [r for r in rows if r])
+
+    def reviewed(self) -> set[Path]:
+        """Every photo the manifest already names, resolved as the converter resolves it."""
+        return {(self.path.parent / row[0].strip()).resolve() for row in self.rows}
+
+    def record(self, photo: Path, label: str | None) -> None:
+        """Adds the answer for `photo`: a class, or None for "not any class"; then writes the file."""
+        if label is None and KEEP_COLUMN not in self.header:
+            self.header.append(KEEP_COLUMN)
+            self.rows = [[*row, "true"] for row in self.rows]
+        cells = {
+            "path": os.path.relpath(photo.resolve(), self.path.parent.resolve()),
+            "label": NOT_ANY_CLASS if label is None else label,
+            "split": REVIEWED_SPLIT,
+            KEEP_COLUMN: "false" if label is None else "true",
+        }
+        self.rows.append([cells.get(name, "") for name in self.header])
+        self._write()
+
+    def _write(self) -> None:
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(self.header)
+        writer.writerows(self.rows)
+        storage.write_text_atomic(self.path, text.getvalue())

@@ -1,0 +1,168 @@
+"""The review page and its small JSON API, on this machine only by default.
+
+    GET  /                  the page (page.html)
+    GET  /api/state         classes, counts, the manifest's path
+    GET  /api/batch?size=N  the next N photos to ask about, in the queue's order
+    GET  /api/photo/ID      a queued photo's bytes (only queued photos, by number: no paths)
+    POST /api/answer        {"id": ID, "label": CLASS} or {"id": ID, "action": "skip" | "not_any_class"}
+
+A photo answered or skipped is not handed out again while the server runs; answers go to the
+manifest at once (answers.py), so stopping the server loses nothing.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from aiohttp import web
+
+from app.errors import UserError
+from app.review.answers import Answers
+from app.review.queue import Queue
+
+ACTIONS = ("skip", "not_any_class")
+MAX_BATCH = 100
+
+
+@dataclass
+class Review:
+    queue: Queue
+    answers: Answers
+    root: Path  # photos are shown by their path relative to this folder
+    done: set[int] = field(default_factory=set)  # answered or skipped since the server started
+    answered: int = 0
+    skipped: int = 0
+
+    def remaining(self) -> int:
+        return len(self.queue.candidates) - len(self.done)
+
+    def counts(self) -> dict:
+        return {"remaining": self.remaining(), "answered": self.answered, "skipped": self.skipped}
+
+
+REVIEW = web.AppKey("review", Review)
+
+
+def _shown_path(review: Review, path: Path) -> str:
+    try:
+        return str(path.relative_to(review.root))
+    except ValueError:
+        return str(path)
+
+
+async def page(request: web.Request) -> web.Response:
+    html = resources.files("app.review").joinpath("page.html").read_text()
+    return web.Response(text=html, content_type="text/html")
+
+
+async def state(request: web.Request) -> web.Response:
+    review = request.app[REVIEW]
+    return web.json_response(
+        {
+            "classes": review.queue.classes,
+            "manifest": str(review.answers.path),
+            "total": len(review.queue.candidates),
+            "unreadable": len(review.queue.failed),
+            **review.counts(),
+        }
+    )
+
+
+async def batch(request: web.Request) -> web.Response:
+    review = request.app[REVIEW]
+    try:
+        size = int(request.query.get("size", "12"))
+    except ValueError:
+        raise web.HTTPBadRequest(reason="size must be a whole number") from None
+    if not 1 <= size <= MAX_BATCH:
+        raise web.HTTPBadRequest(reason=f"size must be 1 to {MAX_BATCH}")
+    photos = []
+    for i, candidate in enumerate(review.queue.candidates):
+        if len(photos) == size:
+            break
+        if i not in review.done:
+            photos.append(
+                {
+                    "id": i,
+                    "name": _shown_path(review, candidate.path),
+                    "guesses": [{"label": label, "score": score} for label, score in candidate.guesses],
+                    "unknown": candidate.unknown,
+                    "priority": round(candidate.priority, 4),
+                }
+            )
+    return web.json_response({"photos": photos, **review.counts()})
+
+
+def _candidate_id(review: Review, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(review.queue.candidates):
+        raise web.HTTPNotFound(reason=f"no queued photo {value!r}")
+    return value
+
+
+async def photo(request: web.Request) -> web.StreamResponse:
+    review = request.app[REVIEW]
+    try:
+        index = _candidate_id(review, int(request.match_info["id"]))
+    except ValueError:
+        raise web.HTTPNotFound(reason="no such photo") from None
+    path = review.queue.candidates[index].path
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise web.HTTPGone(reason=f"{path.name}: {err.strerror or err}") from None
+    content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return web.Response(body=data, content_type=content_type, headers={"X-Content-Type-Options": "nosniff"})
+
+
+async def answer(request: web.Request) -> web.Response:
+    review = request.app[REVIEW]
+    try:
+        body = await request.json()
+    except ValueError:
+        raise web.HTTPBadRequest(reason="the body must be JSON") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(reason="the body must be a JSON object")
+    index = _candidate_id(review, body.get("id"))
+    label, action = body.get("label"), body.get("action")
+    if (label is None) == (action is None):
+        raise web.HTTPBadRequest(reason='give either "label" or "action"')
+    if label is not None and label not in review.queue.classes:
+        raise web.HTTPBadRequest(reason=f"label {label!r} is not one of the model's classes")
+    if action is not None and action not in ACTIONS:
+        raise web.HTTPBadRequest(reason=f"action must be one of {ACTIONS}")
+    if index in review.done:
+        raise web.HTTPConflict(reason=f"photo {index} is already answered")
+    if action == "skip":
+        review.skipped += 1
+    else:
+        try:
+            review.answers.record(review.queue.candidates[index].path, label)
+        except UserError as err:  # the disk is full: the manifest is as it was, the photo stays queued
+            raise web.HTTPInsufficientStorage(reason=str(err)) from None
+        review.answered += 1
+    review.done.add(index)
+    return web.json_response(review.counts())
+
+
+@web.middleware
+async def errors_as_json(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        return web.json_response({"error": err.reason}, status=err.status)
+
+
+def make_app(review: Review) -> web.Application:
+    app = web.Application(middlewares=[errors_as_json], client_max_size=64 * 1024)
+    app[REVIEW] = review
+    app.router.add_get("/", page)
+    app.router.add_get("/api/state", state)
+    app.router.add_get("/api/batch", batch)
+    app.router.add_get("/api/photo/{id}", photo)
+    app.router.add_post("/api/answer", answer)
+    return app

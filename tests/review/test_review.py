@@ -1,0 +1,141 @@
+"""`photoclf review`: the queue from a real (tiny) export, the page's API, and bad input in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from app.export.layout import metadata_path, resolve_model_dir
+from app.review.answers import NOT_ANY_CLASS, Answers
+from app.review.queue import rank_photos
+from app.review.server import Review, make_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def unlabelled(demo_images: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three photos of each shape, and a burst: four copies of one more."""
+    folder = tmp_path_factory.mktemp("unlabelled")
+    for shape in ("circle", "square", "star", "triangle"):
+        for photo in sorted((demo_images / shape).glob(f"{shape}_*.jpg"))[:3]:
+            shutil.copy(photo, folder / photo.name)
+    burst = sorted((demo_images / "star").glob("star_*.jpg"))[5]
+    for i in range(4):
+        shutil.copy(burst, folder / f"burst_{i}.jpg")
+    (folder / "notes.txt").write_text("not a photo")
+    return folder
+
+
+def test_the_queue_asks_the_least_sure_first_and_one_photo_of_a_burst_early(trained_run: Path, unlabelled: Path):
+    photos = sorted(p for p in unlabelled.iterdir())
+    queue = rank_photos(resolve_model_dir(trained_run), photos)
+    assert [Path(f["path"]).name for f in queue.failed] == ["notes.txt"]
+    assert len(queue.candidates) == 16 and queue.classes == ["circle", "square", "star", "triangle"]
+    burst_places = [i for i, c in enumerate(queue.candidates) if c.path.name.startswith("burst_")]
+    assert burst_places[1:] == [13, 14, 15]  # three copies wait behind every other photo
+    front = queue.candidates[:13]
+    assert [c.priority for c in front] == sorted((c.priority for c in front), reverse=True)
+    for c in queue.candidates:
+        assert c.guesses[0][1] >= c.guesses[1][1] >= c.guesses[2][1] and c.unknown is not None
+
+
+def _call(app, calls):
+    async def go():
+        async with TestClient(TestServer(app)) as client:
+            out = []
+            for method, path, body in calls:
+                response = await client.request(method, path, data=body)
+                out.append((response.status, await response.read()))
+            return out
+
+    return asyncio.run(go())
+
+
+def test_the_pages_api_hands_out_batches_and_writes_each_answer(trained_run: Path, unlabelled: Path, tmp_path: Path):
+    photos = sorted(p for p in unlabelled.iterdir() if p.suffix == ".jpg")
+    queue = rank_photos(resolve_model_dir(trained_run), photos)
+    manifest = tmp_path / "review.csv"
+    review = Review(queue, Answers.open(manifest), unlabelled)
+    first, second, third = (json.dumps({"id": i, **a}) for i, a in enumerate(
+        [{"label": "star"}, {"action": "not_any_class"}, {"action": "skip"}]))  # fmt: skip
+    results = _call(
+        make_app(review),
+        [
+            ("GET", "/api/state", None),
+            ("GET", "/api/batch?size=5", None),
+            ("GET", "/api/photo/0", None),
+            ("POST", "/api/answer", first),
+            ("POST", "/api/answer", second),
+            ("POST", "/api/answer", third),
+            ("GET", "/api/batch?size=5", None),
+            ("POST", "/api/answer", first),
+            ("POST", "/api/answer", json.dumps({"id": 4, "label": "hexagon"})),
+            ("POST", "/api/answer", json.dumps({"id": 99, "label": "star"})),
+            ("POST", "/api/answer", "{not json"),
+            ("GET", "/api/photo/../../etc/passwd", None),
+            ("GET", "/api/batch?size=0", None),
+        ],
+    )
+    state, batch, photo, *answered, later = (json.loads(b) if i != 2 else b for i, (_, b) in enumerate(results[:7]))
+    assert state["classes"] == queue.classes and state["remaining"] == 16
+    assert [p["id"] for p in batch["photos"]] == [0, 1, 2, 3, 4]
+    assert batch["photos"][0]["name"] == queue.candidates[0].path.name
+    assert photo == queue.candidates[0].path.read_bytes()
+    assert answered[-1] == {"remaining": 13, "answered": 2, "skipped": 1}
+    assert [p["id"] for p in later["photos"]] == [3, 4, 5, 6, 7]  # answered and skipped photos are not asked again
+    assert [status for status, _ in results[7:]] == [409, 400, 404, 400, 404, 400]
+    assert "hexagon" in json.loads(results[8][1])["error"]
+    with manifest.open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows == [
+        ["path", "label", "keep"],
+        [os.path.relpath(queue.candidates[0].path, tmp_path), "star", "true"],
+        [os.path.relpath(queue.candidates[1].path, tmp_path), NOT_ANY_CLASS, "false"],
+    ]
+
+
+WITHOUT_TENSORFLOW = """
+import sys
+sys.modules["tensorflow"] = None
+from app.commands import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["{tmp}/nowhere", "{tmp}/photos"], "{tmp}/nowhere: no SavedModel found"),
+        (["{tmp}/m/1", "{tmp}/photos/*.png"], "UNLABELLED {tmp}/photos/*.png: no files in it"),
+        (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/bad.csv"], "{tmp}/bad.csv: the first line must be"),
+        (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/no/r.csv"], "--manifest {tmp}/no/r.csv: folder"),
+        (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/done.csv"], "{tmp}/photos: every photo is already in"),
+        (["{tmp}/multi/1", "{tmp}/photos"], "{tmp}/multi/1: a multi-label model"),
+    ],
+)
+def test_bad_input_is_one_line_before_tensorflow(tmp_path: Path, args: list[str], message: str):
+    for name, metadata in (("m", {}), ("multi", {"thresholds": [0.5, 0.5]})):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "saved_model.pb").write_bytes(b"")
+        metadata_path(tmp_path / name / "1").parent.mkdir()
+        metadata_path(tmp_path / name / "1").write_text(json.dumps(metadata))
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "a.jpg").write_bytes(b"\xff\xd8")
+    (tmp_path / "bad.csv").write_text("file,class\n")
+    (tmp_path / "done.csv").write_text("path,label\nphotos/a.jpg,cat\n")
+    filled = [a.format(tmp=tmp_path) for a in ["review", *args, "--top", "3"]]
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TENSORFLOW, *filled], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {message.format(tmp=tmp_path)}") and done.stderr.count("\n") == 1
