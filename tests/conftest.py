@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,28 @@ def registry_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) -
         )
     )
     return run
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+DRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium through selenium; skipped, saying why, where it is not installed (failed
+    under PHOTOCLF_REQUIRE_BROWSER, as in CI, where a skip would hide a missing check)."""
+    if not (CHROMIUM and DRIVER):
+        missing = "no Chromium/chromedriver installed (Debian: apt-get install chromium chromium-driver)"
+        if os.environ.get("PHOTOCLF_REQUIRE_BROWSER"):
+            pytest.fail(missing)  # CI installs them: there a skip would hide a missing check
+        pytest.skip(missing)
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is a dev dependency: pip install -e '.[dev]'"
+    )
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=options)
+    yield driver
+    driver.quit()

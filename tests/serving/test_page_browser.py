@@ -5,8 +5,6 @@ Needs Chromium and its driver (Debian: `chromium chromium-driver`; .ci/run insta
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,28 +13,6 @@ from PIL import Image, ImageDraw
 from test_server import Server  # this folder is on sys.path under pytest (rootdir-relative imports)
 
 pytestmark = pytest.mark.slow
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-DRIVER = shutil.which("chromedriver")
-
-
-@pytest.fixture
-def browser():
-    if not (CHROMIUM and DRIVER):
-        missing = "no Chromium/chromedriver installed (Debian: apt-get install chromium chromium-driver)"
-        if os.environ.get("PHOTOCLF_REQUIRE_BROWSER"):
-            pytest.fail(missing)  # CI installs them: there a skip would hide a missing check
-        pytest.skip(missing)
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="selenium is a dev dependency: pip install -e '.[dev]'"
-    )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=options)
-    yield driver
-    driver.quit()
 
 
 def _serve_a_tiny_model(records: Path, tmp_path: Path) -> Server:

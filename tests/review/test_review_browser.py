@@ -1,0 +1,77 @@
+"""The review page in a real browser, by keyboard alone: three photos labelled, the manifest holds them.
+
+Needs Chromium and its driver (Debian: `chromium chromium-driver`; .ci/run installs them).
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_review import unlabelled  # noqa: F401  (the fixture: shapes and a burst)
+
+from app.net import free_port
+from app.review.answers import NOT_ANY_CLASS
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start(trained_run: Path, folder: Path, manifest: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port("127.0.0.1")
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts/review.py"), str(trained_run), str(folder), "--manifest", str(manifest),
+         "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(base + "/api/state", timeout=5).read()
+            return proc, base
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("the review server did not start")
+
+
+def test_three_photos_labelled_by_keyboard_land_in_the_manifest(browser, trained_run: Path, unlabelled, tmp_path):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    folder = tmp_path / "photos"
+    shutil.copytree(unlabelled, folder)
+    manifest = tmp_path / "review.csv"
+    proc, base = _start(trained_run, folder, manifest)
+    try:
+        browser.get(base + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".card.current")) == 1)
+        names = [n.text for n in browser.find_elements(By.CSS_SELECTOR, ".card .name")]
+        guess = browser.find_element(By.CSS_SELECTOR, ".card.current .accept").text.removeprefix("✓ ")
+        body = browser.find_element(By.TAG_NAME, "body")
+        for key, done in ((Keys.ENTER, 1), ("2", 2), ("n", 3)):  # accept the guess, class 2, not any class
+            body.send_keys(key)
+            wait.until(lambda b, d=done: len(b.find_elements(By.CSS_SELECTOR, ".card.done")) == d)
+        wait.until(lambda b: "3 answered" in b.find_element(By.ID, "status").text)
+        assert browser.find_element(By.CSS_SELECTOR, ".card.current .name").text == names[3]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    with manifest.open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows == [
+        ["path", "label", "keep"],
+        [f"photos/{names[0]}", guess, "true"],
+        [f"photos/{names[1]}", "square", "true"],  # classes are listed sorted: circle, square, star, triangle
+        [f"photos/{names[2]}", NOT_ANY_CLASS, "false"],
+    ]
