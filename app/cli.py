@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the CLI
 # ... and its Python INFO lines out of the scripts' INFO logs (they reach them through the root
@@ -67,6 +68,19 @@ def _import_keras() -> None:
     finally:
         if blocked:
             del sys.modules["sklearn"]
+
+
+def add_export_run_flags(parser) -> None:
+    """MODEL_DIR, --batch-size and --runtime: what the commands that run an export over photo
+    files (predict, review) take, spelled once."""
+    parser.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
+    parser.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
+    parser.add_argument(
+        "--runtime",
+        choices=["auto", "tf", "litert"],
+        default="auto",
+        help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)",
+    )
 
 
 def add_weights_and_seeds(parser) -> None:

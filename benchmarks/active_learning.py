@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.cli import run_cli
+from app.cli import add_weights_and_seeds, run_cli
 from app.errors import UserError
 from app.table import format_table, mean_sd
 
@@ -107,8 +107,7 @@ def labels_to_reach(points: list[tuple[int, float]], target: float) -> int | Non
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path, help="photos split into train/ and test/, one subfolder per class")
-    p.add_argument("--weights", default="auto", help="backbone weights: auto, imagenet or a .weights.h5 file")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    add_weights_and_seeds(p)
     p.add_argument("--start", type=int, default=5, help="labelled photos per class at the start (default 5)")
     p.add_argument("--round", type=int, default=50, help="photos labelled per round (default 50)")
     p.add_argument("--rounds", type=int, default=8, help="rounds (default 8)")
@@ -116,8 +115,7 @@ def main() -> None:
     for split in ("train", "test"):
         if not (args.folder / split).is_dir():
             raise UserError(f"{args.folder}: no {split}/ folder; FOLDER must be split into train/ and test/")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    run_benchmark(args.folder, args.weights, seeds, args.start, args.round, args.rounds)
+    run_benchmark(args.folder, args.weights, list(args.seeds), args.start, args.round, args.rounds)
 
 
 def run_benchmark(folder: Path, weights: str, seeds: list[int], start: int, per_round: int, rounds: int) -> dict:

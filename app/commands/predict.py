@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import lasting_imports
+from app.cli import add_export_run_flags, lasting_imports
 from app.errors import UserError
 from app.export.layout import resolve_model_dir
 from app.run_dir import RunDir
@@ -30,7 +30,7 @@ HELP = "predict labels for unlabelled photos with an exported model: CSV or JSON
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
+    add_export_run_flags(p)
     p.add_argument("input", help="folder of photos, glob pattern, or .txt/.csv file of paths")
     p.add_argument(
         "--output",
@@ -40,13 +40,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--format", choices=["csv", "jsonl"], default=None, help="override the format the suffix implies")
     p.add_argument("--top-k", type=int, default=5, help="labels per photo (default 5, at most the classes)")
-    p.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
-    p.add_argument(
-        "--runtime",
-        choices=["auto", "tf", "litert"],
-        default="auto",
-        help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)",
-    )
     p.add_argument(
         "--explain",
         type=Path,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import lasting_imports
+from app.cli import add_export_run_flags, lasting_imports
 from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export.layout import resolve_model_dir
@@ -30,7 +30,7 @@ HELP = "label the unlabelled photos that would help the model most, on a local p
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
+    add_export_run_flags(p)
     p.add_argument("unlabelled", help="folder of photos (searched recursively), glob, or .txt/.csv list of paths")
     p.add_argument(
         "--manifest",
@@ -42,13 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=0, help="print the first N of the queue and exit, serving nothing")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8502, help="port (default 8502)")
-    p.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
-    p.add_argument(
-        "--runtime",
-        choices=["auto", "tf", "litert"],
-        default="auto",
-        help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)",
-    )
 
 
 def run(args: argparse.Namespace) -> None:
