@@ -26,6 +26,8 @@ from app.net import check_bindable
 from app.review.answers import Answers
 from app.review.model import check_reviewable
 
+SHOW_FAILED = 10  # files listed as unreadable; the rest are counted
+
 HELP = "label the unlabelled photos that would help the model most, on a local page"
 
 
@@ -65,8 +67,12 @@ def _review(args: argparse.Namespace, version: Path, answers: Answers, photos: l
         from app.review.queue import rank_photos
 
     queue = rank_photos(version, photos, runtime=args.runtime, method=args.by, batch_size=args.batch_size)
-    for row in queue.failed:
+    if not queue.candidates:
+        raise UserError(f"UNLABELLED {args.unlabelled}: none of its {len(photos)} file(s) is a photo the model reads")
+    for row in queue.failed[:SHOW_FAILED]:
         print(f"  not a photo the model reads: {row['path']}: {row['error']}")
+    if len(queue.failed) > SHOW_FAILED:
+        print(f"  ... and {len(queue.failed) - SHOW_FAILED} more")
     if args.top:
         for candidate in queue.candidates[: args.top]:
             guesses = ", ".join(f"{label} {score:.2f}" for label, score in candidate.guesses)

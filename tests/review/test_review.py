@@ -139,3 +139,17 @@ def test_bad_input_is_one_line_before_tensorflow(tmp_path: Path, args: list[str]
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: {message.format(tmp=tmp_path)}") and done.stderr.count("\n") == 1
+
+
+def test_a_folder_without_a_photo_the_model_reads_is_one_error_not_an_empty_page(trained_run: Path, tmp_path: Path):
+    from app.commands import build_parser
+    from app.errors import UserError
+
+    (tmp_path / "notes.txt").write_text("no photo here")
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff")
+    args = build_parser().parse_args(
+        ["review", str(trained_run), str(tmp_path), "--manifest", str(tmp_path / "r.csv"), "--top", "1"]
+    )
+    with pytest.raises(UserError, match=r"none of its 2 file\(s\) is a photo the model reads"):
+        args.run(args)
+    assert not (tmp_path / "r.csv").exists()
