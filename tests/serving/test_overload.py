@@ -129,7 +129,12 @@ def test_past_the_deadline_the_client_gets_504_and_unstarted_work_is_dropped(tmp
         # The first reaches the model before its deadline unless the machine is too loaded to
         # start it within 300 ms; the second, queued behind the gated call, never does.
         assert runtime.started <= 1
-        assert (await classify(client, jpeg())).status == 200
+        # The server still answers. A loaded machine can take the new request past its own 300 ms
+        # too (504), so it may take a few tries: what is checked is that one gets through.
+        statuses = []
+        while len(statuses) < 5 and 200 not in statuses:
+            statuses.append((await classify(client, jpeg())).status)
+        assert statuses[-1] == 200 and set(statuses) <= {200, 504}, statuses
 
     serve(tmp_path, runtime, scenario, request_timeout_ms=300)
     assert runtime.ran == runtime.started  # only what was started ran, the last request included
