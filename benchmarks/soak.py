@@ -47,6 +47,7 @@ from PIL import Image
 from app.cli import run_cli
 from app.export import layout
 from app.net import free_port
+from app.serving.connections import MAX_REFUSING
 from benchmarks.common import SCRIPTS
 from benchmarks.serving import bomb_jpeg
 
@@ -521,7 +522,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="photoclf-soak-") as scratch:
         served, template = private_copy(args.model_dir, Path(scratch))
         result = asyncio.run(run_soak(args, served, template, lambda m: print(m, file=sys.stderr, flush=True)))
-    kept = promises(result, result["server"]["open_files_start"] + args.max_connections)
+    kept = promises(result, result["server"]["open_files_start"] + args.max_connections + MAX_REFUSING)
     for promise, held in kept.items():
         print(f"{'kept  ' if held else 'BROKEN'}  {promise}")
     print(json.dumps({**result, "promises_kept": all(kept.values())}))

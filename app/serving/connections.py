@@ -7,7 +7,8 @@ long as it keeps trickling; enough of them starve everyone else. Two bounds fix 
   (or of its previous answer), else it is closed (aiohttp's keep-alive timer, which trickled bytes
   do not reset); a body must arrive within the same time, else 408 (`app.serving.rest`).
 - count: past `max_connections` open connections a new one is answered 503 with Retry-After and
-  closed, so file descriptors stay bounded whatever clients do.
+  closed (after LINGER_SECONDS for at most MAX_REFUSING at once, at once past them), so file
+  descriptors stay under max_connections + MAX_REFUSING whatever clients do.
 
 `serve` runs the app until SIGINT/SIGTERM, then stops accepting, answers the requests in
 flight and returns (what `web.run_app` does, with the bounded runner).
@@ -28,15 +29,29 @@ REFUSED = (
     b"Connection: close\r\nContent-Length: " + str(len(REFUSED_BODY)).encode() + b"\r\n\r\n" + REFUSED_BODY
 )
 LINGER_SECONDS = 1.0  # read what a refused client still sends, so closing does not reset its connection
+MAX_REFUSING = 32  # refused connections lingering at once: descriptors stay under max_connections + this
 
 
 class _Refused(asyncio.Protocol):
-    """One connection too many: a 503, then close once the client has had a moment to read it."""
+    """One connection too many: a 503, then close once the client has had a moment to read it.
+    At most MAX_REFUSING linger at once; past them a refused connection is closed at once (a
+    flood of them would otherwise hold a descriptor each for LINGER_SECONDS)."""
+
+    def __init__(self, runner: BoundedRunner) -> None:
+        self.runner = runner
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.write(REFUSED)
         transport.write_eof()
-        asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
+        if self.runner.refusing >= MAX_REFUSING:
+            transport.close()
+            return
+        self.runner.refusing += 1
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, self._close, transport)
+
+    def _close(self, transport: asyncio.BaseTransport) -> None:
+        self.runner.refusing -= 1
+        transport.close()
 
     def data_received(self, data: bytes) -> None:
         pass  # discarded: the answer is already sent
@@ -81,6 +96,7 @@ class BoundedRunner(web.AppRunner):
         self.max_connections = max_connections
         self.open_connections = 0
         self.refused = 0
+        self.refusing = 0  # refused connections still lingering
 
     @property
     def server(self) -> Callable[[], asyncio.Protocol] | None:
@@ -90,7 +106,7 @@ class BoundedRunner(web.AppRunner):
     def _protocol_for_new_connection(self, inner: web.Server) -> asyncio.Protocol:
         if self.open_connections >= self.max_connections:
             self.refused += 1
-            return _Refused()
+            return _Refused(self)
         self.open_connections += 1
         return _Counted(inner(), self)
 
