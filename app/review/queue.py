@@ -47,10 +47,10 @@ def rank_photos(
 ) -> Queue:
     """Every photo predicted once (read ahead on a thread), then ordered by `priority`, one
     photo of each burst of near-identical ones first (`diverse_order`)."""
-    check_reviewable(version)
+    metadata = check_reviewable(version)
     classes = layout.read_classes(version)
     model = load_runtime(version, runtime)
-    limit = float(layout.read_metadata(version).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
+    limit = float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     kept: list[tuple[Path, dict]] = []
     signatures: list[np.ndarray] = []
     failed: list[dict] = []
