@@ -153,3 +153,22 @@ def test_a_folder_without_a_photo_the_model_reads_is_one_error_not_an_empty_page
     with pytest.raises(UserError, match=r"none of its 2 file\(s\) is a photo the model reads"):
         args.run(args)
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_the_page_gets_a_phone_sized_photo_shrunk_and_a_small_one_as_it_is(tmp_path: Path):
+    import io
+
+    from PIL import Image
+
+    from app.review.server import PAGE_SIDE, for_the_page
+
+    big = io.BytesIO()
+    Image.new("RGB", (4000, 3000), (200, 40, 40)).save(big, format="JPEG")
+    body, content_type = for_the_page(big.getvalue(), "phone.jpg")
+    with Image.open(io.BytesIO(body)) as shown:
+        assert content_type == "image/jpeg" and max(shown.size) == PAGE_SIDE and shown.size[0] > shown.size[1]
+        assert abs(shown.getpixel((10, 10))[0] - 200) < 8
+    small = io.BytesIO()
+    Image.new("RGB", (300, 200)).save(small, format="PNG")
+    assert for_the_page(small.getvalue(), "small.png") == (small.getvalue(), "image/png")
+    assert for_the_page(b"not a photo", "odd.jpg") == (b"not a photo", "image/jpeg")
