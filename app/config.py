@@ -62,6 +62,12 @@ class TrainConfig:
         choices=("auto", "true", "false"),
     )
     feature_views: int = _key(2, "augmented views per training image in the feature cache (1 forward pass each)")
+    feature_store: str = _key(
+        "auto",
+        "where cached backbone features are kept across runs, by photo content (a grown dataset or an"
+        " --init-from run computes only new photos): auto = $PHOTOCLF_CACHE_DIR or ~/.cache/photoclf;"
+        " run = inside the run dir only; or a folder",
+    )
     # phase 2: top of the backbone unfrozen
     epochs_finetune: int = _key(5, "phase-2 epochs, top of the backbone unfrozen", flag=True)
     lr_finetune: float = _key(

@@ -9,7 +9,8 @@
     RUN_DIR/checkpoints/phaseN_best_epochEEE.weights.h5   phase N's best weights so far
     RUN_DIR/checkpoints/phaseN_best_epochEEE.val_outputs.npz   their validation logits and labels
                                      (calibration reuses them)
-    RUN_DIR/feature_cache.npz        phase-1 backbone features (cached mode), keyed by what decides them
+    RUN_DIR/feature_store/           phase 1's backbone features by photo content, with feature_store = run
+                                     (by default they are kept outside, shared by runs: app.training.feature_store)
     RUN_DIR/model.weights.h5         the kept weights of the whole run (what export rebuilds from)
     RUN_DIR/metrics.json             written last: its presence means the run is complete
     RUN_DIR/export/NAME/VERSION/     the serving exports (layout: app.export.layout)
@@ -37,8 +38,9 @@ from app.errors import UserError
 HISTORY_FIELDS = ["phase", "epoch", "phase_epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr", "seconds"]
 
 # Where things are, not what is trained: a run dir may be named by a relative or an absolute
-# path, and a resumed run may read its input from a different tf.data service dispatcher.
-LOCATION_KEYS = ("out", "data_service")
+# path, a resumed run may read its input from a different tf.data service dispatcher, and its
+# cached features from another store (they are the same wherever they are kept).
+LOCATION_KEYS = ("out", "data_service", "feature_store")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class RunDir:
     tensorboard = property(lambda self: self.root / "tensorboard")
     learning_curves = property(lambda self: self.root / "learning_curves.png")
     checkpoints = property(lambda self: self.root / "checkpoints")
-    feature_cache = property(lambda self: self.root / "feature_cache.npz")
+    feature_store = property(lambda self: self.root / "feature_store", doc="with feature_store = run")
     final_weights = property(lambda self: self.root / "model.weights.h5")
     ood_score = property(lambda self: self.root / "ood_score.npz", doc="the export's out-of-distribution statistics")
     metrics = property(lambda self: self.root / "metrics.json")

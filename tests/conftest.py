@@ -48,6 +48,15 @@ def _register_tiny_backbone() -> None:
 _register_tiny_backbone()
 
 
+@pytest.fixture(autouse=True)
+def private_feature_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own feature store (feature_store = auto reads $PHOTOCLF_CACHE_DIR): nothing is
+    written to the user's cache, and no test finds another's features."""
+    root = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(root))
+    return root
+
+
 def stored_weight_shapes(weights_file: Path) -> list[tuple[int, ...]]:
     """The shape of every array a Keras .weights.h5 file holds (what it stores, not what it names)."""
     import h5py

@@ -1,4 +1,4 @@
-"""Backbone features for phase 1, computed once and kept in the run dir.
+"""Backbone features for phase 1, computed once per photo and view, and kept across runs.
 
 Phase 1 trains only the head on a frozen backbone, so the backbone's output for a given input
 image never changes. Computing it once for each of K augmented views of every training image
@@ -6,11 +6,16 @@ image never changes. Computing it once for each of K augmented views of every tr
 forward passes per image in all, where training on images costs one per image per epoch. The
 validation split is computed once, unaugmented.
 
-The cache (RUN_DIR/feature_cache.npz, float32) is keyed by everything that decides the features:
-the dataset (dataset.json's hash), backbone, weights, image size, augmentation, K and seed. A
-resumed run reuses it; a run whose key differs rebuilds it. On disk and in memory it takes
-K x N x D x 4 bytes (MobileNetV2: D = 1280; 10,000 images x 4 views ≈ 200 MB); float16 would
-halve that but flushes the tiny activations of a randomly initialised backbone to 0.
+Each view is seeded by the photo's content and the view's seed (`pipeline.make_keyed_dataset`),
+so a photo has the same views in every dataset it is in, and its rows are kept in the feature
+store (feature_store.py) by content key: a resumed run, a run over a dataset that grew, or one
+that renamed photos computes only the photos the store has not seen. Where phase 2's trained
+layers begin at a cut (frozen_activations.py), the store also keeps the activations there: they
+come from the frozen layers below it, the same in a run started from an earlier run's
+fine-tuned weights (`--init-from`), which then runs only the layers above the cut for photos
+the earlier run saw. In memory the cache takes K x N x D x 4 bytes (MobileNetV2: D = 1280;
+10,000 images x 4 views ≈ 200 MB); float16 would halve that but flushes the tiny activations of
+a randomly initialised backbone to 0.
 """
 
 from __future__ import annotations
@@ -24,22 +29,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import keras
 import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
 from app import storage
-from app.data.pipeline import dataset_fingerprint
+from app.data.pipeline import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.training.context import Context
+from app.training.feature_store import FeatureStore, store_root
 from app.training.frozen_activations import ActivationRows, FrozenActivations
-from app.training.passes import eval_images, model_outputs, one_stream, training_views, views
+from app.training.passes import model_outputs, one_stream, views
 
 if TYPE_CHECKING:
     from app.models.classifier import FrozenCut
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 2  # bump when what is stored changes
+CACHE_VERSION = 3  # bump when what is stored changes
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,6 @@ class FeatureCache:
     train_side: np.ndarray | None = None  # [K * N, F] the side features of each row, when the dataset has them
     val_side: np.ndarray | None = None  # [M, F]
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {name: value for name, value in self.__dict__.items() if value is not None}
-
 
 def weights_fingerprint(model) -> str:
     """sha256 of the backbone's weight values: the same file replaced in place is a change too."""
@@ -63,26 +67,11 @@ def weights_fingerprint(model) -> str:
     return digest.hexdigest()
 
 
-def cache_key(ctx: Context) -> dict:
-    cfg = ctx.cfg
-    return {
-        "version": CACHE_VERSION,
-        "decode": EVAL_DECODE,
-        "dataset": dataset_fingerprint(cfg.data),
-        "backbone": ctx.clf.spec.name,
-        "weights": weights_fingerprint(ctx.clf.backbone),
-        "image_size": ctx.image_size,
-        "augment": repr(ctx.augmentation),
-        "views": views(ctx),
-        "seed": cfg.seed,
-    }
-
-
 def load_or_compute(
     path: Path, key: dict, compute: Callable[[], dict[str, np.ndarray]], what: str
 ) -> dict[str, np.ndarray]:
     """Arrays stored in `path` (npz) with the `key` they were computed for: reused when the key
-    matches, recomputed (and stored atomically) when it does not. Phase 1 and the audit use it."""
+    matches, recomputed (and stored atomically) when it does not. The audit's embeddings use it."""
     if path.exists():
         with np.load(path) as stored:
             if json.loads(str(stored["key"])) == key:
@@ -95,90 +84,226 @@ def load_or_compute(
     return arrays
 
 
+@dataclass(frozen=True)
+class Part:
+    """One pass over a split: a view of the training photos (`view_seed`) or the eval decode."""
+
+    split: str
+    view_seed: int | None
+    keeps_activations: bool  # phase 2 takes this part's activations at its cut
+
+
+@dataclass
+class PartRows:
+    """A part's rows, one per photo of its split in stored order, looked up or computed."""
+
+    part: Part
+    keys: np.ndarray
+    features: np.ndarray | None = None
+    activations: np.ndarray | None = None
+
+
 def load_or_build(
     ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None, frozen: FrozenActivations | None = None
 ) -> FeatureCache:
-    """`on_first_batch` sees the first training batch's images (float32 0..255) as the backbone
-    gets them, when the cache is built rather than loaded: a sample at no extra cost. So does
-    `frozen` (phase 2's input) the activations at its cut: the val photos', and the training
-    views' too when phase 2 trains on them."""
-    arrays = load_or_compute(
-        ctx.run.feature_cache,
-        cache_key(ctx),
-        lambda: _build(ctx, on_first_batch, frozen).arrays(),
-        "phase 1 feature cache",
-    )
-    return FeatureCache(**arrays)
-
-
-def _build(
-    ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None, frozen: FrozenActivations | None = None
-) -> FeatureCache:
-    k = views(ctx)
-    total = k * ctx.info.num_examples("train") + ctx.info.num_examples("val")
-    start = time.perf_counter()
-    train = training_views(ctx)
+    """Phase 1's features, from the store where it has them, computed (and added) where not.
+    `on_first_batch` sees the first computed batch's images (float32 0..255) as the backbone gets
+    them: a sample at no extra cost. `frozen` (phase 2's input) is handed the activations at its
+    cut: the val photos', and the training views' too when phase 2 trains on them."""
     cut = frozen.cut if frozen is not None else None
-    extract = _extractor(ctx, cut, val_part=len(train) if cut and not frozen.trains else None)
-    with tqdm(total=total, unit="img", desc=f"Caching features ({k} view(s) of train, val)", dynamic_ncols=True) as bar:
-        stream = one_stream([*train, eval_images(ctx, "val")])
-        outputs, (labels, part) = model_outputs(extract, stream, bar, on_first_batch)
-    features = outputs["features"] if cut else outputs
-    is_val = part == len(train)
+    tables = {split: record_table(ctx.cfg.data, split) for split in ("train", "val")}
+    parts = [PartRows(part, tables[part.split]["key"]) for part in _parts(ctx, frozen)]
+    store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
+    spaces = _Spaces(ctx, cut)
+    start = time.perf_counter()
+    counts = _fill(ctx, store, spaces, parts, cut, on_first_batch)
+    above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
     log.info(
-        "phase 1: cached %d train and %d val features in %.1fs",
-        int((~is_val).sum()),
-        int(is_val.sum()),
-        time.perf_counter() - start,
-    )
-    cache = _split_side(ctx, features[~is_val], labels[~is_val], features[is_val], labels[is_val])
-    if cut:
-        _hand_over(frozen, outputs["activations"], cache, is_val)
+        "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos): %d from the feature store"
+        " (%s)%s, %d computed; %.1fs",
+        sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]),
+        counts["stored"], store.root, above, counts["computed"], time.perf_counter() - start,
+    )  # fmt: skip
+    cache = _cache(parts, tables)
+    if cut is not None:
+        _hand_over(frozen, parts, tables, cache)
     return cache
 
 
-def _hand_over(frozen: FrozenActivations, activations: np.ndarray, cache: FeatureCache, is_val: np.ndarray) -> None:
-    """Phase 2's activations at its cut, from the pass that made the cache: the val part's (all
-    that `_extractor` kept, unless phase 2 trains on the views too: then every row's)."""
-    val = activations[is_val] if frozen.trains else activations
-    train = ActivationRows(activations[~is_val], cache.train_side, cache.train_labels) if frozen.trains else None
-    frozen.keep(ActivationRows(val, cache.val_side, cache.val_labels), train)
+def _parts(ctx: Context, frozen: FrozenActivations | None) -> list[Part]:
+    """K seeded views of the training split (one plain pass when augmentation is off), then val."""
+    trains = frozen is not None and frozen.cut is not None and frozen.trains
+    if ctx.cfg.augment:
+        train = [Part("train", ctx.cfg.seed * 1000 + view, trains) for view in range(views(ctx))]
+    else:
+        train = [Part("train", None, trains)]
+    return [*train, Part("val", None, frozen is not None and frozen.cut is not None)]
 
 
-def _extractor(ctx: Context, cut: FrozenCut | None, val_part: int | None) -> Callable:
-    """One batch's pooled features (with side columns); with phase 2's `cut`, computed through
-    its cut, and a dict that also holds the activations at the cut: of every batch, or with
-    `val_part` of that part's batches only (none for the others). One pass gives both, and one
-    model is traced, not two."""
-    if cut is None:
-        return lambda inputs, labels: _with_side(inputs, ctx.clf.features_model(_images(inputs), training=False))
+class _Spaces:
+    """What decides a part's stored rows: features depend on the whole backbone's weights,
+    activations at the cut only on the frozen layers below it."""
+
+    def __init__(self, ctx: Context, cut: FrozenCut | None) -> None:
+        self.ctx = ctx
+        self.common = {
+            "version": CACHE_VERSION,
+            "decode": EVAL_DECODE,
+            "backbone": ctx.clf.spec.name,
+            "image_size": ctx.image_size,
+            "policy": keras.mixed_precision.global_policy().name,
+        }
+        self.backbone_weights = weights_fingerprint(ctx.clf.backbone)
+        self.lower_weights = weights_fingerprint(cut.lower) if cut is not None else None
+        self.cut_layer = cut.layer if cut is not None else None
+
+    def features(self, part: Part) -> dict:
+        return {**self.common, **self._view(part), "kind": "features", "weights": self.backbone_weights}
+
+    def activations(self, part: Part) -> dict:
+        return {**self.common, **self._view(part), "kind": "activations", "weights": self.lower_weights,
+                "cut": self.cut_layer}  # fmt: skip
+
+    def _view(self, part: Part) -> dict:
+        if part.view_seed is None:
+            return {"view": "eval"}
+        return {"view": part.view_seed, "augment": repr(self.ctx.augmentation)}
+
+
+def _fill(
+    ctx: Context, store: FeatureStore, spaces: _Spaces, parts: list[PartRows], cut: FrozenCut | None, on_first_batch
+) -> dict[str, int]:
+    """Every part's features (and activations where it keeps them): looked up, then the missing
+    ones run through the layers above the cut (activations stored) or the whole backbone; what
+    was computed is added to the store."""
+    stored = [_lookup(store, spaces, rows) for rows in parts]
+    full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
+            zip(parts, stored)]  # fmt: skip
+    computed = _full_pass(ctx, parts, full, cut, on_first_batch)
+    upper = 0
+    for rows, (missing_feat, missing_act), new in zip(parts, stored, computed):
+        if rows.part.keeps_activations:
+            rows.activations = _merged(rows.keys, rows.activations, missing_act, new["keys"], new["activations"])
+            store.add(spaces.activations(rows.part), new["keys"], new["activations"])
+            above = missing_feat & ~missing_act  # stored activations, no stored features
+            if above.any():
+                new = _joined(new, _above_cut(ctx, cut, rows.keys[above], rows.activations[above]))
+                upper += int(above.sum())
+        rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
+        store.add(spaces.features(rows.part), new["keys"], new["features"])
+    computed_rows = sum(int(m.sum()) for m in full)
+    total = sum(len(rows.keys) for rows in parts)
+    return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper}
+
+
+def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.ndarray, np.ndarray]:
+    """(features missing, activations missing) masks; the found rows are put on `rows`."""
+    found, stored = store.lookup(spaces.features(rows.part), rows.keys)
+    rows.features = stored
+    missing_act = np.zeros(len(rows.keys), bool)
+    if rows.part.keeps_activations:
+        found_act, rows.activations = store.lookup(spaces.activations(rows.part), rows.keys)
+        missing_act = ~found_act
+    return ~found, missing_act
+
+
+def _full_pass(
+    ctx: Context, parts: list[PartRows], wanted: list[np.ndarray], cut: FrozenCut | None, on_first_batch
+) -> list[dict[str, np.ndarray]]:
+    """For each part, {"keys", "features"(, "activations")} of the photos `wanted` marks, from
+    one stream over every part's missing photos through the backbone."""
+    keeps = [rows.part.keeps_activations for rows in parts]
+    streams = [
+        make_keyed_dataset(ctx.cfg.data, split=rows.part.split, image_size=ctx.image_size,
+                           batch_size=ctx.cfg.batch_size, wanted=np.unique(rows.keys[want]),
+                           view_seed=rows.part.view_seed, augment=ctx.augmentation)
+        for rows, want in zip(parts, wanted)
+    ]  # fmt: skip
+    total = sum(int(w.sum()) for w in wanted)
+    empty = {"keys": np.zeros([0], np.int64), "features": None, "activations": None}
+    if not total:
+        return [dict(empty) for _ in parts]
+    desc = f"Caching features ({views(ctx)} view(s) of train, val)"
+    with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
+        outputs, (keys, part) = model_outputs(_extractor(ctx, cut, keeps), one_stream(streams), bar, on_first_batch)
+    features = outputs["features"] if isinstance(outputs, dict) else outputs
+    kept_parts = part[np.asarray(keeps)[part]]  # the part of each row of the activations (kept parts only)
+    out = []
+    for index, keep in enumerate(keeps):
+        mine = part == index
+        rows = {"keys": keys[mine], "features": features[mine], "activations": None}
+        if keep:
+            rows["activations"] = outputs["activations"][kept_parts == index]
+        out.append(rows)
+    return out
+
+
+def _extractor(ctx: Context, cut: FrozenCut | None, keeps: list[bool]) -> Callable:
+    """One batch's pooled features; with phase 2's `cut`, computed through it, and a dict that
+    also holds the activations at the cut for the parts that keep them (none for the others).
+    One pass gives both, and one model is traced, not two."""
+    if cut is None or not any(keeps):
+        return lambda images, keys_and_part: ctx.clf.features_model(images, training=False)
     none = tf.zeros([0, *cut.lower.output.shape[1:]], cut.lower.output.dtype)
+    keeps = tf.constant(keeps)
 
-    def extract(inputs, labels_and_part) -> dict[str, tf.Tensor]:
-        activations = cut.lower(_images(inputs), training=False)
-        features = _with_side(inputs, cut.upper(activations, training=False))
-        if val_part is not None:
-            activations = tf.cond(labels_and_part[1][0] == val_part, lambda: activations, lambda: none)
-        return {"features": features, "activations": activations}
+    def extract(images, keys_and_part) -> dict[str, tf.Tensor]:
+        activations = cut.lower(images, training=False)
+        features = tf.cast(cut.upper(activations, training=False), tf.float32)
+        kept = tf.cond(tf.gather(keeps, keys_and_part[1][0]), lambda: activations, lambda: none)
+        return {"features": features, "activations": kept}
 
     return extract
 
 
-def _images(inputs) -> tf.Tensor:
-    return inputs["image"] if isinstance(inputs, dict) else inputs
+def _above_cut(ctx: Context, cut: FrozenCut, keys: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
+    batches = tf.data.Dataset.from_tensor_slices((activations, keys)).batch(ctx.cfg.batch_size)
+    features, keys = model_outputs(lambda a, k: tf.cast(cut.upper(a, training=False), tf.float32), batches)
+    return {"keys": keys.astype(np.int64), "features": features}
 
 
-def _with_side(inputs, pooled: tf.Tensor) -> tf.Tensor:
-    """Pooled features with the side features (if any) appended as further columns, so one pass
-    over the data yields both."""
-    pooled = tf.cast(pooled, tf.float32)
-    return tf.concat([pooled, inputs["side"]], axis=-1) if isinstance(inputs, dict) else pooled
+def _joined(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Computed features of both (the activations are already merged)."""
+    if a["features"] is None:
+        return b
+    return {"keys": np.concatenate([a["keys"], b["keys"]]), "features": np.concatenate([a["features"], b["features"]])}
 
 
-def _split_side(
-    ctx: Context, train: np.ndarray, train_labels: np.ndarray, val: np.ndarray, val_labels: np.ndarray
-) -> FeatureCache:
-    if not ctx.info.side_width:
-        return FeatureCache(train, train_labels, val, val_labels)
-    d = train.shape[1] - ctx.info.side_width
-    return FeatureCache(train[:, :d], train_labels, val[:, :d], val_labels, train[:, d:], val[:, d:])
+def _merged(
+    keys: np.ndarray, stored: np.ndarray | None, missing: np.ndarray, new_keys: np.ndarray, new: np.ndarray | None
+) -> np.ndarray:
+    """One row per key: the stored rows where found (in order), the computed ones by key where not."""
+    if stored is None and new is None:
+        return np.zeros([0, 0], np.float32)  # a split with no photos (nothing else has no rows at all)
+    shape = (stored if stored is not None else new).shape[1:]
+    out = np.empty((len(keys), *shape), np.float32)
+    if stored is not None:
+        out[~missing] = stored
+    if missing.any():
+        order = np.argsort(new_keys, kind="stable")
+        out[missing] = new[order[np.searchsorted(new_keys[order], keys[missing])]]
+    return out
+
+
+def _cache(parts: list[PartRows], tables: dict[str, dict]) -> FeatureCache:
+    train = [rows for rows in parts if rows.part.split == "train"]
+    val = next(rows for rows in parts if rows.part.split == "val")
+    repeat = lambda column: None if column is None else np.concatenate([column] * len(train))  # noqa: E731
+    return FeatureCache(
+        train_features=np.concatenate([rows.features for rows in train]),
+        train_labels=repeat(tables["train"]["label"]),
+        val_features=val.features,
+        val_labels=tables["val"]["label"],
+        train_side=repeat(tables["train"]["side"]),
+        val_side=tables["val"]["side"],
+    )
+
+
+def _hand_over(frozen: FrozenActivations, parts: list[PartRows], tables: dict[str, dict], cache: FeatureCache) -> None:
+    """Phase 2's activations at its cut: the val part's, and every view's when it trains on them."""
+    val = next(rows for rows in parts if rows.part.split == "val")
+    train = None
+    if frozen.trains:
+        activations = np.concatenate([rows.activations for rows in parts if rows.part.split == "train"])
+        train = ActivationRows(activations, cache.train_side, cache.train_labels)
+    frozen.keep(ActivationRows(val.activations, cache.val_side, cache.val_labels), train)

@@ -17,13 +17,12 @@ in phase 1. So:
 
 MobileNetV2 at 224 with the default blocks:2 cuts at block_14_add (7x7x160, 31 KB per image):
 the layers above are about a fifth of the backbone's multiply-adds. The activations are held in
-memory only, float32; a resumed run that did not build the cache computes them again, from the
-same seeded views (`passes.training_views`).
+memory, float32, and in the feature store (feature_store.py) by photo content: a resumed run
+that did not build the cache reads them back from there.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ import tensorflow as tf
 from app.data.pipeline import map_image
 from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
-from app.training.passes import distribute, eval_images, model_outputs, shuffled_batches, training_views, views
+from app.training.passes import distribute, eval_images, model_outputs, shuffled_batches, views
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
 
@@ -115,13 +114,14 @@ class FrozenActivations:
     def _compute_missing(self) -> None:
         if self._val is not None and (self._train is not None or not self.trains):
             return
+        if self.trains:  # phase 1's views: from the feature store (or computed again, the same)
+            from app.training.feature_cache import load_or_build  # it builds on this module
+
+            load_or_build(self.ctx, frozen=self)
+            return
         start = time.perf_counter()
-        self._val = self._val or _activations(self.cut, eval_images(self.ctx, "val"))
-        if self.trains:
-            self._train = _activations(
-                self.cut, functools.reduce(tf.data.Dataset.concatenate, training_views(self.ctx))
-            )
-        _log_done(self.cut, self._val, self._train, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
+        self._val = _activations(self.cut, eval_images(self.ctx, "val"))
+        _log_done(self.cut, self._val, None, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
 
 
 def frozen_activations(ctx: Context) -> FrozenActivations:

@@ -1,9 +1,9 @@
-"""What a frozen backbone is shown, and running a model over it: the training split's K seeded
-augmented views, the unaugmented splits, one stream of several parts, per-replica datasets.
+"""What a frozen backbone is shown, and running a model over it: the unaugmented splits, one
+stream of several parts, per-replica datasets.
 
 Phase 1's feature cache, phase 2's activations below its cut, calibration and the backbone probe
-all pass images through frozen layers; they share these, so each makes the same views from the
-same seeds.
+all pass images through frozen layers; they share these. (The training split's augmented views
+are seeded by each photo's content: `pipeline.make_keyed_dataset`.)
 """
 
 from __future__ import annotations
@@ -15,42 +15,14 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from app.data.pipeline import make_eval_dataset, make_train_dataset, map_image
-from app.data.preprocess import as_written, color_jitter
+from app.data.pipeline import make_eval_dataset, map_image
+from app.data.preprocess import as_written
 from app.training.context import Context
 
 
 def views(ctx: Context) -> int:
     """Augmented views per training image; one plain view when augmentation is off."""
     return ctx.cfg.feature_views if ctx.cfg.augment else 1
-
-
-def training_views(ctx: Context) -> list[tf.data.Dataset]:
-    """The cache's training part: K augmented passes over the training split, each seeded by the
-    run's seed and its index (so they can be made again, the same), or one plain pass."""
-    if not ctx.cfg.augment:
-        return [eval_images(ctx, "train")]
-    return [_augmented_view(ctx, ctx.cfg.seed * 1000 + view) for view in range(views(ctx))]
-
-
-def _augmented_view(ctx: Context, seed: int) -> tf.data.Dataset:
-    """One pass over the training split with the training augmentation: the pipeline's crop and
-    flip, then the colour jitter the train step would apply (float32 out)."""
-    ds = make_train_dataset(
-        ctx.cfg.data,
-        image_size=ctx.image_size,
-        batch_size=ctx.cfg.batch_size,
-        augment=ctx.augmentation,
-        seed=seed,
-        deterministic=True,
-    )
-    strength = ctx.augmentation.color_jitter
-    if strength <= 0:
-        return _float_images(ds)
-    seeds = tf.data.Dataset.random(seed=seed).batch(2)
-    return tf.data.Dataset.zip(ds, seeds).map(
-        as_written(lambda batch, s: (map_image(batch[0], lambda x: color_jitter(x, s, strength)), batch[1]))
-    )
 
 
 def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
@@ -82,10 +54,15 @@ def model_outputs(
         if on_first_batch is not None and not outputs:
             on_first_batch((inputs["image"] if isinstance(inputs, dict) else inputs).numpy())
         outputs.append(tf.nest.map_structure(lambda t: t.numpy().astype(np.float32), call(inputs, y)))
-        labels.append(tf.nest.map_structure(lambda t: t.numpy().astype(np.int32), y))
+        labels.append(tf.nest.map_structure(_integers, y))
         if bar is not None:
             bar.update(len(tf.nest.flatten(y)[0]))
     return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))
+
+
+def _integers(t: tf.Tensor) -> np.ndarray:
+    """Labels as int32; int64 (content keys) kept whole."""
+    return t.numpy() if t.dtype == tf.int64 else t.numpy().astype(np.int32)
 
 
 def one_stream(parts: list[tf.data.Dataset]) -> tf.data.Dataset:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -15,7 +14,6 @@ from conftest import stored_weight_shapes
 
 from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
-from app.errors import UserError
 from app.training.context import FEATURE_CACHE_LIMIT, feature_cache_bytes, phase1_mode, setup
 from app.training.feature_cache import load_or_build
 from app.training.passes import model_outputs, one_stream
@@ -97,27 +95,65 @@ def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline
         assert not np.allclose(aug, raw, rtol=1e-3, atol=0)  # relative: random-init features are tiny
 
 
-@pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
-def test_cache_is_reused_on_resume_and_rebuilt_when_the_data_changes(cached_config: TrainConfig, caplog):
+def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_own(
+    cached_config: TrainConfig, caplog: pytest.LogCaptureFixture
+):
     caplog.set_level(logging.INFO)
     ctx = setup(cached_config)
     first = load_or_build(ctx)
     assert "not a valid node name" not in caplog.text  # TensorFlow's warning for a traced argument named `_`
-    stamp = ctx.run.feature_cache.stat().st_mtime_ns
-    again = load_or_build(setup(cached_config), on_first_batch=pytest.fail)  # the same command again: a resume
-    assert ctx.run.feature_cache.stat().st_mtime_ns == stamp and "reusing" in caplog.text
-    np.testing.assert_array_equal(first.train_features, again.train_features)
-    meta_path = Path(cached_config.data) / "dataset.json"
-    meta = json.loads(meta_path.read_text())
-    meta["source"] = "rewritten by make_tfrecords.py --overwrite"  # other shards, same classes
-    meta_path.write_text(json.dumps(meta))
-    with pytest.raises(UserError, match="trained on another version of its data"):
-        setup(cached_config)  # the run itself belongs to the old data
-    elsewhere = setup(cached_config.replace(out=cached_config.out + "-again"))
-    shutil.copy2(ctx.run.feature_cache, elsewhere.run.feature_cache)  # a cache made for the old data
+    rows = 3 * ctx.info.num_examples("train") + ctx.info.num_examples("val")
+    assert f"{rows} rows" in caplog.text and "0 from the feature store" in caplog.text
     caplog.clear()
-    load_or_build(elsewhere)
-    assert "made for other data or settings; recomputing" in caplog.text
+    again = load_or_build(setup(cached_config), on_first_batch=pytest.fail)  # the same command again: a resume
+    assert f"{rows} from the feature store" in caplog.text and ", 0 computed" in caplog.text
+    np.testing.assert_array_equal(first.train_features, again.train_features)
+    np.testing.assert_array_equal(first.val_features, again.val_features)
+    caplog.clear()
+    more_views = load_or_build(setup(cached_config.replace(feature_views=4, out=cached_config.out + "-4")))
+    n = ctx.info.num_examples("train")
+    assert f"{rows} from the feature store" in caplog.text and f", {n} computed" in caplog.text  # only view 4
+    np.testing.assert_array_equal(more_views.train_features[: 3 * n], first.train_features)
+    assert not np.allclose(more_views.train_features[3 * n :], first.train_features[:n])  # a view of its own
+
+
+def _split_folder(images: Path, out: Path) -> Path:
+    """A copy of the demo images split by hand (train: the first 9 of each class, val: the rest),
+    so a renamed photo stays in its split."""
+    for class_dir in sorted(p for p in images.iterdir() if p.is_dir()):
+        photos = sorted(class_dir.glob("*_0*.*"))
+        for i, photo in enumerate(photos):
+            split = "train" if i < 9 else "val"
+            (out / split / class_dir.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy(photo, out / split / class_dir.name / photo.name)
+    return out
+
+
+def test_features_are_kept_by_photo_content_a_renamed_photo_reuses_them_a_changed_one_does_not(
+    tiny_config: TrainConfig, demo_images: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    from PIL import Image
+
+    from app.data.writer import write_tfrecords
+
+    photos = _split_folder(demo_images, tmp_path / "photos")
+    write_tfrecords(photos, tmp_path / "before", num_shards=2, workers=1)
+    cfg = tiny_config.replace(data=str(tmp_path / "before"), cache_features="true", feature_views=2)
+    before = load_or_build(setup(cfg))
+    renamed, changed = sorted((photos / "train" / "circle").iterdir())[:2]
+    renamed.rename(renamed.with_name("renamed" + renamed.suffix))
+    with Image.open(changed) as image:
+        image.convert("RGB").rotate(90).save(changed.with_suffix(".png"))  # other pixels, other bytes
+    changed.unlink()
+    write_tfrecords(photos, tmp_path / "after", num_shards=3, workers=1)  # other shards too
+    caplog.set_level(logging.INFO)
+    after = load_or_build(setup(cfg.replace(data=str(tmp_path / "after"), out=cfg.out + "-after")))
+    rows = len(after.train_labels) + len(after.val_labels)
+    assert f"{rows - 2} from the feature store" in caplog.text and ", 2 computed" in caplog.text  # 2 views of one
+    kept = {row.tobytes() for row in before.train_features}
+    new = [row.tobytes() not in kept for row in after.train_features]
+    assert sum(new) == 2  # the changed photo's two views; the renamed one's rows are the ones it had
+    assert {row.tobytes() for row in after.val_features} == {row.tobytes() for row in before.val_features}
 
 
 def test_cached_phase1_checkpoints_only_the_head_and_trains_it(cached_config: TrainConfig):

@@ -3,7 +3,6 @@ its trained layers, with the same results as working on images."""
 
 from __future__ import annotations
 
-import functools
 import logging
 from pathlib import Path
 
@@ -12,11 +11,12 @@ import pytest
 import tensorflow as tf
 
 from app.config import TrainConfig
+from app.data.pipeline import make_keyed_dataset, record_table
 from app.models.classifier import unfreeze_top
-from app.training import frozen_activations
+from app.training import feature_cache, frozen_activations
 from app.training.context import setup
 from app.training.inputs import eval_dataset
-from app.training.passes import model_outputs, training_views
+from app.training.passes import model_outputs
 from app.training.train import build_phase, phase2_plan, run_phase1, run_phase2
 
 
@@ -106,12 +106,19 @@ def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, c
     _assert_same_validation(ctx, phase)
 
 
-def _views_activations(ctx, split) -> tuple[np.ndarray, np.ndarray]:
-    """The training views made again and run through the frozen layers, as a resumed run does."""
-    outputs, labels = model_outputs(
-        lambda x, y: split.lower(x, training=False), functools.reduce(tf.data.Dataset.concatenate, training_views(ctx))
-    )
-    return outputs, labels
+def _views_activations(ctx, split, views: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """The training views made again (each photo's seeded by its content and the view) and run
+    through the frozen layers; with the labels of their photos."""
+    table = record_table(ctx.cfg.data, "train")
+    outputs = []
+    for view in range(views):
+        seed = ctx.cfg.seed * 1000 + view
+        ds = make_keyed_dataset(ctx.cfg.data, split="train", image_size=ctx.image_size, batch_size=16,
+                                wanted=table["key"], view_seed=seed, augment=ctx.augmentation)  # fmt: skip
+        activations, keys = model_outputs(lambda x, k: split.lower(x, training=False), ds)
+        assert keys.tolist() == table["key"].tolist()  # every photo once, in stored order
+        outputs.append(activations)
+    return np.concatenate(outputs), np.concatenate([table["label"]] * views)
 
 
 def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
@@ -142,23 +149,41 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
 
 
 def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainConfig, caplog: pytest.LogCaptureFixture):
-    """Without the cache build in this process (the cache read back from the run dir), phase 2
-    runs the same seeded views through the frozen layers as it starts."""
+    """Without the activations (phase 1 built its cache without phase 2's cut: nothing of them
+    was stored), phase 2 runs the same content-seeded views through the frozen layers as it
+    starts."""
     cfg = tiny_config.replace(cache_features="true")
     ctx = setup(cfg)
     phase1 = run_phase1(ctx)  # its own FrozenActivations: phase 2's below holds nothing
     unfreeze_top(ctx.clf, cfg.unfreeze)
     frozen = frozen_activations.frozen_activations(ctx)
     phase = build_phase(ctx, 2, phase1, frozen)
-    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+    with caplog.at_level(logging.INFO):
         phase.inputs.train_iterator()
-    assert (
-        "computed once, as phase 2 started" in caplog.text
-        and "on phase 1's cached views: 50 activations" in caplog.text
-    )
+    assert "on phase 1's cached views: 50 activations" in caplog.text
+    assert "0 from the feature store" in caplog.text  # the features were there, not the activations
     again, labels = _views_activations(ctx, frozen.cut)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
     np.testing.assert_array_equal(frozen._train.labels, labels)
+
+
+def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """Phase 1's cache build stored the activations at the cut; a resumed run's phase 2 (a new
+    process: a fresh FrozenActivations) runs nothing through the backbone to get them back."""
+    cfg = tiny_config.replace(cache_features="true")
+    ctx = setup(cfg)
+    built = frozen_activations.frozen_activations(ctx)
+    phase1 = run_phase1(ctx, built)
+    unfreeze_top(ctx.clf, cfg.unfreeze)
+    frozen = frozen_activations.frozen_activations(ctx)
+    monkeypatch.setattr(feature_cache, "_extractor", lambda *_: pytest.fail("the backbone ran again"))
+    with caplog.at_level(logging.INFO):
+        build_phase(ctx, 2, phase1, frozen).inputs.train_iterator()
+    assert "61 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val photos
+    np.testing.assert_array_equal(frozen._train.activations, built._train.activations)
+    np.testing.assert_array_equal(frozen._val.activations, built._val.activations)
 
 
 @pytest.mark.parametrize(

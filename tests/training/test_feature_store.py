@@ -1,0 +1,73 @@
+"""The feature store: rows by content key, per space; merged on add, pruned by last use."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.run_dir import RunDir
+from app.training.feature_store import FeatureStore, store_root
+
+SPACE = {"kind": "features", "backbone": "b", "weights": "w1", "view": 0}
+
+
+def _rows(keys: list[int]) -> np.ndarray:
+    return np.array([[k, 10 * k] for k in keys], np.float32)
+
+
+def test_lookup_finds_rows_by_key_in_the_asked_order_and_says_which_are_missing(tmp_path: Path):
+    store = FeatureStore(tmp_path)
+    store.add(SPACE, np.array([30, 10, 20], np.int64), _rows([30, 10, 20]))
+    found, rows = store.lookup(SPACE, np.array([20, 99, 10, 20], np.int64))
+    assert found.tolist() == [True, False, True, True]
+    assert rows.tolist() == _rows([20, 10, 20]).tolist()  # duplicates asked twice get the row twice
+    assert store.lookup(SPACE, np.array([99, -5], np.int64))[0].tolist() == [False, False]
+    assert store.lookup({**SPACE, "weights": "w2"}, np.array([10], np.int64)) == (pytest.approx([False]), None)
+
+
+def test_add_keeps_what_the_space_holds_and_the_first_row_of_a_key(tmp_path: Path):
+    store = FeatureStore(tmp_path)
+    store.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]))
+    store.add(SPACE, np.array([2, 3], np.int64), _rows([5, 3]))  # key 2 again: the stored row stays
+    found, rows = store.lookup(SPACE, np.array([1, 2, 3], np.int64))
+    assert found.all() and rows.tolist() == _rows([1, 2, 3]).tolist()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []  # written whole, then renamed
+
+
+def test_an_unreadable_space_is_said_and_treated_as_empty_then_replaced(tmp_path: Path, caplog):
+    store = FeatureStore(tmp_path)
+    store.add(SPACE, np.array([1], np.int64), _rows([1]))
+    (path,) = tmp_path.glob("*.npz")
+    path.write_bytes(path.read_bytes()[:40])  # cut short, as a full disk would leave a copy made by hand
+    with caplog.at_level(logging.WARNING):
+        assert store.lookup(SPACE, np.array([1], np.int64))[0].tolist() == [False]
+    assert "cannot be read" in caplog.text and path.name in caplog.text
+    store.add(SPACE, np.array([2], np.int64), _rows([2]))
+    assert store.lookup(SPACE, np.array([1, 2], np.int64))[0].tolist() == [False, True]
+
+
+def test_past_its_limit_the_least_recently_used_spaces_go(tmp_path: Path):
+    store = FeatureStore(tmp_path, limit=3000)
+    spaces = [{**SPACE, "view": view} for view in range(3)]
+    for age, space in enumerate(spaces):
+        before = set(tmp_path.glob("*.npz"))
+        store.add(space, np.arange(100, dtype=np.int64), np.zeros([100, 2], np.float32))  # ~2.4 KB each
+        (path,) = set(tmp_path.glob("*.npz")) - before
+        os.utime(path, (1e9 + age, 1e9 + age))  # each used after the one before
+    remaining = store.lookup(spaces[0], np.array([1], np.int64))[0], store.lookup(spaces[2], np.array([1], np.int64))[0]
+    assert remaining[0].tolist() == [False] and remaining[1].tolist() == [True]  # the oldest went, the newest stays
+
+
+def test_the_store_is_the_users_cache_unless_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    run = RunDir(tmp_path / "run")
+    monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(tmp_path / "mine"))
+    assert store_root("auto", run) == tmp_path / "mine" / "features"
+    monkeypatch.delenv("PHOTOCLF_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert store_root("auto", run) == tmp_path / "xdg" / "photoclf" / "features"
+    assert store_root("run", run) == run.feature_store
+    assert store_root(str(tmp_path / "there"), run) == tmp_path / "there"
