@@ -59,7 +59,7 @@ def timed_phase1(cfg: TrainConfig) -> tuple[float, object]:
     from app.training.context import setup
     from app.training.train import run_phase1
 
-    ctx = setup(cfg, overwrite=True)
+    ctx = setup(cfg.replace(feature_store="run"), overwrite=True)  # timed cold: no features from an earlier round
     start = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the JSON result
         result = run_phase1(ctx)

@@ -1,13 +1,22 @@
-"""Grow a model by classes: a run on all classes from scratch against one started, with
-`--init-from`, from a run on all but the last N.
+"""Grow a model the way datasets grow: more classes, or more photos of the same classes.
 
-    python -m benchmarks.init_from ../shared/data/flowers17 --hold-out 5 --seeds 0,1 --weights $PHOTOCLF_WEIGHTS
+    python -m benchmarks.init_from ../shared/data/flowers17 --hold-out 5 --grow 0.1 --seeds 0,1,2 \
+        --weights $PHOTOCLF_WEIGHTS
 
-FOLDER is a photo folder already split (train/ val/ test/, one subfolder per class). Both
-datasets are converted from it (the earlier one without the last --hold-out classes, by name).
-Per seed: the earlier run, then the two runs on all classes (scratch, init_from); whole
-fine_tune.py commands, timed from start to exit. Prints test accuracy and wall time, mean ± sd
-over seeds, and the init_from run's time as a ratio of scratch's.
+FOLDER is a photo folder already split (train/ val/ test/, one subfolder per class). Whole
+fine_tune.py commands with the default config, timed from start to exit; test accuracy on the
+whole folder's test split. Per seed, two scenarios:
+
+- classes: the earlier run on all but the last --hold-out classes (by name); then all classes
+  from scratch (its own, empty feature store: a cold start) and with `--init-from` the earlier
+  run (sharing the earlier run's feature store, as one user's runs do).
+- photos: the first run without the last --grow fraction of each class's training photos; then
+  the same command on all of them (sharing the first run's feature store), without and with
+  `--init-from` the first run.
+
+Prints test accuracy and wall time, mean ± sd over seeds, and each later run's time as a ratio
+(mean over seeds) of the run it is compared with: scratch for `--init-from`, the first run for
+the grown ones.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from app.cli import run_cli
@@ -27,18 +37,40 @@ from benchmarks.training_choices import Run, run_once
 SPLITS = ("train", "val", "test")
 
 
-def earlier_folder(folder: Path, out: Path, hold_out: int) -> tuple[Path, list[str]]:
-    """A symlinked copy of `folder` without its last `hold_out` classes; → (it, the classes held out)."""
-    classes = sorted(p.name for p in (folder / "train").iterdir() if p.is_dir())
+def _classes(folder: Path) -> list[str]:
+    return sorted(p.name for p in (folder / "train").iterdir() if p.is_dir())
+
+
+def _linked_copy(folder: Path, out: Path, keep: Callable[[str, str, list[Path]], list[Path]]) -> Path:
+    """A copy of `folder` of symlinks to the photos `keep(split, class, photos)` returns."""
+    for split in SPLITS:
+        for name in _classes(folder):
+            source = folder / split / name
+            photos = sorted(p for p in source.iterdir() if p.is_file()) if source.is_dir() else []
+            for photo in keep(split, name, photos):
+                (out / split / name).mkdir(parents=True, exist_ok=True)
+                (out / split / name / photo.name).symlink_to(photo.resolve())
+    return out
+
+
+def fewer_classes(folder: Path, out: Path, hold_out: int) -> tuple[Path, list[str]]:
+    """`folder` without its last `hold_out` classes; → (it, the classes held out)."""
+    classes = _classes(folder)
     if not 0 < hold_out < len(classes) - 1:
         raise UserError(f"--hold-out must leave at least 2 of the {len(classes)} classes, got {hold_out}")
-    kept, held = classes[:-hold_out], classes[-hold_out:]
-    for split in SPLITS:
-        for name in kept:
-            if (folder / split / name).is_dir():
-                (out / split).mkdir(parents=True, exist_ok=True)
-                (out / split / name).symlink_to((folder / split / name).resolve())
-    return out, held
+    held = classes[-hold_out:]
+    return _linked_copy(folder, out, lambda split, name, photos: [] if name in held else photos), held
+
+
+def fewer_photos(folder: Path, out: Path, grow: float) -> Path:
+    """`folder` without the last `grow` fraction (by name) of each class's training photos."""
+    if not 0 < grow < 1:
+        raise UserError(f"--grow must be a fraction in (0, 1), got {grow}")
+
+    def keep(split: str, name: str, photos: list[Path]) -> list[Path]:
+        return photos[: len(photos) - round(grow * len(photos))] if split == "train" else photos
+
+    return _linked_copy(folder, out, keep)
 
 
 def convert(folder: Path, out: Path) -> Path:
@@ -48,30 +80,43 @@ def convert(folder: Path, out: Path) -> Path:
     return out
 
 
-def run_seed(earlier: Path, full: Path, seed: int, weights: str, work: Path, report) -> dict[str, Run]:
-    plan = [("earlier", earlier, {}), ("scratch", full, {}), ("init_from", full, {"init_from": str(work / "earlier")})]
+def run_seed(data: dict[str, Path], seed: int, weights: str, work: Path, report) -> dict[str, Run]:
+    """The runs of both scenarios for one seed; feature stores are per seed and scenario."""
+    stores = {name: str(work / f"store-{name}-{seed}") for name in ("classes", "photos")}
+    earlier, first = str(work / "earlier"), str(work / "first")
+    plan = [
+        ("earlier", "fewer_classes", {"feature_store": stores["classes"]}),
+        ("scratch", "all", {}),
+        ("init_from", "all", {"feature_store": stores["classes"], "init_from": earlier}),
+        ("first", "fewer_photos", {"feature_store": stores["photos"]}),
+        ("grown", "all", {"feature_store": stores["photos"]}),
+        ("grown_init_from", "all", {"feature_store": stores["photos"], "init_from": first}),
+    ]
     runs = {}
-    for name, data, overrides in plan:
-        runs[name] = run_once(data, (name, overrides), seed, weights, work / name, work / f"{name}-{seed}.log")
-    for name, run in runs.items():
-        report(f"seed {seed} {name}: test {run.test_accuracy:.4f}, {run.seconds:.1f} s")
+    for name, dataset, overrides in plan:
+        runs[name] = run_once(data[dataset], (name, overrides), seed, weights, work / name, work / f"{name}-{seed}.log")
+        report(f"seed {seed} {name}: test {runs[name].test_accuracy:.4f}, {runs[name].seconds:.1f} s")
     return runs
 
 
-def summary(by_seed: list[dict[str, Run]], held: list[str]) -> str:
-    rows = [["run", "test accuracy", "wall s"]]
-    for name in ("earlier", "scratch", "init_from"):
+def summary(by_seed: list[dict[str, Run]], held: list[str], grow: float) -> str:
+    rows = [["run", "data", "test accuracy", "wall s", "time ratio"]]
+    compared = {"init_from": "scratch", "grown": "first", "grown_init_from": "first"}
+    what = {"earlier": "fewer classes", "first": f"{grow:.0%} fewer photos"}
+    for name in ("earlier", "scratch", "init_from", "first", "grown", "grown_init_from"):
         runs = [seed[name] for seed in by_seed]
-        rows.append([name, mean_sd([r.test_accuracy for r in runs]), mean_sd([r.seconds for r in runs])])
-    ratio = statistics.mean(s["init_from"].seconds / s["scratch"].seconds for s in by_seed)
-    table = format_table(rows)
-    return f"held out for the earlier run: {', '.join(held)}\n{table}\ninit_from / scratch wall time: {ratio:.2f}x"
+        base = compared.get(name)
+        ratio = f"{statistics.mean(s[name].seconds / s[base].seconds for s in by_seed):.2f}x {base}" if base else ""
+        rows.append([name, what.get(name, "all"), mean_sd([r.test_accuracy for r in runs]),
+                     mean_sd([r.seconds for r in runs]), ratio])  # fmt: skip
+    return f"classes held out of the earlier run: {', '.join(held)}\n{format_table(rows)}"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path, help="a split photo folder: train/ val/ test/, one subfolder per class")
     p.add_argument("--hold-out", type=int, default=5, help="classes the earlier run does not see (default 5)")
+    p.add_argument("--grow", type=float, default=0.1, help="fraction of training photos the first run lacks (0.1)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--weights", default="auto", help="fine_tune.py --weights (default auto)")
     args = p.parse_args()
@@ -80,10 +125,15 @@ def main() -> None:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="photoclf-init-from-") as tmp:
         work = Path(tmp)
-        subset, held = earlier_folder(args.folder, work / "earlier-photos", args.hold_out)
-        earlier, full = convert(subset, work / "earlier-records"), convert(args.folder, work / "full-records")
-        by_seed = [run_seed(earlier, full, seed, args.weights, work, log) for seed in seeds]
-    print(summary(by_seed, held))
+        subset, held = fewer_classes(args.folder, work / "fewer-classes-photos", args.hold_out)
+        first = fewer_photos(args.folder, work / "fewer-photos-photos", args.grow)
+        data = {
+            "fewer_classes": convert(subset, work / "fewer-classes"),
+            "fewer_photos": convert(first, work / "fewer-photos"),
+            "all": convert(args.folder, work / "all"),
+        }
+        by_seed = [run_seed(data, seed, args.weights, work, log) for seed in seeds]
+    print(summary(by_seed, held, args.grow))
 
 
 if __name__ == "__main__":

@@ -123,6 +123,7 @@ def run_phase2_benchmark(
                             "weights": weights,
                             "seed": seed,
                             "calibrate": False,
+                            "feature_store": "run",  # timed cold: no features from the variant before
                             **_batch_size(train_images),
                             **fixed,
                             **overrides,

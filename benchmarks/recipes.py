@@ -91,6 +91,8 @@ def _ours(records: Path, run: Path, weights: str, image_size: int, seed: int) ->
             str(image_size),
             "--set",
             f"seed={seed}",
+            "--set",
+            "feature_store=run",  # timed cold: no features from an earlier run
             "--overwrite",
         ]
     )

@@ -62,7 +62,8 @@ class Run:
 
 
 def command(data: Path, out: Path, seed: int, weights: str, overrides: dict[str, str]) -> list[str]:
-    sets = [f"--set={key}={value}" for key, value in {"seed": seed, **overrides}.items()]
+    # feature_store = run: each run computes its own features (timed cold), unless a variant shares a store
+    sets = [f"--set={key}={value}" for key, value in {"seed": seed, "feature_store": "run", **overrides}.items()]
     return [
         sys.executable,
         str(FINE_TUNE),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,15 @@ def _register_tiny_backbone() -> None:
 
 
 _register_tiny_backbone()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_feature_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session fixtures' feature store (the runs they train): not the user's cache."""
+    root = tmp_path_factory.mktemp("session-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PHOTOCLF_CACHE_DIR", str(root))
+        yield root
 
 
 @pytest.fixture(autouse=True)

@@ -39,7 +39,6 @@ from app.data.pipeline import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.training.context import Context
 from app.training.feature_store import FeatureStore, store_root
-from app.training.frozen_activations import ActivationRows, FrozenActivations
 from app.training.passes import model_outputs, one_stream, views
 
 if TYPE_CHECKING:
@@ -47,6 +46,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 3  # bump when what is stored changes
+
+
+@dataclass(frozen=True)
+class ActivationRows:
+    """Activations at phase 2's cut, with their side features (if any) and labels, row for row."""
+
+    activations: np.ndarray
+    side: np.ndarray | None
+    labels: np.ndarray
+
+    def dataset(self) -> tf.data.Dataset:
+        features = {"activations": self.activations, "side": self.side} if self.side is not None else self.activations
+        return tf.data.Dataset.from_tensor_slices((features, self.labels))
 
 
 @dataclass(frozen=True)
@@ -103,20 +115,33 @@ class PartRows:
     activations: np.ndarray | None = None
 
 
-def load_or_build(
-    ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None, frozen: FrozenActivations | None = None
-) -> FeatureCache:
-    """Phase 1's features, from the store where it has them, computed (and added) where not.
-    `on_first_batch` sees the first computed batch's images (float32 0..255) as the backbone gets
-    them: a sample at no extra cost. `frozen` (phase 2's input) is handed the activations at its
-    cut: the val photos', and the training views' too when phase 2 trains on them."""
-    cut = frozen.cut if frozen is not None else None
+@dataclass(frozen=True)
+class Gathered:
+    cache: FeatureCache
+    val_activations: ActivationRows | None  # at the cut, when one was given
+    train_activations: ActivationRows | None  # ... and the views' too were asked for
+
+
+def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
+    """Phase 1's features, from the store where it has them, computed (and added) where not."""
+    return gather(ctx, on_first_batch).cache
+
+
+def gather(
+    ctx: Context,
+    on_first_batch: Callable[[np.ndarray], None] | None = None,
+    cut: FrozenCut | None = None,
+    train_activations: bool = False,
+) -> Gathered:
+    """Phase 1's features and, with phase 2's `cut`, the activations there in the same pass: the
+    val photos', and the training views' too with `train_activations`. `on_first_batch` sees the
+    first computed batch's images (float32 0..255) as the backbone gets them: a sample at no
+    extra cost."""
     tables = {split: record_table(ctx.cfg.data, split) for split in ("train", "val")}
-    parts = [PartRows(part, tables[part.split]["key"]) for part in _parts(ctx, frozen)]
+    parts = [PartRows(part, tables[part.split]["key"]) for part in _parts(ctx, cut, train_activations)]
     store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
-    spaces = _Spaces(ctx, cut)
     start = time.perf_counter()
-    counts = _fill(ctx, store, spaces, parts, cut, on_first_batch)
+    counts = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch)
     above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
     log.info(
         "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos): %d from the feature store"
@@ -125,19 +150,19 @@ def load_or_build(
         counts["stored"], store.root, above, counts["computed"], time.perf_counter() - start,
     )  # fmt: skip
     cache = _cache(parts, tables)
-    if cut is not None:
-        _hand_over(frozen, parts, tables, cache)
-    return cache
+    if cut is None:
+        return Gathered(cache, None, None)
+    return Gathered(cache, *_activation_rows(parts, cache, train_activations))
 
 
-def _parts(ctx: Context, frozen: FrozenActivations | None) -> list[Part]:
+def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool) -> list[Part]:
     """K seeded views of the training split (one plain pass when augmentation is off), then val."""
-    trains = frozen is not None and frozen.cut is not None and frozen.trains
+    trains = cut is not None and train_activations
     if ctx.cfg.augment:
         train = [Part("train", ctx.cfg.seed * 1000 + view, trains) for view in range(views(ctx))]
     else:
         train = [Part("train", None, trains)]
-    return [*train, Part("val", None, frozen is not None and frozen.cut is not None)]
+    return [*train, Part("val", None, cut is not None)]
 
 
 class _Spaces:
@@ -213,15 +238,13 @@ def _full_pass(
     """For each part, {"keys", "features"(, "activations")} of the photos `wanted` marks, from
     one stream over every part's missing photos through the backbone."""
     keeps = [rows.part.keeps_activations for rows in parts]
-    streams = [
-        make_keyed_dataset(ctx.cfg.data, split=rows.part.split, image_size=ctx.image_size,
-                           batch_size=ctx.cfg.batch_size, wanted=np.unique(rows.keys[want]),
-                           view_seed=rows.part.view_seed, augment=ctx.augmentation)
-        for rows, want in zip(parts, wanted)
-    ]  # fmt: skip
+    streams = [_stream(ctx, rows, rows.keys[want]) for rows, want in zip(parts, wanted)]
     total = sum(int(w.sum()) for w in wanted)
     empty = {"keys": np.zeros([0], np.int64), "features": None, "activations": None}
     if not total:
+        if on_first_batch is not None and len(parts[0].keys):  # the sample still shows what the backbone got
+            images, _ = next(iter(_stream(ctx, parts[0], parts[0].keys[: ctx.cfg.batch_size])))
+            on_first_batch(images.numpy())
         return [dict(empty) for _ in parts]
     desc = f"Caching features ({views(ctx)} view(s) of train, val)"
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
@@ -236,6 +259,13 @@ def _full_pass(
             rows["activations"] = outputs["activations"][kept_parts == index]
         out.append(rows)
     return out
+
+
+def _stream(ctx: Context, rows: PartRows, keys: np.ndarray) -> tf.data.Dataset:
+    """Batches of the part's photos with these keys (its view of them), with their keys."""
+    part = rows.part
+    return make_keyed_dataset(ctx.cfg.data, split=part.split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size,
+                              wanted=np.unique(keys), view_seed=part.view_seed, augment=ctx.augmentation)  # fmt: skip
 
 
 def _extractor(ctx: Context, cut: FrozenCut | None, keeps: list[bool]) -> Callable:
@@ -299,11 +329,13 @@ def _cache(parts: list[PartRows], tables: dict[str, dict]) -> FeatureCache:
     )
 
 
-def _hand_over(frozen: FrozenActivations, parts: list[PartRows], tables: dict[str, dict], cache: FeatureCache) -> None:
+def _activation_rows(
+    parts: list[PartRows], cache: FeatureCache, train_activations: bool
+) -> tuple[ActivationRows, ActivationRows | None]:
     """Phase 2's activations at its cut: the val part's, and every view's when it trains on them."""
     val = next(rows for rows in parts if rows.part.split == "val")
     train = None
-    if frozen.trains:
+    if train_activations:
         activations = np.concatenate([rows.activations for rows in parts if rows.part.split == "train"])
         train = ActivationRows(activations, cache.train_side, cache.train_labels)
-    frozen.keep(ActivationRows(val.activations, cache.val_side, cache.val_labels), train)
+    return ActivationRows(val.activations, cache.val_side, cache.val_labels), train

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -33,24 +33,12 @@ import tensorflow as tf
 from app.data.pipeline import map_image
 from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
+from app.training.feature_cache import ActivationRows, FeatureCache, gather
 from app.training.passes import distribute, eval_images, model_outputs, shuffled_batches, views
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ActivationRows:
-    """Activations at the cut, with their side features (if any) and labels, row for row."""
-
-    activations: np.ndarray
-    side: np.ndarray | None
-    labels: np.ndarray
-
-    def dataset(self) -> tf.data.Dataset:
-        features = {"activations": self.activations, "side": self.side} if self.side is not None else self.activations
-        return tf.data.Dataset.from_tensor_slices((features, self.labels))
 
 
 class FrozenActivations:
@@ -86,6 +74,14 @@ class FrozenActivations:
         """Phase 2's plan chose images: the views' activations are let go (host memory)."""
         self.trains, self._train = False, None
 
+    def phase1_features(self, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
+        """Phase 1's feature cache, gathered in one pass with the activations at the cut that
+        phase 2 takes (kept here): the val photos', and the views' too when phase 2 trains on them."""
+        got = gather(self.ctx, on_first_batch, self.cut, self.trains)
+        if self.cut is not None:
+            self.keep(got.val_activations, got.train_activations)
+        return got.cache
+
     def keep(self, val: ActivationRows, train: ActivationRows | None) -> None:
         """The activations from phase 1's cache build: `train` is None unless `trains`."""
         self._val, self._train = val, train
@@ -115,9 +111,7 @@ class FrozenActivations:
         if self._val is not None and (self._train is not None or not self.trains):
             return
         if self.trains:  # phase 1's views: from the feature store (or computed again, the same)
-            from app.training.feature_cache import load_or_build  # it builds on this module
-
-            load_or_build(self.ctx, frozen=self)
+            self.phase1_features()
             return
         start = time.perf_counter()
         self._val = _activations(self.cut, eval_images(self.ctx, "val"))

@@ -87,7 +87,7 @@ def feature_inputs(
 
     def cache() -> FeatureCache:
         if not loaded:  # lazily: a finished phase (seen again on resume) needs no features
-            loaded.append(load_or_build(ctx, on_first_batch, frozen))
+            loaded.append(frozen.phase1_features(on_first_batch) if frozen else load_or_build(ctx, on_first_batch))
         return loaded[0]
 
     def dataset(x: np.ndarray, y: np.ndarray, side: np.ndarray | None) -> tf.data.Dataset:

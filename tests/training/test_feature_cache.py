@@ -105,8 +105,16 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
     rows = 3 * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     assert f"{rows} rows" in caplog.text and "0 from the feature store" in caplog.text
     caplog.clear()
-    again = load_or_build(setup(cached_config), on_first_batch=pytest.fail)  # the same command again: a resume
+    samples = []
+    again = load_or_build(setup(cached_config), on_first_batch=samples.append)  # the same command again: a resume
     assert f"{rows} from the feature store" in caplog.text and ", 0 computed" in caplog.text
+    (sample,) = samples  # TensorBoard's sample is still what the backbone got: the first photos' first view
+    np.testing.assert_allclose(
+        ctx.clf.features_model(sample, training=False).numpy(),
+        first.train_features[: len(sample)],
+        rtol=1e-3,
+        atol=1e-5 * np.abs(first.train_features).max(),
+    )
     np.testing.assert_array_equal(first.train_features, again.train_features)
     np.testing.assert_array_equal(first.val_features, again.val_features)
     caplog.clear()
