@@ -186,6 +186,28 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     np.testing.assert_array_equal(frozen._val.activations, built._val.activations)
 
 
+def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_activations(
+    tiny_config: TrainConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """A run started from an earlier one (--init-from) has the earlier run's fine-tuned layers
+    above the cut and the pretrained ones below: the stored activations still hold, and the
+    features come from the layers above alone, the same as from the whole backbone."""
+    ctx = setup(tiny_config.replace(cache_features="true"))
+    frozen_activations.frozen_activations(ctx).phase1_features()  # stores the activations at the cut
+    trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)  # the layers phase 2 would have changed
+    for layer in ctx.clf.backbone.layers:
+        if layer.name in trained:
+            layer.set_weights([w * 1.5 for w in layer.get_weights()])
+    with caplog.at_level(logging.INFO):
+        above = frozen_activations.frozen_activations(ctx).phase1_features()
+    assert "61 through the layers above block_2_relu only, 0 computed" in caplog.text
+    monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(tmp_path / "empty"))
+    whole = frozen_activations.frozen_activations(ctx).phase1_features()  # every row through the backbone
+    scale = np.abs(whole.train_features).max()
+    np.testing.assert_allclose(above.train_features, whole.train_features, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(above.val_features, whole.val_features, rtol=1e-4, atol=1e-5 * scale)
+
+
 @pytest.mark.parametrize(
     "setting, why",
     [
