@@ -24,9 +24,12 @@ def test_each_run_is_the_users_command_with_the_seed_and_the_variants_keys():
         "w.h5",
         "--overwrite",
         "--set=seed=2",
+        "--set=feature_store=run",  # timed cold: its own features, none from the run before
         "--set=feature_views=4",
         "--set=phase2_mode=images",
     ]
+    shared = command(Path("data"), Path("out"), 2, "w.h5", {"feature_store": "store"})
+    assert shared[-1] == "--set=feature_store=store"  # a variant may share one (benchmarks.init_from)
 
 
 def _run(variant: str, seed: int, seconds: float, test: float | None, mode: str = "views") -> Run:
