@@ -84,6 +84,11 @@ class TrainConfig:
         " saturation, else images with more epochs; see app/training/plan.py)",
         choices=("auto", "views", "images"),
     )
+    views_above: float = _key(
+        0.90,
+        "phase2_mode = auto: phase 1's kept val accuracy at or above which phase 2 trains on the cached"
+        " views (near saturation: short and cheap); below it, on freshly augmented images",
+    )
     finetune_time_cap: float = _key(
         2.0, "phase 2 on images stops before an epoch that would end past this many times phase 1's seconds; 0 = no cap"
     )
@@ -244,6 +249,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
         (cfg.feature_views >= 1, "feature_views must be >= 1"),
         (cfg.finetune_time_cap >= 0, "finetune_time_cap must be >= 0 (0 = no cap)"),
+        (0.0 <= cfg.views_above <= 1.0, "views_above must be in [0, 1] (1 = always images under auto)"),
         (0.0 <= cfg.unknown_accept <= 1.0, "unknown_accept must be in [0, 1] (0 = no unknown answer)"),
         (
             cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"),

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from app.config import TrainConfig
 
-SATURATED = 0.90  # phase 1 kept val accuracy at or above which phase 2 on the views is enough
 IMAGES_EPOCHS = 3  # phase 2 on images runs up to this many times epochs_finetune epochs
 IMAGES_PATIENCE = 4  # ... and stops after this many epochs without improvement (at least the configured patience)
 
@@ -59,10 +58,11 @@ def plan_phase2(
         mode = "views" if cfg.phase2_mode == "views" and views is None else "images"
         reason = f"phase2_mode = {cfg.phase2_mode}" + ("" if mode == cfg.phase2_mode else f"; no cached views: {views}")
         return Phase2Plan(mode, cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason)
-    if phase1_accuracy is not None and phase1_accuracy >= SATURATED:
+    saturated = cfg.views_above
+    if phase1_accuracy is not None and phase1_accuracy >= saturated:
         where = "on the views" if views is None else f"on images (no cached views: {views})"
         reason = (
-            f"phase2_mode = auto: phase 1 reached val accuracy {phase1_accuracy:.3f} (>= {SATURATED:.2f}),"
+            f"phase2_mode = auto: phase 1 reached val accuracy {phase1_accuracy:.3f} (>= {saturated:.2f}, views_above),"
             f" near saturation: a short phase 2 {where}"
         )
         return Phase2Plan(
@@ -71,7 +71,7 @@ def plan_phase2(
     left = (
         "phase 1 did not run"
         if phase1_accuracy is None
-        else f"phase 1 reached val accuracy {phase1_accuracy:.3f} (< {SATURATED:.2f})"
+        else f"phase 1 reached val accuracy {phase1_accuracy:.3f} (< {saturated:.2f}, views_above)"
     )
     reason = f"phase2_mode = auto: {left}, far from saturation, where fresh augmentation each epoch pays"
     cap = cfg.finetune_time_cap * phase1_seconds if cfg.finetune_time_cap and phase1_seconds > 0 else math.inf
