@@ -85,7 +85,7 @@ class TrainConfig:
         choices=("auto", "views", "images"),
     )
     views_above: float = _key(
-        0.90,
+        0.95,
         "phase2_mode = auto: phase 1's kept val accuracy at or above which phase 2 trains on the cached"
         " views (near saturation: short and cheap); below it, on freshly augmented images",
     )

@@ -9,7 +9,8 @@ epochs, is what pays. `phase2_mode = auto` chooses between them by phase 1's kep
 accuracy, and gives phase 2 on images more epochs and patience, within a time cap
 (`finetune_time_cap` times phase 1's seconds); `views` and `images` force one mode with the
 configured epochs and patience. Every phase stops early when validation stops improving. The
-measurements behind the threshold are in benchmarks/README.md ("Training choices").
+threshold is `views_above` (0.95); the measurements behind it are in benchmarks/README.md
+("Training choices").
 """
 
 from __future__ import annotations

@@ -16,21 +16,21 @@ CFG = TrainConfig(epochs_finetune=5, early_stopping_patience=3, finetune_time_ca
 def test_near_saturation_phase2_trains_on_the_views_as_configured():
     plan = plan_phase2(CFG, phase1_accuracy=0.985, phase1_seconds=20.0, views=None)
     assert (plan.mode, plan.epochs, plan.patience, plan.max_seconds) == ("views", 5, 3, math.inf)
-    assert "0.985 (>= 0.90, views_above)" in plan.reason and "phase 1's cached views" in plan.describe()
+    assert "0.985 (>= 0.95, views_above)" in plan.reason and "phase 1's cached views" in plan.describe()
 
 
 def test_far_from_saturation_phase2_trains_on_images_longer_within_a_time_cap():
     plan = plan_phase2(CFG, phase1_accuracy=0.80, phase1_seconds=20.0, views=None)
     assert plan.mode == "images" and plan.epochs == 5 * IMAGES_EPOCHS and plan.patience == IMAGES_PATIENCE
     assert plan.max_seconds == 40.0  # 2 x phase 1's 20 s
-    assert "0.800 (< 0.90, views_above)" in plan.reason and "time cap 2 x phase 1's 20 s" in plan.reason
+    assert "0.800 (< 0.95, views_above)" in plan.reason and "time cap 2 x phase 1's 20 s" in plan.reason
     assert "stopping by 40 s" in plan.describe()
 
 
 def test_the_threshold_itself_counts_as_saturated():
     assert plan_phase2(CFG, CFG.views_above, 20.0, None).mode == "views"
     assert plan_phase2(CFG, CFG.views_above - 1 / 272, 20.0, None).mode == "images"  # one val photo of 272 fewer
-    assert plan_phase2(CFG.replace(views_above=0.95), 0.94, 20.0, None).mode == "images"  # the threshold is a key
+    assert plan_phase2(CFG.replace(views_above=0.90), 0.94, 20.0, None).mode == "views"  # the threshold is a key
 
 
 def test_without_cached_views_a_saturated_phase1_gets_a_short_phase2_on_images():
@@ -68,7 +68,7 @@ def test_the_plan_is_recorded_as_plain_values():
         "epochs": 15,
         "patience": 4,
         "max_seconds": 40.0,
-        "reason": "phase2_mode = auto: phase 1 reached val accuracy 0.500 (< 0.90, views_above), far from"
+        "reason": "phase2_mode = auto: phase 1 reached val accuracy 0.500 (< 0.95, views_above), far from"
         " saturation, where fresh augmentation each epoch pays; time cap 2 x phase 1's 20 s (finetune_time_cap)",
     }
 
