@@ -1,4 +1,5 @@
-"""tf.data pipelines from a TFRecord folder: one for training, one for evaluation.
+"""tf.data pipelines from a TFRecord folder: one for training, one for evaluation, and keyed
+passes for the feature cache (photos matched by content key, views seeded by it).
 
 Both yield (images uint8 [B, S, S, 3], labels int32 [B]): a quarter of float32's bytes to copy,
 batch and send to an accelerator. A dataset with side features (app/data/side_features.py)
