@@ -15,6 +15,7 @@ the least recently used spaces are removed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -49,14 +50,16 @@ def store_root(setting: str, run: RunDir) -> Path:
 class FeatureStore:
     def __init__(self, root: Path, limit: int = STORE_LIMIT) -> None:
         self.root, self.limit = root, limit
+        self._last_read: dict[Path, tuple[tuple[int, int], np.ndarray, np.ndarray]] = {}  # by (mtime, size)
 
     def lookup(self, space: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(found [N] bool, rows [found.sum(), ...] for the found keys, in `keys`' order) from
         `space`; rows is None when the space holds none of them."""
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self._path(space))  # recently used: pruned last (before reading, so `add` finds it read)
         stored_keys, rows = self._read(space)
         if stored_keys is None or not len(stored_keys):
             return np.zeros(len(keys), bool), None
-        os.utime(self._path(space))  # recently used: pruned last
         where = np.minimum(np.searchsorted(stored_keys, keys), len(stored_keys) - 1)
         found = stored_keys[where] == keys
         return found, (rows[where[found]] if found.any() else None)
@@ -82,10 +85,14 @@ class FeatureStore:
         if not path.exists():
             return None, None
         try:
+            stamp = (path.stat().st_mtime_ns, path.stat().st_size)
+            if path in self._last_read and self._last_read[path][0] == stamp:
+                return self._last_read[path][1:]  # read by `lookup`, again by `add`: once from disk
             with np.load(path) as stored:
-                if json.loads(str(stored["space"])) == json.loads(json.dumps(space)):
-                    return stored["keys"], stored["rows"]
-                return None, None  # two spaces whose names collide: the other is replaced
+                if json.loads(str(stored["space"])) != json.loads(json.dumps(space)):
+                    return None, None  # two spaces whose names collide: the other is replaced
+                self._last_read[path] = (stamp, stored["keys"], stored["rows"])
+                return self._last_read[path][1:]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             log.warning("feature store: %s cannot be read (%s); its rows are computed again", path, err)
             return None, None
