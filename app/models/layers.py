@@ -65,23 +65,23 @@ class SideFeatureEncoding(keras.layers.Layer):
 class OutOfDistributionScore(keras.layers.Layer):
     """[probabilities, pooled features] → the shipped out-of-distribution score per image
     (app.models.ood.ShippedScore, the same arithmetic): standardised 1 - max probability plus
-    standardised Mahalanobis distance of the L2-normalised features to the nearest class mean.
-    Its statistics are constants of the served model (never trained, never saved by Keras: the
-    export freezes them into its graph)."""
+    the standardised class distance of the L2-normalised features (relative Mahalanobis: to the
+    nearest class mean, less to the training features' overall mean). Its statistics are
+    constants of the served model (never trained, never saved by Keras: the export freezes them
+    into its graph)."""
 
     def __init__(self, score, **kwargs):
         super().__init__(dtype="float32", **kwargs)
         self.score = score
 
     def build(self, input_shape):
-        precision = self.score.precision.astype("float64")
-        means = self.score.means.astype("float64")
-        projected = means @ precision  # [C, D]
-        self._precision = self._constant("precision", precision)
-        self._projected_means = self._constant("projected_means", projected.T)  # [D, C]
-        self._mean_norms = self._constant("mean_norms", (projected * means).sum(axis=1))
+        distance = self.score.distance
+        self._quadratic = self._constant("quadratic", distance.quadratic)  # [D, D]
+        self._linear = self._constant("linear", distance.linear.T)  # [D, C]
+        self._offsets = self._constant("offsets", distance.constant)  # [C]
 
     def _constant(self, name: str, value):
+        value = value.astype("float64")
         return self.add_weight(
             name=name, shape=value.shape, initializer=keras.initializers.Constant(value), trainable=False
         )
@@ -89,9 +89,8 @@ class OutOfDistributionScore(keras.layers.Layer):
     def call(self, inputs):
         probabilities, features = (ops.cast(x, "float32") for x in inputs)
         z = features / ops.maximum(ops.norm(features, axis=-1, keepdims=True), 1e-12)
-        projected = ops.matmul(z, self._precision)
-        distances = ops.sum(projected * z, axis=-1, keepdims=True) - 2.0 * ops.matmul(z, self._projected_means)
-        mahalanobis = ops.min(distances + self._mean_norms[None, :], axis=-1)
+        quadratic = ops.sum(ops.matmul(z, self._quadratic) * z, axis=-1, keepdims=True)
+        distance = ops.min(quadratic - 2.0 * ops.matmul(z, self._linear) + self._offsets[None, :], axis=-1)
         msp = 1.0 - ops.max(probabilities, axis=-1)
         s = self.score
-        return (msp - s.msp_mean) / s.msp_std + (mahalanobis - s.mahalanobis_mean) / s.mahalanobis_std
+        return (msp - s.msp_mean) / s.msp_std + (distance - s.distance_mean) / s.distance_std

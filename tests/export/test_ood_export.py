@@ -30,7 +30,7 @@ def test_the_threshold_accepts_95_percent_of_validation_and_is_in_metrics_and_ex
     found = json.loads((trained_run / "metrics.json").read_text())["ood"]
     version = trained_run / "export" / "shapes" / "1"
     assert layout.read_metadata(version)["ood"] == found
-    assert found["method"] == ood.SHIPPED == "msp+mahalanobis" and found["accept"] == ood.DEFAULT_ACCEPT
+    assert found["method"] == ood.SHIPPED == "msp+relative_mahalanobis" and found["accept"] == ood.DEFAULT_ACCEPT
     # phase 2 trained on phase 1's views: their activations at the cut gave the training features
     assert "train views" in found["fitted_on"] and found["fitted_on"].endswith("val photos")
     assert f"answered unknown above ood_score {found['threshold']:.2f} (95% of val accepted)" in format_result(

@@ -74,3 +74,37 @@ def test_the_scores_follow_their_definitions():
     assert ood.knn(np.array([[2.0, 0.0]]), bank, k=2) == pytest.approx([1.0])  # the 2nd: orthogonal
     stats = ood.fit_feature_stats(np.random.default_rng(0).standard_normal((5000, 4)), np.zeros(5000))
     assert len(stats.bank) == ood.BANK_SIZE  # a bounded sample of the training set
+
+
+def test_the_class_distances_follow_their_definitions():
+    rng = np.random.default_rng(2)
+    features, labels = rng.standard_normal((200, 6)), np.arange(200) % 4
+    stats = ood.fit_feature_stats(features, labels)
+    z = ood.l2_normalise(rng.standard_normal((5, 6))).astype(np.float64)
+
+    def squared(x: np.ndarray, mean: np.ndarray, precision: np.ndarray) -> np.ndarray:
+        d = x - mean
+        return np.einsum("nd,de,ne->n", d, precision, d)
+
+    to_classes = np.stack([squared(z, m, stats.precision) for m in stats.means], axis=1)
+    to_all = squared(z, stats.background_mean, stats.background_precision)
+    plain = ood.scores("mahalanobis", probabilities=None, logits=None, features=z, stats=stats)
+    relative = ood.scores("relative_mahalanobis", probabilities=None, logits=None, features=z, stats=stats)
+    np.testing.assert_allclose(plain, to_classes.min(axis=1), rtol=1e-4)
+    np.testing.assert_allclose(relative, (to_classes - to_all[:, None]).min(axis=1), rtol=1e-4, atol=1e-3)
+
+
+def test_the_shipped_score_survives_its_file_and_reads_a_plain_mahalanobis_one():
+    rng = np.random.default_rng(3)
+    train, labels = rng.standard_normal((120, 8)), np.arange(120) % 3
+    val, probabilities = rng.standard_normal((30, 8)), rng.dirichlet([1, 1, 1], 30)
+    score = ood.fit_shipped(train, labels, val, probabilities)
+    again = ood.ShippedScore.from_arrays(score.to_arrays())
+    np.testing.assert_allclose(again(probabilities, val), score(probabilities, val), rtol=1e-4, atol=1e-4)
+    assert (score(probabilities, val) <= score.threshold).mean() == pytest.approx(0.95, abs=0.02)
+
+    stats = ood.fit_feature_stats(train, labels)  # a run fitted before the relative distance
+    older = {"means": stats.means, "precision": stats.precision, "msp_mean": 0.5, "msp_std": 0.25}
+    older |= {"mahalanobis_mean": 10.0, "mahalanobis_std": 2.0, "threshold": 1.0, "accept": 0.95}
+    expected = (ood.msp(probabilities) - 0.5) / 0.25 + (stats.distance(relative=False)(val) - 10.0) / 2.0
+    np.testing.assert_allclose(ood.ShippedScore.from_arrays(older)(probabilities, val), expected, rtol=1e-5)
