@@ -120,6 +120,7 @@ class Gathered:
     cache: FeatureCache
     val_activations: ActivationRows | None  # at the cut, when one was given
     train_activations: ActivationRows | None  # ... and the views' too were asked for
+    stored_seconds: float = 0.0  # what the rows read from the store took to compute, where it knows
 
 
 def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
@@ -145,14 +146,15 @@ def gather(
     above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
     log.info(
         "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos): %d from the feature store"
-        " (%s)%s, %d computed; %.1fs",
+        " (%s%s)%s, %d computed; %.1fs",
         sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]),
-        counts["stored"], store.root, above, counts["computed"], time.perf_counter() - start,
+        counts["stored"], store.root, f"; they took {counts['saved_s']:.0f}s to compute" if counts["saved_s"] else "",
+        above, counts["computed"], time.perf_counter() - start,
     )  # fmt: skip
     cache = _cache(parts, tables)
     if cut is None:
-        return Gathered(cache, None, None)
-    return Gathered(cache, *_activation_rows(parts, cache, train_activations))
+        return Gathered(cache, None, None, counts["saved_s"])
+    return Gathered(cache, *_activation_rows(parts, cache, train_activations), counts["saved_s"])
 
 
 def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool) -> list[Part]:
@@ -204,21 +206,25 @@ def _fill(
     stored = [_lookup(store, spaces, rows) for rows in parts]
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
+    saved = sum(int((~missing).sum()) * store.seconds_per_row(spaces.features(rows.part))
+                for rows, (missing, _) in zip(parts, stored))  # fmt: skip
+    start = time.perf_counter()
     computed = _full_pass(ctx, parts, full, cut, on_first_batch)
+    computed_rows = sum(int(m.sum()) for m in full)
+    per_row = (time.perf_counter() - start) / computed_rows if computed_rows else 0.0
     upper = 0
     for rows, (missing_feat, missing_act), new in zip(parts, stored, computed):
         if rows.part.keeps_activations:
             rows.activations = _merged(rows.keys, rows.activations, missing_act, new["keys"], new["activations"])
-            store.add(spaces.activations(rows.part), new["keys"], new["activations"])
+            store.add(spaces.activations(rows.part), new["keys"], new["activations"], per_row)
             above = missing_feat & ~missing_act  # stored activations, no stored features
             if above.any():
                 new = _joined(new, _above_cut(ctx, cut, rows.keys[above], rows.activations[above]))
                 upper += int(above.sum())
         rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
-        store.add(spaces.features(rows.part), new["keys"], new["features"])
-    computed_rows = sum(int(m.sum()) for m in full)
+        store.add(spaces.features(rows.part), new["keys"], new["features"], per_row)
     total = sum(len(rows.keys) for rows in parts)
-    return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper}
+    return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper, "saved_s": saved}
 
 
 def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.ndarray, np.ndarray]:

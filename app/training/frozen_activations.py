@@ -53,6 +53,7 @@ class FrozenActivations:
         self._no_views = no_views or "no single activation separates phase 2's frozen layers from its trained ones"
         self._val: ActivationRows | None = None
         self._train: ActivationRows | None = None
+        self.stored_seconds = 0.0  # what phase 1's features read from the store took to compute
 
     @property
     def no_views(self) -> str | None:
@@ -78,6 +79,7 @@ class FrozenActivations:
         """Phase 1's feature cache, gathered in one pass with the activations at the cut that
         phase 2 takes (kept here): the val photos', and the views' too when phase 2 trains on them."""
         got = gather(self.ctx, on_first_batch, self.cut, self.trains)
+        self.stored_seconds = got.stored_seconds
         if self.cut is not None:
             self.keep(got.val_activations, got.train_activations)
         return got.cache

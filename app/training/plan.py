@@ -51,10 +51,16 @@ class Phase2Plan:
 
 
 def plan_phase2(
-    cfg: TrainConfig, phase1_accuracy: float | None, phase1_seconds: float, views: str | None
+    cfg: TrainConfig,
+    phase1_accuracy: float | None,
+    phase1_seconds: float,
+    views: str | None,
+    stored_seconds: float = 0.0,
 ) -> Phase2Plan:
     """The plan for phase 2. `views`: None when phase 1's views can carry phase 2, else why not
-    (phase 1 on images, no cut, memory); `phase1_accuracy` is None when phase 1 did not run."""
+    (phase 1 on images, no cut, memory); `phase1_accuracy` is None when phase 1 did not run;
+    `stored_seconds`: what phase 1's features read from the feature store took to compute, counted
+    in phase 1's cost, so that a run that finds them gets the phase 2 a run that computes them gets."""
     if cfg.phase2_mode != "auto":  # asked for: as configured, on images when there are no views
         mode = "views" if cfg.phase2_mode == "views" and views is None else "images"
         reason = f"phase2_mode = {cfg.phase2_mode}" + ("" if mode == cfg.phase2_mode else f"; no cached views: {views}")
@@ -75,9 +81,11 @@ def plan_phase2(
         else f"phase 1 reached val accuracy {phase1_accuracy:.3f} (< {saturated:.2f}, views_above)"
     )
     reason = f"phase2_mode = auto: {left}, far from saturation, where fresh augmentation each epoch pays"
-    cap = cfg.finetune_time_cap * phase1_seconds if cfg.finetune_time_cap and phase1_seconds > 0 else math.inf
+    cost = phase1_seconds + stored_seconds
+    cap = cfg.finetune_time_cap * cost if cfg.finetune_time_cap and phase1_seconds > 0 else math.inf
     if not math.isinf(cap):
-        reason += f"; time cap {cfg.finetune_time_cap:g} x phase 1's {phase1_seconds:.0f} s (finetune_time_cap)"
+        stored = f" ({stored_seconds:.0f} s of it the stored features' computing)" if stored_seconds else ""
+        reason += f"; time cap {cfg.finetune_time_cap:g} x phase 1's {cost:.0f} s{stored} (finetune_time_cap)"
     return Phase2Plan(
         "images", cfg.epochs_finetune * IMAGES_EPOCHS, max(cfg.early_stopping_patience, IMAGES_PATIENCE), cap, reason
     )

@@ -97,7 +97,11 @@ def phase2_plan(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivati
     """What phase 2 will do (app/training/plan.py), from what phase 1 left; `frozen` lets the
     views go when it chooses images."""
     plan = plan_phase2(
-        ctx.cfg, phase1.val_accuracy if phase1 else None, phase1.seconds if phase1 else 0.0, frozen.no_views
+        ctx.cfg,
+        phase1.val_accuracy if phase1 else None,
+        phase1.seconds if phase1 else 0.0,
+        frozen.no_views,
+        stored_seconds=frozen.stored_seconds if phase1 else 0.0,
     )
     if plan.mode == "images":
         frozen.train_on_images()

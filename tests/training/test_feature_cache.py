@@ -15,7 +15,7 @@ from conftest import stored_weight_shapes
 from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
 from app.training.context import FEATURE_CACHE_LIMIT, feature_cache_bytes, phase1_mode, setup
-from app.training.feature_cache import load_or_build
+from app.training.feature_cache import gather, load_or_build
 from app.training.passes import model_outputs, one_stream
 from app.training.train import run_phase1
 
@@ -106,8 +106,11 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
     assert f"{rows} rows" in caplog.text and "0 from the feature store" in caplog.text
     caplog.clear()
     samples = []
-    again = load_or_build(setup(cached_config), on_first_batch=samples.append)  # the same command again: a resume
+    again_ctx = setup(cached_config)
+    gathered = gather(again_ctx, on_first_batch=samples.append)  # the same command again: a resume
+    again = gathered.cache
     assert f"{rows} from the feature store" in caplog.text and ", 0 computed" in caplog.text
+    assert gathered.stored_seconds > 0  # what the first run spent computing them, still counted (phase 2's cap)
     (sample,) = samples  # TensorBoard's sample is still what the backbone got: the first photos' first view
     np.testing.assert_allclose(
         ctx.clf.features_model(sample, training=False).numpy(),

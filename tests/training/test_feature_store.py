@@ -38,6 +38,17 @@ def test_add_keeps_what_the_space_holds_and_the_first_row_of_a_key(tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []  # written whole, then renamed
 
 
+def test_a_space_keeps_what_computing_a_row_took_for_the_runs_that_read_it(tmp_path: Path):
+    store = FeatureStore(tmp_path)
+    assert store.seconds_per_row(SPACE) == 0.0  # nothing stored: nothing known
+    store.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]), seconds_per_row=0.25)
+    assert FeatureStore(tmp_path).seconds_per_row(SPACE) == 0.25  # another run reads it from the file
+    store.add(SPACE, np.array([3], np.int64), _rows([3]))  # added without a measure: the last one stays
+    assert FeatureStore(tmp_path).seconds_per_row(SPACE) == 0.25
+    store.add(SPACE, np.array([4], np.int64), _rows([4]), seconds_per_row=0.5)
+    assert FeatureStore(tmp_path).seconds_per_row(SPACE) == 0.5
+
+
 def test_an_unreadable_space_is_said_and_treated_as_empty_then_replaced(tmp_path: Path, caplog):
     store = FeatureStore(tmp_path)
     store.add(SPACE, np.array([1], np.int64), _rows([1]))

@@ -62,6 +62,14 @@ def test_the_cap_is_a_multiple_of_phase1s_time_or_none(cap: float, seconds: floa
     assert plan.max_seconds == expected
 
 
+def test_features_read_from_the_store_count_in_phase1s_cost_at_what_they_took_to_compute():
+    """A run that finds its features stored gets the phase 2 of the run that computed them."""
+    cold = plan_phase2(CFG, 0.5, 30.0, None)
+    warm = plan_phase2(CFG, 0.5, 4.0, None, stored_seconds=26.0)
+    assert warm.max_seconds == cold.max_seconds == 60.0 and warm.epochs == cold.epochs
+    assert "time cap 2 x phase 1's 30 s (26 s of it the stored features' computing)" in warm.reason
+
+
 def test_the_plan_is_recorded_as_plain_values():
     assert plan_phase2(CFG, 0.5, 20.0, None).to_dict() == {
         "mode": "images",
