@@ -57,7 +57,7 @@ class PhotoExplainer:
         return [self.on_photo(data, cam, max_side) for data, cam in zip(images, cams)]
 
     def cams(self, images: list[bytes], class_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Maps at the feature map's resolution, and the class ids they explain."""
+        """Maps at app.models.gradcam's resolution (14 × 14 for MobileNetV2 at 224), and the class ids they explain."""
         return self.maps(self.decode(np.array(images, dtype=object)).astype(np.float32), class_ids)
 
     @staticmethod
