@@ -144,17 +144,17 @@ def gather(
     start = time.perf_counter()
     counts = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch)
     above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
+    took = f"; they took {counts['stored_seconds']:.0f}s to compute" if counts["stored_seconds"] else ""
     log.info(
         "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos): %d from the feature store"
         " (%s%s)%s, %d computed; %.1fs",
         sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]),
-        counts["stored"], store.root, f"; they took {counts['saved_s']:.0f}s to compute" if counts["saved_s"] else "",
-        above, counts["computed"], time.perf_counter() - start,
+        counts["stored"], store.root, took, above, counts["computed"], time.perf_counter() - start,
     )  # fmt: skip
     cache = _cache(parts, tables)
     if cut is None:
-        return Gathered(cache, None, None, counts["saved_s"])
-    return Gathered(cache, *_activation_rows(parts, cache, train_activations), counts["saved_s"])
+        return Gathered(cache, None, None, counts["stored_seconds"])
+    return Gathered(cache, *_activation_rows(parts, cache, train_activations), counts["stored_seconds"])
 
 
 def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool) -> list[Part]:
@@ -206,8 +206,8 @@ def _fill(
     stored = [_lookup(store, spaces, rows) for rows in parts]
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
-    saved = sum(int((~missing).sum()) * store.seconds_per_row(spaces.features(rows.part))
-                for rows, (missing, _) in zip(parts, stored))  # fmt: skip
+    stored_seconds = sum(int((~missing).sum()) * store.seconds_per_row(spaces.features(rows.part))
+                         for rows, (missing, _) in zip(parts, stored))  # fmt: skip
     start = time.perf_counter()
     computed = _full_pass(ctx, parts, full, cut, on_first_batch)
     computed_rows = sum(int(m.sum()) for m in full)
@@ -224,7 +224,12 @@ def _fill(
         rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
         store.add(spaces.features(rows.part), new["keys"], new["features"], per_row)
     total = sum(len(rows.keys) for rows in parts)
-    return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper, "saved_s": saved}
+    return {
+        "computed": computed_rows,
+        "upper": upper,
+        "stored": total - computed_rows - upper,
+        "stored_seconds": stored_seconds,
+    }
 
 
 def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.ndarray, np.ndarray]:
