@@ -256,9 +256,13 @@ def _multi_hot(ids: tf.SparseTensor, num_labels: int) -> tf.Tensor:
     return tf.reduce_max(tf.one_hot(dense, num_labels, dtype=tf.float32), axis=1)  # -1 one-hots to zeros
 
 
-def _parse(records: tf.data.Dataset, counter: RecordCounter | None, info: DatasetInfo) -> tf.data.Dataset:
+def _parse(
+    records: tf.data.Dataset, counter: RecordCounter | None, info: DatasetInfo, *, complete_only: bool
+) -> tf.data.Dataset:
     """Batched parse (one parse_example per PARSE_BATCH records), then back to single examples.
-    Labels: int32 class ids, or (multi-label) float32 multi-hot vectors."""
+    Labels: int32 class ids, or (multi-label) float32 multi-hot vectors. `complete_only` drops
+    the records whose payload is not a complete JPEG (`_is_complete_jpeg`) within each parsed
+    batch: a `filter` stage per record instead cost the training input about 6%."""
 
     @as_written
     def parse(serialized: tf.Tensor, shards: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -275,6 +279,9 @@ def _parse(records: tf.data.Dataset, counter: RecordCounter | None, info: Datase
         }
         if info.side_width:
             parsed["side"] = features[schema.SIDE_VALUES]
+        if complete_only:
+            complete = _is_complete_jpeg(parsed["encoded"])
+            return {name: tf.boolean_mask(values, complete) for name, values in parsed.items()}
         return parsed
 
     return records.batch(PARSE_BATCH).map(parse, num_parallel_calls=AUTOTUNE).unbatch()
@@ -283,14 +290,8 @@ def _parse(records: tf.data.Dataset, counter: RecordCounter | None, info: Datase
 def _decoded(
     examples: tf.data.Dataset, decode, *, strict: bool, deterministic: bool, counter: RecordCounter | None
 ) -> tf.data.Dataset:
-    """Decode each example; in skip mode bad payloads are filtered out (and counted) first."""
-    if not strict:
-
-        @as_written
-        def keep(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> tf.Tensor:
-            return _is_complete_jpeg(example["encoded"])
-
-        examples = examples.filter(keep)
+    """Decode each example (in skip mode `_parse` has dropped the bad payloads; strict mode raises
+    on one here, naming its shard)."""
 
     @as_written
     def fn(example: dict[str, tf.Tensor], *seed: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -361,7 +362,7 @@ def make_train_dataset(
         record_shard=_record_shard(files, input_context),
     )
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    ds = _parse(ds, counter, info)
+    ds = _parse(ds, counter, info, complete_only=not strict)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
     ds = tf.data.Dataset.zip(ds, seeds)
     ds = _decoded(
@@ -404,7 +405,7 @@ def make_eval_dataset(
         cycle_length=1,
         record_shard=_record_shard(files, input_context),
     )
-    ds = _parse(ds, counter, info)
+    ds = _parse(ds, counter, info, complete_only=not strict)
     decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)
     if with_filenames:
@@ -426,8 +427,8 @@ def record_table(data_dir: str | Path, split: str) -> dict[str, object]:
     info = load_dataset_info(data_dir)
     files = info.shard_paths(split)
     verify_shards(files)
-    ds = _parse(_records(_shard_files(files, None), strict=False, deterministic=True, cycle_length=1), None, info)
-    ds = ds.filter(as_written(lambda e: _is_complete_jpeg(e["encoded"])))
+    records = _records(_shard_files(files, None), strict=False, deterministic=True, cycle_length=1)
+    ds = _parse(records, None, info, complete_only=True)
     names = ["key", "label", *(["side"] if info.side_width else [])]
     ds = ds.batch(1024).map(as_written(lambda e: {**e, "key": content_keys(e["encoded"])}))
     columns: dict[str, list] = {name: [] for name in names}
@@ -458,12 +459,11 @@ def make_keyed_dataset(
     the eval decode (`decode_for_eval`)."""
     info = load_dataset_info(data_dir)
     files = info.shard_paths(split)
-    ds = _parse(_records(_shard_files(files, None), strict=False, deterministic=True, cycle_length=1), None, info)
+    records = _records(_shard_files(files, None), strict=False, deterministic=True, cycle_length=1)
+    ds = _parse(records, None, info, complete_only=True)
     ds = ds.map(as_written(lambda e: {**e, "key": content_keys(e["encoded"][None])[0]}))
-    if not len(wanted):
-        ds = ds.take(0)
-    else:
-        ds = ds.filter(as_written(lambda e: _is_in(e["key"], np.sort(wanted)) & _is_complete_jpeg(e["encoded"])))
+    wanted_keys = np.sort(wanted)
+    ds = ds.filter(as_written(lambda e: _is_in(e["key"], wanted_keys))) if len(wanted) else ds.take(0)
     decode = _keyed_decoder(image_size, view_seed, augment or Augment())
     ds = ds.map(as_written(lambda e: (decode(e["encoded"], e["key"]), e["key"])), num_parallel_calls=AUTOTUNE)
     return ds.batch(batch_size).prefetch(AUTOTUNE)
