@@ -112,6 +112,9 @@ class Server:
         lines = self.log_path.read_text(errors="replace").splitlines()
         return [line for line in lines if line.startswith("Error handling request") or "Unhandled exception" in line]
 
+    def log_tail(self, lines: int = 20) -> list[str]:
+        return self.log_path.read_text(errors="replace").splitlines()[-lines:]
+
 
 async def wait_until_up(server: Server, seconds: float = 120) -> None:
     async with aiohttp.ClientSession() as session:
@@ -348,6 +351,7 @@ async def drain(server: Server, bodies: Bodies, requests: int) -> dict:
         "answered_200": sum(a.outcome == 200 for a in answers),
         "exit_status": status,
         "seconds_to_exit": round(time.monotonic() - signalled, 2),
+        **({"log_tail": server.log_tail()} if status else {}),  # why it did not exit 0
     }
 
 

@@ -23,11 +23,11 @@ def test_a_short_soak_keeps_every_promise(trained_run: Path, demo_images: Path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(done.stdout.splitlines()[-1])
-    assert report["promises_kept"]
+    assert report["promises_kept"], done.stdout[-3000:]
     published = report["versions"]["published"]
     broken = [int(v.split(":")[0]) for v in published if v.split(":")[1] in ("truncated_saved_model", "no_assets")]
     assert broken and not set(broken) & set(report["versions"]["served"])
     assert report["traffic"]["by_kind"]["bomb"].keys() <= {"413", "503"}
     assert report["slow_clients"]["headers"]["endings"].get("closed", 0) > 0
     assert report["slow_clients"]["body"]["endings"].get("408", 0) > 0
-    assert report["drain"]["exit_status"] == 0
+    assert report["drain"]["exit_status"] == 0, report["drain"]
