@@ -94,8 +94,8 @@ def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseRe
 
 
 def phase2_plan(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations) -> Phase2Plan:
-    """What phase 2 will do (app/training/plan.py), from what phase 1 left; `frozen` lets the
-    views go when it chooses images."""
+    """What phase 2 will do (app/training/plan.py), from what phase 1 left; `frozen` is told
+    when it chooses images."""
     plan = plan_phase2(
         ctx.cfg,
         phase1.val_accuracy if phase1 else None,

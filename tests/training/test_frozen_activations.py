@@ -254,3 +254,27 @@ def test_validation_stays_on_images_when_the_activations_would_not_fit(
         _, phase = _phase2_after_phase1(tiny_config)
     assert phase.val_steps is None and phase.validation is phase.steps
     assert "phase 2 validates on images: the val activations at block_2_relu would take" in caplog.text
+
+
+def test_after_phase2_on_images_the_views_activations_still_give_the_training_features(tiny_config: TrainConfig):
+    """`auto` chose fresh crops for phase 2 (phase 1 far from views_above), which trains only the
+    layers above the cut: the views' activations kept from phase 1 then still give the trained
+    model's features of those views, which the out-of-distribution fit reads instead of making a
+    pass over every training photo."""
+    cfg = tiny_config.replace(phase2_mode="auto", views_above=1.01, cache_features="true")
+    ctx = setup(cfg)
+    frozen = frozen_activations.frozen_activations(ctx)
+    phase1 = run_phase1(ctx, frozen)
+    assert phase2_plan(ctx, phase1, frozen).mode == "images" and not frozen.trains
+    for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
+        weight.assign(weight * 1.5 + 0.01)
+
+    pooled, labels = frozen.pooled_features("train")
+    table = record_table(cfg.data, "train")
+    made_again = []
+    for view in range(2):
+        ds = make_keyed_dataset(cfg.data, split="train", image_size=ctx.image_size, batch_size=16, wanted=table["key"],
+                                view_seed=cfg.seed * 1000 + view, augment=ctx.augmentation)  # fmt: skip
+        made_again.append(model_outputs(lambda x, k: ctx.clf.features_model(x, training=False), ds)[0])
+    np.testing.assert_allclose(pooled, np.concatenate(made_again), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(labels, np.concatenate([table["label"]] * 2))
