@@ -95,7 +95,8 @@ def run_seed(data: dict[str, Path], seed: int, weights: str, work: Path, report)
     runs = {}
     for name, dataset, overrides in plan:
         runs[name] = run_once(data[dataset], (name, overrides), seed, weights, work / name, work / f"{name}-{seed}.log")
-        report(f"seed {seed} {name}: test {runs[name].test_accuracy:.4f}, {runs[name].seconds:.1f} s")
+        run = runs[name]
+        report(f"seed {seed} {name}: test {run.test_accuracy:.4f}, phase 2 {run.phase2}, {run.seconds:.1f} s")
     return runs
 
 
