@@ -90,7 +90,10 @@ class TrainConfig:
         " views (near saturation: short and cheap); below it, on freshly augmented images",
     )
     finetune_time_cap: float = _key(
-        2.0, "phase 2 on images stops before an epoch that would end past this many times phase 1's seconds; 0 = no cap"
+        0.0,
+        "phase 2 on images (phase2_mode = auto) stops before an epoch that would end past this many times"
+        " phase 1's seconds; 0 = no cap, the default: a cap cuts the cosine schedule before it anneals, and"
+        " makes the epochs run depend on the machine's speed",
     )
     unfreeze: str = _key(
         "blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)"

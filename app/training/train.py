@@ -102,6 +102,7 @@ def phase2_plan(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivati
         phase1.seconds if phase1 else 0.0,
         frozen.no_views,
         stored_seconds=frozen.stored_seconds if phase1 else 0.0,
+        warm_start=ctx.start is not None,
     )
     if plan.mode == "images":
         frozen.train_on_images()

@@ -75,7 +75,7 @@ def test_every_variant_trains_on_the_same_subset(tmp_path: Path, monkeypatch):
         seeds=(0,),
         log=lines.append,
         # phase 2 on the views: exactly epochs_finetune epochs (on images, phase 1's low accuracy
-        # plans 3x the epochs under a time cap, and how many fit depends on the machine's speed)
+        # would plan twice the epochs)
         variants=[("plain", {"phase2_mode": "views"}), ("ema", {"ema_decay": "0.9", "phase2_mode": "views"})],
         image_size=64,
         test_per_class=2,

@@ -38,9 +38,20 @@ def test_without_cached_views_a_saturated_phase1_gets_a_short_phase2_on_images()
     assert (plan.mode, plan.epochs, plan.max_seconds) == ("images", 5, math.inf)
     assert plan.reason.endswith("a short phase 2 on images (no cached views: phase 1 trained on images)")
     far = plan_phase2(CFG, 0.5, 20.0, views="phase 1 trained on images")
-    assert (far.mode, far.epochs, far.max_seconds) == ("images", 15, 40.0)
+    assert (far.mode, far.epochs, far.max_seconds) == ("images", 10, 40.0)
     forced = plan_phase2(CFG.replace(phase2_mode="views"), 0.5, 20.0, views="several workers")
     assert (forced.mode, forced.reason) == ("images", "phase2_mode = views; no cached views: several workers")
+
+
+def test_a_run_started_from_an_earlier_one_gets_a_short_phase2_on_the_views():
+    """--init-from: the earlier run's weights already had their phase 2; far from saturation, a
+    warm start gets the configured short phase 2 on the views, not a cold start's long one."""
+    warm = plan_phase2(CFG, 0.80, 20.0, None, warm_start=True)
+    assert (warm.mode, warm.epochs, warm.patience, warm.max_seconds) == ("views", 5, 3, math.inf)
+    assert "0.800 (< 0.95, views_above), starting from an earlier run's trained weights (init_from)" in warm.reason
+    assert plan_phase2(CFG, 0.99, 20.0, None, warm_start=True).reason.endswith("a short phase 2 on the views")
+    no_views = plan_phase2(CFG, 0.80, 20.0, "several workers", warm_start=True)
+    assert (no_views.mode, no_views.epochs) == ("images", 5 * IMAGES_EPOCHS)  # no views to train on: as a cold start
 
 
 def test_without_phase1_phase2_counts_as_far_from_saturation():
@@ -70,10 +81,23 @@ def test_features_read_from_the_store_count_in_phase1s_cost_at_what_they_took_to
     assert "time cap 2 x phase 1's 30 s (26 s of it the stored features' computing)" in warm.reason
 
 
+def test_by_default_phase2s_epochs_are_a_count_that_neither_speed_nor_the_store_changes():
+    """No time cap unless asked for: the cosine schedule anneals over the epochs planned, and a
+    slow machine, a fast one and a run reading stored features all plan the same phase 2."""
+    default = TrainConfig()
+    assert default.finetune_time_cap == 0
+    plans = [plan_phase2(default, 0.9, 12.0, None), plan_phase2(default, 0.9, 40.0, None),
+             plan_phase2(default, 0.9, 1.0, None, stored_seconds=11.0)]  # fmt: skip
+    assert {(p.mode, p.epochs, p.patience, p.max_seconds) for p in plans} == {
+        ("images", default.epochs_finetune * IMAGES_EPOCHS, IMAGES_PATIENCE, math.inf)
+    }
+    assert "time cap" not in plans[0].reason and "stopping by" not in plans[0].describe()
+
+
 def test_the_plan_is_recorded_as_plain_values():
     assert plan_phase2(CFG, 0.5, 20.0, None).to_dict() == {
         "mode": "images",
-        "epochs": 15,
+        "epochs": 10,
         "patience": 4,
         "max_seconds": 40.0,
         "reason": "phase2_mode = auto: phase 1 reached val accuracy 0.500 (< 0.95, views_above), far from"
@@ -113,10 +137,10 @@ def test_a_run_far_from_saturation_trains_phase2_on_images_and_records_why(tiny_
     from app.training.train import train
 
     with caplog.at_level(logging.INFO, logger="app.training.train"):
-        metrics = train(tiny_config.replace(phase2_mode="auto", finetune_time_cap=0.0))
+        metrics = train(tiny_config.replace(phase2_mode="auto"))
     plan = metrics["phase2_plan"]
     assert plan["mode"] == "images" and plan["epochs"] == IMAGES_EPOCHS and plan["max_seconds"] is None
     accuracy = metrics["phase1"]["val_accuracy"]
     assert plan["reason"].startswith(f"phase2_mode = auto: phase 1 reached val accuracy {accuracy:.3f}")
-    assert "phase 2 on images, freshly augmented each epoch: up to 3 epochs" in caplog.text
+    assert f"phase 2 on images, freshly augmented each epoch: up to {IMAGES_EPOCHS} epochs" in caplog.text
     assert 1 <= metrics["phase2"]["epochs"] <= IMAGES_EPOCHS
