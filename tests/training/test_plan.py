@@ -8,7 +8,7 @@ import math
 import pytest
 
 from app.config import TrainConfig
-from app.training.plan import IMAGES_EPOCHS, IMAGES_PATIENCE, plan_phase2
+from app.training.plan import IMAGES_EPOCHS, plan_phase2
 
 CFG = TrainConfig(epochs_finetune=5, early_stopping_patience=3, finetune_time_cap=2.0)
 
@@ -21,9 +21,11 @@ def test_near_saturation_phase2_trains_on_the_views_as_configured():
 
 def test_far_from_saturation_phase2_trains_on_images_longer_within_a_time_cap():
     plan = plan_phase2(CFG, phase1_accuracy=0.80, phase1_seconds=20.0, views=None)
-    assert plan.mode == "images" and plan.epochs == 5 * IMAGES_EPOCHS and plan.patience == IMAGES_PATIENCE
+    assert plan.mode == "images" and plan.epochs == 5 * IMAGES_EPOCHS
+    assert plan.patience == plan.epochs  # the whole schedule: no early stop while the rate is at its peak
     assert plan.max_seconds == 40.0  # 2 x phase 1's 20 s
     assert "0.800 (< 0.95, views_above)" in plan.reason and "time cap 2 x phase 1's 20 s" in plan.reason
+    assert plan.describe().startswith("phase 2 on images, freshly augmented each epoch: 10 epochs, its whole schedule,")
     assert "stopping by 40 s" in plan.describe()
 
 
@@ -89,7 +91,7 @@ def test_by_default_phase2s_epochs_are_a_count_that_neither_speed_nor_the_store_
     plans = [plan_phase2(default, 0.9, 12.0, None), plan_phase2(default, 0.9, 40.0, None),
              plan_phase2(default, 0.9, 1.0, None, stored_seconds=11.0)]  # fmt: skip
     assert {(p.mode, p.epochs, p.patience, p.max_seconds) for p in plans} == {
-        ("images", default.epochs_finetune * IMAGES_EPOCHS, IMAGES_PATIENCE, math.inf)
+        ("images", default.epochs_finetune * IMAGES_EPOCHS, default.epochs_finetune * IMAGES_EPOCHS, math.inf)
     }
     assert "time cap" not in plans[0].reason and "stopping by" not in plans[0].describe()
 
@@ -98,7 +100,7 @@ def test_the_plan_is_recorded_as_plain_values():
     assert plan_phase2(CFG, 0.5, 20.0, None).to_dict() == {
         "mode": "images",
         "epochs": 10,
-        "patience": 4,
+        "patience": 10,
         "max_seconds": 40.0,
         "reason": "phase2_mode = auto: phase 1 reached val accuracy 0.500 (< 0.95, views_above), far from"
         " saturation, where fresh augmentation each epoch pays; time cap 2 x phase 1's 20 s (finetune_time_cap)",
@@ -142,5 +144,5 @@ def test_a_run_far_from_saturation_trains_phase2_on_images_and_records_why(tiny_
     assert plan["mode"] == "images" and plan["epochs"] == IMAGES_EPOCHS and plan["max_seconds"] is None
     accuracy = metrics["phase1"]["val_accuracy"]
     assert plan["reason"].startswith(f"phase2_mode = auto: phase 1 reached val accuracy {accuracy:.3f}")
-    assert f"phase 2 on images, freshly augmented each epoch: up to {IMAGES_EPOCHS} epochs" in caplog.text
-    assert 1 <= metrics["phase2"]["epochs"] <= IMAGES_EPOCHS
+    assert f"phase 2 on images, freshly augmented each epoch: {IMAGES_EPOCHS} epochs, its whole schedule" in caplog.text
+    assert metrics["phase2"]["epochs"] == IMAGES_EPOCHS  # no early stop on the way
