@@ -10,9 +10,9 @@ with given weights, image size, decode and view.
 Layout, ROOT/<space id>.npz: `space` (what decides the rows, JSON), `keys` (int64, sorted,
 unique), `rows` and `seconds_per_row` (what computing a row took, so a run that reads them can
 still count what they cost: phase 2's time cap, when one is set, is a multiple of phase 1's
-cost). Files are replaced atomically; two runs adding to one space at once keep the last one's rows (the other's
-are computed again when next needed). Past `STORE_LIMIT` bytes the least recently used spaces
-are removed.
+cost). Files are replaced atomically; two runs adding to one space at once keep the last one's
+rows (the other's are computed again when next needed). Past `STORE_LIMIT` bytes the least
+recently used spaces are removed.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ phase 1's cache was built), but it sees the same K crops of each photo every epo
 phase 1 is near saturation that is all it needs, and far from it the unfrozen layers memorise
 the crops (training accuracy climbs, validation stays put). There phase 2 on images, with more
 epochs, is what pays. `phase2_mode = auto` chooses between them by phase 1's kept validation
-accuracy, and gives phase 2 on images more epochs and patience; `views` and `images` force one
-mode with the configured epochs and patience. Other phases stop early when validation stops
+accuracy, and gives phase 2 on images more epochs, run to the end; `views` and `images` force
+one mode with the configured epochs and patience. Other phases stop early when validation stops
 improving. The threshold is `views_above` (0.95); the measurements behind it are in
 benchmarks/README.md ("Training choices").
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from app.config import TrainConfig
 
-IMAGES_EPOCHS = 2  # phase 2 on images runs up to this many times epochs_finetune epochs
+IMAGES_EPOCHS = 2  # the long phase 2 on images runs this many times epochs_finetune epochs
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def plan_phase2(
     if cfg.phase2_mode != "auto":  # asked for: as configured, on images when there are no views
         mode = "views" if cfg.phase2_mode == "views" and views is None else "images"
         reason = f"phase2_mode = {cfg.phase2_mode}" + ("" if mode == cfg.phase2_mode else f"; no cached views: {views}")
-        return Phase2Plan(mode, cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason)
+        return _configured(cfg, mode, reason)
     saturated = cfg.views_above
     if phase1_accuracy is not None and phase1_accuracy >= saturated:
         where = "on the views" if views is None else f"on images (no cached views: {views})"
@@ -83,9 +83,7 @@ def plan_phase2(
             f"phase2_mode = auto: phase 1 reached val accuracy {phase1_accuracy:.3f} (>= {saturated:.2f}, views_above),"
             f" near saturation: a short phase 2 {where}"
         )
-        return Phase2Plan(
-            "views" if views is None else "images", cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason
-        )
+        return _configured(cfg, "views" if views is None else "images", reason)
     left = (
         "phase 1 did not run"
         if phase1_accuracy is None
@@ -96,7 +94,7 @@ def plan_phase2(
             f"phase2_mode = auto: {left}, starting from an earlier run's trained weights (init_from):"
             " a short phase 2 on the views, where a cold start gets a long one on images"
         )
-        return Phase2Plan("views", cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason)
+        return _configured(cfg, "views", reason)
     reason = f"phase2_mode = auto: {left}, far from saturation, where fresh augmentation each epoch pays"
     cost = phase1_seconds + stored_seconds
     cap = cfg.finetune_time_cap * cost if cfg.finetune_time_cap and phase1_seconds > 0 else math.inf
@@ -105,3 +103,8 @@ def plan_phase2(
         reason += f"; time cap {cfg.finetune_time_cap:g} x phase 1's {cost:.0f} s{stored} (finetune_time_cap)"
     epochs = cfg.epochs_finetune * IMAGES_EPOCHS
     return Phase2Plan("images", epochs, epochs, cap, reason)  # no early stop: its first epochs run at the peak rate
+
+
+def _configured(cfg: TrainConfig, mode: str, reason: str) -> Phase2Plan:
+    """A phase 2 of the configured epochs and patience, uncapped: forced modes and the short ones."""
+    return Phase2Plan(mode, cfg.epochs_finetune, cfg.early_stopping_patience, math.inf, reason)
