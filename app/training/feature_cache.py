@@ -103,6 +103,7 @@ class Part:
     split: str
     view_seed: int | None
     keeps_activations: bool  # phase 2 takes this part's activations at its cut
+    keeps_features: bool = True  # False: only the activations (the test split, read once through the layers above)
 
 
 @dataclass
@@ -120,6 +121,7 @@ class Gathered:
     cache: FeatureCache
     val_activations: ActivationRows | None  # at the cut, when one was given
     train_activations: ActivationRows | None  # ... and the views' too were asked for
+    test_activations: ActivationRows | None  # ... and the test photos' too were asked for
     stored_seconds: float = 0.0  # what the rows read from the store took to compute, where it knows
 
 
@@ -133,38 +135,44 @@ def gather(
     on_first_batch: Callable[[np.ndarray], None] | None = None,
     cut: FrozenCut | None = None,
     train_activations: bool = False,
+    test_activations: bool = False,
 ) -> Gathered:
     """Phase 1's features and, with phase 2's `cut`, the activations there in the same pass: the
-    val photos', and the training views' too with `train_activations`. `on_first_batch` sees the
-    first computed batch's images (float32 0..255) as the backbone gets them: a sample at no
-    extra cost."""
-    tables = {split: record_table(ctx.cfg.data, split) for split in ("train", "val")}
-    parts = [PartRows(part, tables[part.split]["key"]) for part in _parts(ctx, cut, train_activations)]
+    val photos', the training views' too with `train_activations`, and the test photos' with
+    `test_activations` (the test pass then runs only the layers above the cut). `on_first_batch`
+    sees the first computed batch's images (float32 0..255) as the backbone gets them: a sample
+    at no extra cost."""
+    parts = _parts(ctx, cut, train_activations, test_activations)
+    tables = {split: record_table(ctx.cfg.data, split) for split in dict.fromkeys(part.split for part in parts)}
+    parts = [PartRows(part, tables[part.split]["key"]) for part in parts]
     store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
     start = time.perf_counter()
     counts = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch)
     above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
     took = f"; they took {counts['stored_seconds']:.0f}s to compute" if counts["stored_seconds"] else ""
+    test = f", {len(tables['test']['key'])} test photos (activations only)" if "test" in tables else ""
     log.info(
-        "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos): %d from the feature store"
+        "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos%s): %d from the feature store"
         " (%s%s)%s, %d computed; %.1fs",
-        sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]),
+        sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]), test,
         counts["stored"], store.root, took, above, counts["computed"], time.perf_counter() - start,
     )  # fmt: skip
     cache = _cache(parts, tables)
     if cut is None:
-        return Gathered(cache, None, None, counts["stored_seconds"])
-    return Gathered(cache, *_activation_rows(parts, cache, train_activations), counts["stored_seconds"])
+        return Gathered(cache, None, None, None, counts["stored_seconds"])
+    return Gathered(cache, *_activation_rows(parts, cache, tables), counts["stored_seconds"])
 
 
-def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool) -> list[Part]:
-    """K seeded views of the training split (one plain pass when augmentation is off), then val."""
+def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_activations: bool) -> list[Part]:
+    """K seeded views of the training split (one plain pass when augmentation is off), then val,
+    then (activations only) test."""
     trains = cut is not None and train_activations
     if ctx.cfg.augment:
         train = [Part("train", ctx.cfg.seed * 1000 + view, trains) for view in range(views(ctx))]
     else:
         train = [Part("train", None, trains)]
-    return [*train, Part("val", None, cut is not None)]
+    test = [Part("test", None, True, keeps_features=False)] if cut is not None and test_activations else []
+    return [*train, Part("val", None, cut is not None), *test]
 
 
 class _Spaces:
@@ -207,7 +215,7 @@ def _fill(
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
     stored_seconds = sum(int((~missing).sum()) * store.seconds_per_row(spaces.features(rows.part))
-                         for rows, (missing, _) in zip(parts, stored))  # fmt: skip
+                         for rows, (missing, _) in zip(parts, stored) if rows.part.keeps_features)  # fmt: skip
     start = time.perf_counter()
     computed = _full_pass(ctx, parts, full, cut, on_first_batch)
     computed_rows = sum(int(m.sum()) for m in full)
@@ -221,8 +229,9 @@ def _fill(
             if above.any():
                 new = _joined(new, _above_cut(ctx, cut, rows.keys[above], rows.activations[above]))
                 upper += int(above.sum())
-        rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
-        store.add(spaces.features(rows.part), new["keys"], new["features"], per_row)
+        if rows.part.keeps_features:
+            rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
+            store.add(spaces.features(rows.part), new["keys"], new["features"], per_row)
     total = sum(len(rows.keys) for rows in parts)
     return {
         "computed": computed_rows,
@@ -234,7 +243,8 @@ def _fill(
 
 def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.ndarray, np.ndarray]:
     """(features missing, activations missing) masks; the found rows are put on `rows`."""
-    found, stored = store.lookup(spaces.features(rows.part), rows.keys)
+    found, stored = store.lookup(spaces.features(rows.part), rows.keys) if rows.part.keeps_features else (
+        np.ones(len(rows.keys), bool), None)  # fmt: skip
     rows.features = stored
     missing_act = np.zeros(len(rows.keys), bool)
     if rows.part.keeps_activations:
@@ -257,7 +267,8 @@ def _full_pass(
             images, _ = next(iter(_stream(ctx, parts[0], parts[0].keys[: ctx.cfg.batch_size])))
             on_first_batch(images.numpy())
         return [dict(empty) for _ in parts]
-    desc = f"Caching features ({views(ctx)} view(s) of train, val)"
+    others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
+    desc = f"Caching features ({views(ctx)} view(s) of train, {others})"
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
         outputs, (keys, part) = model_outputs(_extractor(ctx, cut, keeps), one_stream(streams), bar, on_first_batch)
     features = outputs["features"] if isinstance(outputs, dict) else outputs
@@ -341,12 +352,16 @@ def _cache(parts: list[PartRows], tables: dict[str, dict]) -> FeatureCache:
 
 
 def _activation_rows(
-    parts: list[PartRows], cache: FeatureCache, train_activations: bool
-) -> tuple[ActivationRows, ActivationRows | None]:
-    """Phase 2's activations at its cut: the val part's, and every view's when it trains on them."""
+    parts: list[PartRows], cache: FeatureCache, tables: dict[str, dict]
+) -> tuple[ActivationRows, ActivationRows | None, ActivationRows | None]:
+    """The activations at phase 2's cut: the val part's, every view's when phase 2 may train on
+    them, and the test part's when it was gathered."""
     val = next(rows for rows in parts if rows.part.split == "val")
-    train = None
-    if train_activations:
+    train = test = None
+    if any(rows.part.split == "train" and rows.part.keeps_activations for rows in parts):
         activations = np.concatenate([rows.activations for rows in parts if rows.part.split == "train"])
         train = ActivationRows(activations, cache.train_side, cache.train_labels)
-    return ActivationRows(val.activations, cache.val_side, cache.val_labels), train
+    for rows in parts:
+        if rows.part.split == "test":
+            test = ActivationRows(rows.activations, tables["test"]["side"], tables["test"]["label"])
+    return ActivationRows(val.activations, cache.val_side, cache.val_labels), train, test

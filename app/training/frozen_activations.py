@@ -7,6 +7,10 @@ in phase 1. So:
 
 - Validation: each val image's activation at the cut is computed once, and each epoch runs only
   the layers above it (`classifier.cut_at_trained`): the same logits, up to float rounding.
+- Test: phase 1's cache build runs the test photos' eval decode through the frozen layers in the
+  same pass (stored by content like the rest), and the test split is read once, by the kept
+  weights, through the layers above: the same logits, without a pass over its photos after
+  training, and none at all for photos the store holds.
 - Training (`phase2_mode` views, when phase 1 trains on cached features): phase 2 trains on the
   activations of the same K augmented views of each training image that phase 1's cache holds,
   instead of decoding, augmenting and running every photo through the frozen layers again in
@@ -48,11 +52,15 @@ class FrozenActivations:
     Otherwise (phase 1 on images, or its cache read back from the run dir) phase 2 computes them
     as it starts."""
 
-    def __init__(self, ctx: Context, cut: FrozenCut | None, trains: bool = False, no_views: str = "") -> None:
+    def __init__(
+        self, ctx: Context, cut: FrozenCut | None, trains: bool = False, no_views: str = "", tests: bool = False
+    ) -> None:
         self.ctx, self.cut, self.trains = ctx, cut, trains and cut is not None
+        self.tests = tests and cut is not None  # phase 1's cache build also gathers the test photos' activations
         self._no_views = no_views or "no single activation separates phase 2's frozen layers from its trained ones"
         self._val: ActivationRows | None = None
         self._train: ActivationRows | None = None
+        self.test: ActivationRows | None = None  # the test photos' activations at the cut, once gathered
         self.stored_seconds = 0.0  # what phase 1's features read from the store took to compute
 
     @property
@@ -81,16 +89,17 @@ class FrozenActivations:
     def phase1_features(self, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
         """Phase 1's feature cache, gathered in one pass with the activations at the cut that
         phase 2 takes (kept here): the val photos', and the views' too when phase 2 trains on them."""
-        got = gather(self.ctx, on_first_batch, self.cut, self.trains)
+        got = gather(self.ctx, on_first_batch, self.cut, self.trains, self.tests)
         self.stored_seconds = got.stored_seconds
         if self.cut is not None:
             self.keep(got.val_activations, got.train_activations)
+            self.test = got.test_activations
         return got.cache
 
     def keep(self, val: ActivationRows, train: ActivationRows | None) -> None:
         """The activations from phase 1's cache build: `train` is None unless `trains`."""
         self._val, self._train = val, train
-        _log_done(self.cut, val, train, "as phase 1's feature cache was built")
+        _log_val(self.cut, val, "as phase 1's feature cache was built")
 
     def inputs(self, inputs: PhaseInputs) -> PhaseInputs:
         """`inputs` with validation (and, when `trains`, training) on the activations at the cut,
@@ -108,6 +117,7 @@ class FrozenActivations:
             self._compute_missing()  # before the first epoch starts, so its log line comes before the epoch's
             if not self.trains:
                 return inputs.train_iterator()
+            _log_views(self.cut, self._train)
             return shuffled_batches(self.ctx, self._train.dataset, len(self._train.labels))
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
@@ -120,7 +130,7 @@ class FrozenActivations:
             return
         start = time.perf_counter()
         self._val = _activations(self.cut, eval_images(self.ctx, "val"))
-        _log_done(self.cut, self._val, None, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
+        _log_val(self.cut, self._val, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
 
 
 def frozen_activations(ctx: Context) -> FrozenActivations:
@@ -146,7 +156,9 @@ def frozen_activations(ctx: Context) -> FrozenActivations:
         log.info("phase 2 validates on images: %s", why)
         return FrozenActivations(ctx, None, no_views=why)
     trains, why = _trains(ctx, val_bytes + train_bytes)
-    return FrozenActivations(ctx, cut, trains, no_views=why)
+    test_bytes = _bytes(ctx, cut, "test")
+    tests = 0 < test_bytes <= FEATURE_CACHE_LIMIT - val_bytes - (train_bytes if trains else 0)
+    return FrozenActivations(ctx, cut, trains, no_views=why, tests=tests)
 
 
 def _trains(ctx: Context, total_bytes: int) -> tuple[bool, str]:
@@ -175,7 +187,7 @@ def _activations(cut: FrozenCut, images: tf.data.Dataset) -> ActivationRows:
     return ActivationRows(x, side, labels)
 
 
-def _log_done(cut: FrozenCut, val: ActivationRows, train: ActivationRows | None, when: str) -> None:
+def _log_val(cut: FrozenCut, val: ActivationRows, when: str) -> None:
     log.info(
         "phase 2 validates from %s: the layers below it are frozen, so the %d val images' activations there"
         " (%.1f MB) were computed once, %s; each epoch runs only the layers above",
@@ -184,11 +196,14 @@ def _log_done(cut: FrozenCut, val: ActivationRows, train: ActivationRows | None,
         val.activations.nbytes / 1e6,
         when,
     )
-    if train is not None:
-        log.info(
-            "phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
-            " each training image",
-            cut.layer,
-            len(train.labels),
-            train.activations.nbytes / 1e6,
-        )
+
+
+def _log_views(cut: FrozenCut, train: ActivationRows) -> None:
+    """Said as phase 2 starts on the views, not when the cache kept them: the plan may pick images."""
+    log.info(
+        "phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
+        " each training image",
+        cut.layer,
+        len(train.labels),
+        train.activations.nbytes / 1e6,
+    )

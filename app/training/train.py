@@ -27,6 +27,7 @@ from app.training.context import Context, describe_distribution, setup
 from app.training.frozen_activations import FrozenActivations, frozen_activations
 from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
+from app.training.passes import distribute
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
 from app.training.plan import Phase2Plan, plan_phase2
 from app.training.steps import CompiledSteps, Evaluation
@@ -167,7 +168,7 @@ def _train(ctx: Context) -> dict:
     if "auto" in (cfg.lr_head, cfg.lr_finetune):
         metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
     # 4. Test: read once, by the kept weights; it chose nothing.
-    confusion = _test(ctx, metrics, phase2 or phase1)
+    confusion = _test(ctx, metrics, phase2 or phase1, frozen)
     if ctx.chief:
         # 5. Calibrate: a temperature (single-label) or per-label thresholds, fitted on val.
         phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need
@@ -214,15 +215,25 @@ def _run_facts(ctx: Context) -> dict:
     }
 
 
-def _test(ctx: Context, metrics: dict, kept: PhaseResult | None) -> np.ndarray:
+def _test(ctx: Context, metrics: dict, kept: PhaseResult | None, frozen: FrozenActivations) -> np.ndarray:
     """The test split's figures into `metrics` (when there is one), and the kept weights' val
     confusion matrix: from the kept phase's validation pass, else one more pass."""
     evaluation = make_steps(ctx, ctx.clf.logits_model, None)
     if ctx.info.num_examples("test"):  # on every worker: evaluation is a collective under multi-worker training
-        metrics["test"] = evaluate_split(ctx, "test", evaluation).summary()
+        metrics["test"] = _evaluate_test(ctx, frozen, evaluation).summary()
     if kept:
         return np.array(kept.val_confusion_matrix)
     return evaluate_split(ctx, "val", evaluation).confusion_matrix
+
+
+def _evaluate_test(ctx: Context, frozen: FrozenActivations, on_images: CompiledSteps) -> Evaluation:
+    """The test split through the layers above phase 2's cut, where phase 1's cache build kept its
+    photos' activations there (frozen_activations.py: the same logits, up to float rounding),
+    else on images."""
+    if frozen.test is None:
+        return evaluate_split(ctx, "test", on_images)
+    rows, batch = frozen.test, ctx.cfg.batch_size
+    return make_steps(ctx, frozen.cut.tail, None).evaluate(distribute(ctx, lambda ic: rows.dataset().batch(batch)))
 
 
 def lr_find_record(cfg: TrainConfig, suggestions: dict[str, float]) -> dict:

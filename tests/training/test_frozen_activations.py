@@ -13,7 +13,7 @@ import tensorflow as tf
 from app.config import TrainConfig
 from app.data.pipeline import make_keyed_dataset, record_table
 from app.models.classifier import unfreeze_top
-from app.training import feature_cache, frozen_activations
+from app.training import feature_cache, frozen_activations, train
 from app.training.context import setup
 from app.training.inputs import eval_dataset
 from app.training.passes import model_outputs
@@ -130,9 +130,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     ctx = setup(cfg)
     frozen = frozen_activations.frozen_activations(ctx)
     assert frozen.trains
-    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
-        phase1 = run_phase1(ctx, frozen)
-    assert "phase 2 trains from block_2_relu too, on phase 1's cached views: 50 activations" in caplog.text
+    phase1 = run_phase1(ctx, frozen)
     again, labels = _views_activations(ctx, frozen.cut)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
     np.testing.assert_array_equal(frozen._train.labels, labels)
@@ -141,7 +139,9 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     unfreeze_top(ctx.clf, cfg.unfreeze)
     phase = build_phase(ctx, 2, phase1, frozen)
     assert phase.steps.model.name == "tail" and phase.val_steps is None and phase.model is ctx.clf.model
-    batch, batch_labels = next(phase.inputs.train_iterator())
+    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+        batch, batch_labels = next(phase.inputs.train_iterator())
+    assert "phase 2 trains from block_2_relu too, on phase 1's cached views: 50 activations" in caplog.text
     assert batch.shape == (cfg.batch_size, *frozen.cut.lower.output.shape[1:]) and batch.dtype == tf.float32
     rows = {row.tobytes(): label for row, label in zip(frozen._train.activations, frozen._train.labels)}
     assert [rows[row.tobytes()] for row in batch.numpy()] == batch_labels.numpy().tolist()  # rows of the views
@@ -181,7 +181,7 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     monkeypatch.setattr(feature_cache, "_extractor", lambda *_: pytest.fail("the backbone ran again"))
     with caplog.at_level(logging.INFO):
         build_phase(ctx, 2, phase1, frozen).inputs.train_iterator()
-    assert "61 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val photos
+    assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
     np.testing.assert_array_equal(frozen._train.activations, built._train.activations)
     np.testing.assert_array_equal(frozen._val.activations, built._val.activations)
 
@@ -278,3 +278,39 @@ def test_after_phase2_on_images_the_views_activations_still_give_the_training_fe
         made_again.append(model_outputs(lambda x, k: ctx.clf.features_model(x, training=False), ds)[0])
     np.testing.assert_allclose(pooled, np.concatenate(made_again), rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(labels, np.concatenate([table["label"]] * 2))
+
+
+def test_the_test_split_is_read_through_the_layers_above_the_cut_with_the_figures_of_images(
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
+):
+    """Phase 1's cache build also runs the test photos through the frozen layers; the test pass
+    after training then runs only the layers above (trained since), with the loss, accuracy and
+    confusion matrix a pass over the decoded photos gives."""
+    ctx = setup(tiny_config.replace(cache_features="true"))
+    frozen = frozen_activations.frozen_activations(ctx)
+    assert frozen.tests
+    run_phase1(ctx, frozen)
+    assert len(frozen.test.labels) == ctx.info.num_examples("test") > 0
+    for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
+        weight.assign(weight * 1.5 + 0.01)
+    on_images = train.evaluate_split(ctx, "test")
+    monkeypatch.setattr(train, "evaluate_split", lambda *_: pytest.fail("the test photos were decoded again"))
+    through_cut = train._evaluate_test(ctx, frozen, train.make_steps(ctx, ctx.clf.logits_model, None))
+    assert through_cut.count == on_images.count == ctx.info.num_examples("test")
+    assert through_cut.loss == pytest.approx(on_images.loss, abs=1e-5)
+    assert through_cut.accuracy == on_images.accuracy
+    np.testing.assert_array_equal(through_cut.confusion_matrix, on_images.confusion_matrix)
+    np.testing.assert_allclose(through_cut.logits, on_images.logits, atol=1e-5)
+
+
+def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
+):
+    ctx = setup(tiny_config.replace(cache_features="true"))
+    cut = frozen_activations.frozen_activations(ctx).cut
+    held = frozen_activations._bytes(ctx, cut, "val") + 2 * frozen_activations._bytes(ctx, cut, "train")
+    monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", held)  # the views fit, the test photos do not
+    frozen = frozen_activations.frozen_activations(ctx)
+    assert frozen.trains and not frozen.tests
+    frozen.phase1_features()
+    assert frozen.test is None  # train._evaluate_test then decodes the test photos
