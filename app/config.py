@@ -96,7 +96,7 @@ class TrainConfig:
         " makes the epochs run depend on the machine's speed",
     )
     unfreeze: str = _key(
-        "blocks:2", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)"
+        "blocks:4", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)"
     )
     layer_decay: float = _key(
         1.0,

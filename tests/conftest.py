@@ -134,6 +134,7 @@ def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         max_steps_per_epoch=2,
         early_stopping_patience=5,
         phase2_mode="views",
+        unfreeze="blocks:2",  # the tiny backbone has few blocks: its top 2, cut at block_2_relu
     )
 
 

@@ -19,8 +19,9 @@ in phase 1. So:
   K fixed views instead of a fresh crop per epoch, which app/training/plan.py weighs after phase 1
   (`train_on_images`: phase 2 on fresh crops, the views kept for the out-of-distribution fit).
 
-MobileNetV2 at 224 with the default blocks:2 cuts at block_14_add (7x7x160, 31 KB per image):
-the layers above are about a fifth of the backbone's multiply-adds. The activations are held in
+MobileNetV2 at 224 with the default blocks:4 cuts at block_12_add (14x14x96, 74 KB per image):
+the layers above take about a seventh of the whole backbone's time (0.7 ms against 4.9 ms per
+photo in batches of 32 on 2 cores). The activations are held in
 memory, float32, and in the feature store (feature_store.py) by photo content: a resumed run
 that did not build the cache reads them back from there.
 """
