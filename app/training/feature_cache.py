@@ -357,11 +357,10 @@ def _activation_rows(
     """The activations at phase 2's cut: the val part's, every view's when phase 2 may train on
     them, and the test part's when it was gathered."""
     val = next(rows for rows in parts if rows.part.split == "val")
-    train = test = None
+    train = None
     if any(rows.part.split == "train" and rows.part.keeps_activations for rows in parts):
         activations = np.concatenate([rows.activations for rows in parts if rows.part.split == "train"])
         train = ActivationRows(activations, cache.train_side, cache.train_labels)
-    for rows in parts:
-        if rows.part.split == "test":
-            test = ActivationRows(rows.activations, tables["test"]["side"], tables["test"]["label"])
+    test = next((ActivationRows(rows.activations, tables["test"]["side"], tables["test"]["label"])
+                 for rows in parts if rows.part.split == "test"), None)  # fmt: skip
     return ActivationRows(val.activations, cache.val_side, cache.val_labels), train, test

@@ -108,11 +108,10 @@ class FrozenActivations:
         never computes them."""
         if self.cut is None:
             return inputs
-        batch = self.ctx.cfg.batch_size
 
         def val_dataset():
             self._compute_missing()
-            return distribute(self.ctx, lambda ic: self._val.dataset().batch(batch))
+            return self._distributed(self._val)
 
         def train_iterator():
             self._compute_missing()  # before the first epoch starts, so its log line comes before the epoch's
@@ -122,6 +121,15 @@ class FrozenActivations:
             return shuffled_batches(self.ctx, self._train.dataset, len(self._train.labels))
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
+
+    def test_dataset(self) -> object | None:
+        """The test photos' activations at the cut, batched and distributed as validation's are;
+        None where phase 1's cache build did not gather them."""
+        return None if self.test is None else self._distributed(self.test)
+
+    def _distributed(self, rows: ActivationRows) -> object:
+        batch = self.ctx.cfg.batch_size
+        return distribute(self.ctx, lambda ic: rows.dataset().batch(batch))
 
     def _compute_missing(self) -> None:
         if self._val is not None and (self._train is not None or not self.trains):

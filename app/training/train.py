@@ -27,7 +27,6 @@ from app.training.context import Context, describe_distribution, setup
 from app.training.frozen_activations import FrozenActivations, frozen_activations
 from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
-from app.training.passes import distribute
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
 from app.training.plan import Phase2Plan, plan_phase2
 from app.training.steps import CompiledSteps, Evaluation
@@ -230,10 +229,10 @@ def _evaluate_test(ctx: Context, frozen: FrozenActivations, on_images: CompiledS
     """The test split through the layers above phase 2's cut, where phase 1's cache build kept its
     photos' activations there (frozen_activations.py: the same logits, up to float rounding),
     else on images."""
-    if frozen.test is None:
+    test = frozen.test_dataset()
+    if test is None:
         return evaluate_split(ctx, "test", on_images)
-    rows, batch = frozen.test, ctx.cfg.batch_size
-    return make_steps(ctx, frozen.cut.tail, None).evaluate(distribute(ctx, lambda ic: rows.dataset().batch(batch)))
+    return make_steps(ctx, frozen.cut.tail, None).evaluate(test)
 
 
 def lr_find_record(cfg: TrainConfig, suggestions: dict[str, float]) -> dict:
