@@ -91,16 +91,21 @@ def fit_ood_score(
     threshold from the validation split, where `accept` of the photos pass. The pooled features
     come from phase 2's activations at its cut where they are in memory (`frozen`: only the layers
     above the cut run; for training, its augmented views, whose statistics measured the same as
-    the photos' in benchmarks.ood), else from one pass over the split's photos."""
-    train, train_from = _pooled(ctx, "train", frozen)
-    val, _ = _pooled(ctx, "val", frozen)
+    the photos' in benchmarks.ood), or phase 1's cached features where phase 2 left the backbone
+    as they were computed with, else from one pass over the split's photos."""
+    phase2 = phases.get(2)
+    unchanged = phase2 is None or phase2.best_epoch == 0  # 0: phase 2 kept phase 1's weights
+    train, train_from = _pooled(ctx, "train", frozen, unchanged)
+    val, _ = _pooled(ctx, "val", frozen, unchanged)
     logits, _ = validation_logits(ctx, phases)
     score = ood.fit_shipped(train[0], train[1], val[0], softmax(logits / temperature), accept)
     return score, f"{len(train[0])} {train_from}, {len(val[0])} val photos"
 
 
-def _pooled(ctx: Context, split: str, frozen: FrozenActivations | None) -> tuple[tuple[np.ndarray, np.ndarray], str]:
-    found = frozen.pooled_features(split) if frozen is not None else None
+def _pooled(
+    ctx: Context, split: str, frozen: FrozenActivations | None, upper_unchanged: bool
+) -> tuple[tuple[np.ndarray, np.ndarray], str]:
+    found = frozen.pooled_features(split, upper_unchanged) if frozen is not None else None
     if found is not None:
         return found, f"{split} views" if split == "train" else f"{split} photos"
     features = ctx.clf.features_model

@@ -314,3 +314,28 @@ def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
     assert frozen.trains and not frozen.tests
     frozen.phase1_features()
     assert frozen.test is None  # train._evaluate_test then decodes the test photos
+
+
+def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_features(
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
+):
+    """Phase 2 did not run (or kept none of its epochs): the layers above the cut hold the weights
+    phase 1's cache was built with, so the out-of-distribution fit takes that cache's pooled
+    features, the ones the layers above the cut would give, and runs no layer."""
+    from app.training import calibration
+
+    ctx = setup(tiny_config.replace(cache_features="true", phase2_mode="views"))
+    frozen = frozen_activations.frozen_activations(ctx)
+    phase1 = run_phase1(ctx, frozen)
+    through_upper = frozen.pooled_features("train")
+    assert through_upper is not None
+    cached = frozen.pooled_features("train", upper_unchanged=True)
+    np.testing.assert_allclose(cached[0], through_upper[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(cached[1], through_upper[1])
+    np.testing.assert_allclose(frozen.pooled_features("val", upper_unchanged=True)[0],
+                               frozen.pooled_features("val")[0], rtol=1e-4, atol=1e-4)  # fmt: skip
+
+    monkeypatch.setattr(frozen_activations, "model_outputs", lambda *_: pytest.fail("a layer ran"))
+    monkeypatch.setattr(calibration, "model_outputs", lambda *_: pytest.fail("a pass over photos ran"))
+    _, fitted_on = calibration.fit_ood_score(ctx, {1: phase1, 2: None}, 1.0, frozen)
+    assert fitted_on == f"{len(cached[1])} train views, {ctx.info.num_examples('val')} val photos"
