@@ -38,7 +38,7 @@ import tensorflow as tf
 from app.data.pipeline import map_image
 from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
 from app.training.context import FEATURE_CACHE_LIMIT, Context
-from app.training.feature_cache import ActivationRows, FeatureCache, gather
+from app.training.feature_cache import ActivationRows, FeatureCache, gather, keep_features
 from app.training.passes import distribute, eval_images, model_outputs, shuffled_batches, views
 from app.training.phase import PhaseInputs
 from app.training.strategy import num_workers
@@ -76,7 +76,8 @@ class FrozenActivations:
         `upper_unchanged`: the layers above the cut hold the weights phase 1's cache was built
         with (phase 2 did not run, or kept none of its epochs), so that cache's features are these
         and no layer runs (1.3 s of a 29 s warm-started flowers17 run); otherwise the layers above
-        the cut run on the activations phase 2 used."""
+        the cut run on the activations phase 2 used, and what they give goes to the feature store
+        (`keep_features`: a run started from these weights reads it)."""
         if upper_unchanged and self._phase1 is not None:
             cache = self._phase1
             return (
@@ -89,7 +90,10 @@ class FrozenActivations:
             return None
         batches = tf.data.Dataset.from_tensor_slices((rows.activations, rows.labels)).batch(self.ctx.cfg.batch_size)
         upper = self.cut.upper
-        return model_outputs(lambda activations, labels: upper(activations, training=False), batches)
+        pooled = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
+        if rows.keys is not None and self.ctx.chief:
+            keep_features(self.ctx, self.cut, split, rows.keys, pooled[0])
+        return pooled
 
     def train_on_images(self) -> None:
         """Phase 2's plan chose images: it trains on fresh crops. The views' activations stay for

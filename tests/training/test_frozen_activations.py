@@ -246,6 +246,30 @@ def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
     assert frozen.no_views.startswith("the views' activations would take")
 
 
+def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """The "none of these" fit runs the views and the val photos through the layers above the
+    cut with the kept weights; their features go to the store, so a run with those weights (one
+    started from this run, --init-from) finds every row and runs no layer at all."""
+    ctx = setup(tiny_config.replace(cache_features="true", phase2_mode="views"))
+    frozen = frozen_activations.frozen_activations(ctx)
+    frozen.phase1_features()
+    for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
+        weight.assign(weight * 1.5 + 0.01)
+    train_features, _ = frozen.pooled_features("train")
+    val_features, _ = frozen.pooled_features("val")
+
+    monkeypatch.setattr(feature_cache, "_extractor", lambda *_: pytest.fail("the backbone ran"))
+    monkeypatch.setattr(feature_cache, "_above_cut", lambda *_: pytest.fail("the layers above the cut ran"))
+    with caplog.at_level(logging.INFO):
+        again = frozen_activations.frozen_activations(ctx).phase1_features()
+    assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
+    assert "0 through the layers above block_2_relu only, 0 computed" in caplog.text
+    np.testing.assert_array_equal(again.train_features, train_features)
+    np.testing.assert_array_equal(again.val_features, val_features)
+
+
 def test_validation_stays_on_images_when_the_activations_would_not_fit(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
