@@ -71,23 +71,23 @@ class FrozenActivations:
         return self._no_views if not self.trains else None
 
     def pooled_features(self, split: str, upper_unchanged: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
-        """(pooled features, labels) of the current weights for `split` ("train": the views of
-        the training images; "val"), or None where neither source below is in memory.
-        `upper_unchanged`: the layers above the cut hold the weights phase 1's cache was built
-        with (phase 2 did not run, or kept none of its epochs), so that cache's features are these
-        and no layer runs (1.3 s of a 29 s warm-started flowers17 run); otherwise the layers above
-        the cut run on the activations phase 2 used, and what they give goes to the feature store
+        """(pooled features, labels) of the current weights for `split`, from the activations at
+        the cut that phase 2 used ("train": its views of the training images; "val"); None where
+        they are not in memory. `upper_unchanged`: the layers above the cut hold the weights phase
+        1's cache was built with (phase 2 did not run, or kept none of its epochs), so that cache
+        holds these rows' features and no layer runs (1.3 s of a 29 s warm-started flowers17 run);
+        otherwise the layers above the cut run, and what they give goes to the feature store
         (`keep_features`: a run started from these weights reads it)."""
-        if upper_unchanged and self._phase1 is not None:
+        rows = self._train if split == "train" else self._val
+        if self.cut is None or rows is None:
+            return None
+        if upper_unchanged and self._phase1 is not None:  # the same rows' features, computed as the cache was built
             cache = self._phase1
             return (
                 (cache.train_features, cache.train_labels)
                 if split == "train"
                 else (cache.val_features, cache.val_labels)
             )
-        rows = self._train if split == "train" else self._val
-        if self.cut is None or rows is None:
-            return None
         batches = tf.data.Dataset.from_tensor_slices((rows.activations, rows.labels)).batch(self.ctx.cfg.batch_size)
         upper = self.cut.upper
         pooled = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
