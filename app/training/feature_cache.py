@@ -378,6 +378,9 @@ def keep_features(ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, fe
     run)."""
     parts = [part for part in _parts(ctx, cut, False, False) if part.split == split]
     chunks = np.split(np.arange(len(keys)), len(parts))
-    store, spaces = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run)), _Spaces(ctx, cut)
+    store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
+    spaces = _Spaces(
+        ctx, None
+    )  # features depend on the whole backbone's weights only: the layers below the cut need no hash
     for part, rows in zip(parts, chunks):
         store.add(spaces.features(part), keys[rows], features[rows])

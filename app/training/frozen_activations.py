@@ -91,7 +91,7 @@ class FrozenActivations:
         batches = tf.data.Dataset.from_tensor_slices((rows.activations, rows.labels)).batch(self.ctx.cfg.batch_size)
         upper = self.cut.upper
         pooled = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
-        if rows.keys is not None and self.ctx.chief:
+        if rows.keys is not None:  # a cut means one worker, the chief
             keep_features(self.ctx, self.cut, split, rows.keys, pooled[0])
         return pooled
 
