@@ -24,7 +24,6 @@ run-dir file name.
 from __future__ import annotations
 
 import csv
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +112,7 @@ class RunDir:
         return storage.read_json_object(self.state)
 
     def read_metrics(self) -> dict:
-        return json.loads(self.metrics.read_text()) if self.metrics.exists() else {}
+        return storage.read_json_object(self.metrics) if self.metrics.exists() else {}
 
     def write_metrics(self, metrics: dict) -> None:
         storage.write_json_atomic(self.metrics, metrics)

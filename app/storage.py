@@ -17,7 +17,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from app import safe_json
 from app.errors import UserError
+from app.safe_json import JsonLimits, JsonRejected
 
 
 def is_url(path: str | Path) -> bool:
@@ -96,13 +98,18 @@ def read_text(path: str | Path) -> str:
     return Path(path).read_text()
 
 
+JSON_FILE_LIMITS = JsonLimits(max_bytes=64 * 2**20)  # dataset.json of a million photos: a few MB
+
+
 def read_json_object(path: str | Path) -> dict:
     """A JSON file that must hold an object (dataset.json, a run's state and config): anything
     else is one line naming the file, not a stack trace."""
+    if not is_url(path) and Path(path).stat().st_size > JSON_FILE_LIMITS.max_bytes:
+        raise UserError(f"{path}: larger than {JSON_FILE_LIMITS.max_bytes} bytes; not a file photoclf wrote")
     try:
-        data = json.loads(read_bytes(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not valid JSON ({err})") from None
+        data = safe_json.loads(read_bytes(path), JSON_FILE_LIMITS)
+    except JsonRejected as err:
+        raise UserError(f"{path}: {err}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data

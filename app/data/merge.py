@@ -6,7 +6,6 @@ so readers never see a dataset with holes.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -24,7 +23,7 @@ def merge_writers(out: str | Path) -> dict:
     parts = [storage.join(out, name) for name in storage.listdir(out) if PART.match(name)]
     if not parts:
         raise UserError(f"{out}: no dataset.writer-*.json files to merge")
-    metas = [json.loads(storage.read_text(p)) for p in parts]
+    metas = [storage.read_json_object(p) for p in parts]
     counts = {m["writer"]["count"] for m in metas}
     if len(counts) != 1:
         raise UserError(f"{out}: writer parts disagree on --num-writers ({sorted(counts)})")

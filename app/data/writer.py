@@ -8,7 +8,6 @@ shards from dataset.json, so an interrupted run never leaves a shard a reader wo
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import multiprocessing as mp
 import os
@@ -195,7 +194,7 @@ def _install(
     old_meta = storage.join(out, schema.METADATA_FILE)
     old_shards = set()
     if storage.exists(old_meta):
-        old_shards = {n for names in json.loads(storage.read_text(old_meta)).get("shards", {}).values() for n in names}
+        old_shards = {n for names in storage.read_json_object(old_meta).get("shards", {}).values() for n in names}
         storage.remove(old_meta)
     for result in results:
         storage.rename(storage.join(staging, result.name), storage.join(out, result.name))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
+from app import storage
 from app.data import schema, side_features
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.pipeline import load_dataset_info
@@ -92,10 +92,10 @@ def load_label_map(path: str | Path | None) -> dict[str, str] | None:
     if path is None:
         return None
     try:
-        mapping = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise UserError(f"--label-map {path}: {err}") from None
-    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        mapping = storage.read_json_object(path)
+    except (OSError, UserError) as err:
+        raise UserError(f"--label-map {err}") from None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
         raise UserError(f"--label-map {path}: expected a JSON object of strings")
     return mapping
 

@@ -16,11 +16,11 @@ A run dir keeps its exports in RUN_DIR/export (see app.run_dir).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from pathlib import Path
 
+from app import storage
 from app.errors import UserError
 from app.labels import LABELS_FILE, read_labels
 
@@ -127,7 +127,7 @@ def read_classes(version: Path) -> list[str]:
 
 def read_metadata(version: Path) -> dict:
     path = metadata_path(version)
-    return json.loads(path.read_text()) if path.exists() else {}
+    return storage.read_json_object(path) if path.exists() else {}
 
 
 def file_digests(version: Path) -> dict[str, dict]:

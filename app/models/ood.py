@@ -18,8 +18,8 @@ out it was above MSP on both near and far photos for every seed) is the sum of t
 standardised by its mean and spread on the validation split: `msp` sees a photo the head cannot
 place, `relative_mahalanobis` one whose features lie away from every class.
 
-The threshold is the validation split's shipped score at the acceptance rate asked for (95% by
-default): an image scoring above it is "unknown". NumPy here, for measuring and fitting; the
+The threshold accepts the share of the validation split asked for (95% by default), halfway between
+two of its scores: an image scoring above it is "unknown". NumPy here, for measuring and fitting; the
 export computes the shipped score in its graph (app.models.layers.OutOfDistributionScore).
 """
 
@@ -149,11 +149,26 @@ def scores(
 
 
 def threshold_for(in_distribution: np.ndarray, accept: float = DEFAULT_ACCEPT) -> float:
-    """The smallest score at or under which at least `accept` of these (validation) photos fall."""
+    """A threshold at or under which `ceil(accept * n)` of these (validation) photos fall, placed
+    halfway between the last score it accepts and the next higher one, never on a photo's score:
+    on a score, the last bits of another CPU or runtime would decide that photo's side. Tied
+    scores cannot be split, so a tie across the cut is accepted whole (at least `accept`)."""
     if not 0.0 < accept <= 1.0:
         raise ValueError(f"accept must be in (0, 1], got {accept}")
     ordered = np.sort(np.asarray(in_distribution, np.float64))
-    return float(ordered[max(int(np.ceil(accept * len(ordered) - 1e-9)), 1) - 1])
+    if not len(ordered):
+        raise ValueError("no scores to place a threshold among")
+    last = ordered[max(int(np.ceil(accept * len(ordered) - 1e-9)), 1) - 1]
+    higher = ordered[ordered > last]
+    if len(higher):
+        return float((last + higher[0]) / 2)
+    return float(last + _margin(ordered))
+
+
+def _margin(ordered: np.ndarray) -> float:
+    """Past the highest score, as far as the scores' mean gap (a unit of their own scale)."""
+    spread = float(ordered[-1] - ordered[0])
+    return spread / len(ordered) if spread > 0 else max(abs(float(ordered[-1])), 1.0) * 1e-3
 
 
 def auroc(in_distribution: np.ndarray, out_of_distribution: np.ndarray) -> float:

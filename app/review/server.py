@@ -22,13 +22,16 @@ from pathlib import Path
 from aiohttp import web
 from PIL import Image
 
+from app import safe_json
 from app.data.display import open_photo
 from app.errors import UserError
 from app.review.answers import Answers
 from app.review.queue import Queue
+from app.safe_json import JsonLimits, JsonRejected
 
 ACTIONS = ("skip", "not_any_class")
 MAX_BATCH = 100
+MAX_ANSWER_BYTES = 64 * 1024  # an answer is an id and a label or an action: a flat object
 PAGE_SIDE = 1024  # pixels a side of the largest photo the page is sent
 
 
@@ -140,9 +143,9 @@ def for_the_page(data: bytes, name: str) -> tuple[bytes, str]:
 async def answer(request: web.Request) -> web.Response:
     review = request.app[REVIEW]
     try:
-        body = await request.json()
-    except ValueError:
-        raise web.HTTPBadRequest(reason="the body must be JSON") from None
+        body = safe_json.loads(await request.read(), JsonLimits(max_bytes=MAX_ANSWER_BYTES, max_depth=1, max_values=16))
+    except JsonRejected as err:
+        raise web.HTTPBadRequest(reason=f"the body must be a small JSON object: {err}") from None
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(reason="the body must be a JSON object")
     index = _candidate_id(review, body.get("id"))
@@ -178,7 +181,7 @@ async def errors_as_json(request: web.Request, handler):
 
 
 def make_app(review: Review) -> web.Application:
-    app = web.Application(middlewares=[errors_as_json], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[errors_as_json], client_max_size=MAX_ANSWER_BYTES)
     app[REVIEW] = review
     app.router.add_get("/", page)
     app.router.add_get("/api/state", state)

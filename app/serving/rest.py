@@ -34,10 +34,12 @@ from typing import TypeVar
 import numpy as np
 import tensorflow as tf
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
 
+from app import safe_json
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
 from app.errors import UserError
+from app.safe_json import JsonLimits, JsonRejected
+from app.serving import multipart
 from app.serving.batcher import Batcher, InferenceError, Overloaded
 from app.serving.explain import PhotoExplainer, explain_answer
 from app.serving.memory import release_free_memory
@@ -68,9 +70,6 @@ CHECKING = web.AppKey("checking", list)  # [instances in header checks], counted
 EXPLAINERS = web.AppKey("explainers", dict)  # version → PhotoExplainer, built on the first :explain
 EXPLAINERS_LOCK = web.AppKey("explainers_lock", object)
 INSTANCES = web.RequestKey("instances", int)  # for the access log
-
-
-MALFORMED_MULTIPART = (BadHttpMessage, ValueError, AssertionError)
 
 
 class ApiError(Exception):
@@ -215,10 +214,12 @@ async def _body(request: web.Request) -> bytes:
 
 
 async def _json_body(request: web.Request) -> dict:
+    """The body as a JSON object, within the byte limit and safe_json's limits on its shape."""
+    data = await _in_client_time(request, _body(request))
     try:
-        body = json.loads(await _in_client_time(request, _body(request)))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError(400, "malformed JSON body") from None
+        body = safe_json.loads(data, JsonLimits(max_bytes=request.app[LIMITS].max_body_bytes))
+    except JsonRejected as err:
+        raise ApiError(400, f"malformed JSON body: {err}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the JSON body must be an object")
     return body
@@ -298,23 +299,13 @@ def _side_from_query(request: web.Request, model: LoadedModel) -> dict[str, np.n
 
 
 async def _uploaded_file(request: web.Request) -> bytes:
-    """The first file of a multipart body. aiohttp's parser raises its own errors (and
-    ValueError, AssertionError) on malformed parts: each is the client's fault, a 400, where it
-    was a 500 (found by python -m fuzz rest_classify)."""
+    """The first file of a multipart body, read whole within the byte limit, then parsed within
+    app.serving.multipart's limits: any malformed or over-limit body is the client's fault, a 400."""
+    body = await _body(request)
     try:
-        reader = await request.multipart()
-        part = await reader.next()
-        while part is not None and not part.filename:
-            part = await reader.next()
-        if part is None:
-            raise ApiError(400, "multipart upload holds no file")
-        return bytes(await part.read(decode=True))
-    except MALFORMED_MULTIPART as err:
-        raise ApiError(400, f"malformed multipart body: {_first_line(err)}") from None
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        return multipart.first_file(body, request.headers.get("Content-Type", ""))
+    except multipart.MultipartRejected as err:
+        raise ApiError(400, f"malformed multipart body: {err}") from None
 
 
 async def _image_body(request: web.Request) -> bytes:

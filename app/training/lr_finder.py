@@ -13,7 +13,6 @@ restored after each sweep, so a sweep never changes the model it measured.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -159,7 +158,7 @@ def report_dir(cfg_out: str) -> Path:
 
 def _read_sweeps(folder: Path) -> list[Sweep]:
     path = Path(folder) / "lr_find.json"
-    return [Sweep(**v) for v in json.loads(path.read_text()).values()] if path.exists() else []
+    return [Sweep(**v) for v in storage.read_json_object(path).values()] if path.exists() else []
 
 
 def resolve_rate(ctx: Context, phase: int) -> float:

@@ -197,9 +197,14 @@ def test_ood_photos_are_measured_against_the_evaluation_photos(trained_run: Path
     assert found["threshold"] == threshold and found["method"] == ood.SHIPPED
     assert len(known) == load_dataset_info(demo_records).num_examples("val") and len(other) == 6  # the text skipped
     assert found["auroc"] == pytest.approx(ood.auroc(known, other), abs=1e-6)
-    assert found["known"] == {"count": len(known), "accepted": int((known <= threshold).sum()),
-                              "unknown": int((known > threshold).sum())}  # fmt: skip
-    assert found["other"]["unknown"] == int((other > threshold).sum())
+    # The threshold was fitted on this split to accept 95% of it: exactly that many, on any CPU.
+    accepted = int(np.ceil(0.95 * len(known)))
+    assert found["known"] == {"count": len(known), "accepted": accepted, "unknown": len(known) - accepted}
+    # The stored scores are rounded to 5 decimals: a recount from them may differ only by the
+    # scores that rounding could have moved across the threshold.
+    for part, scores in (("known", known), ("other", other)):
+        near = int((np.abs(scores - threshold) <= 5e-6).sum())
+        assert abs(found[part]["unknown"] - int((scores > threshold).sum())) <= near
     assert result.figures["None of these: scores of the evaluation photos and the other photos"].exists()
     assert "other photos: AUROC" in result.summary and "ood_scores" in result.html.read_text()
 
