@@ -1,6 +1,7 @@
 """python -m fuzz --list | TARGET [--seconds N] [--out DIR]: run one target under libFuzzer and
 print what it found. Exit 1 when it found a crash, a hang or a memory blow-up (the input is saved
-in DIR), 2 on bad arguments."""
+in DIR), or when the run tested nothing (set-up failed, no input executed, the process died);
+2 on bad arguments."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--seconds: expected at least 1, got {args.seconds}")
     report = run_target(args.target, args.seconds, args.out / args.target)
     print(report.summary())
-    return 1 if report.found else 0
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,11 @@ class Report:
     peak_rss_mb: int
     found: dict[str, list[Path]] = field(default_factory=dict)  # kind → saved inputs
     first_error: str = ""
+    failure: str = ""  # why the run tested nothing, or died: a failed run, whatever it found
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failure or any(self.found.values()))
 
     def summary(self) -> str:
         rate = self.executions / max(self.seconds, 1)
@@ -33,6 +38,8 @@ class Report:
             f" memory {self.start_rss_mb} MB after set-up, peak {self.peak_rss_mb} MB"
         ]
         lines += [f"  saved: {path}" for paths in self.found.values() for path in paths]
+        if self.failure:
+            lines.append(f"  FAILED: {self.failure}")
         if self.first_error:
             lines.append(f"  first error: {self.first_error}")
         return "\n".join(lines)
@@ -59,9 +66,10 @@ def run_target(name: str, seconds: int, out: Path) -> Report:
     started = time.monotonic()
     env = {**os.environ, SCRATCH_ENV: str(out / "scratch")}
     with log.open("w") as sink:
-        subprocess.run(child, stdout=sink, stderr=subprocess.STDOUT, check=False, env=env)
+        done = subprocess.run(child, stdout=sink, stderr=subprocess.STDOUT, check=False, env=env)
     elapsed = round(time.monotonic() - started)
-    return _read_report(name, elapsed, log.read_text(errors="replace"), _artifacts(found_dir) - before)
+    text = log.read_text(errors="replace")
+    return _read_report(name, elapsed, text, _artifacts(found_dir) - before, done.returncode)
 
 
 def _last_int(pattern: str, text: str, default: int = 0) -> int:
@@ -69,22 +77,38 @@ def _last_int(pattern: str, text: str, default: int = 0) -> int:
     return int(values[-1]) if values else default
 
 
-def _read_report(name: str, seconds: int, text: str, new: set[Path]) -> Report:
+def _read_report(name: str, seconds: int, text: str, new: set[Path], returncode: int = 0) -> Report:
     found: dict[str, list[Path]] = {}
     for path in sorted(new):
         found.setdefault(path.name.split("-")[0], []).append(path)
     error = re.search(r"^(\w[\w.]*(?:Error|Exception)\b.*)$", text, flags=re.MULTILINE)
     if error is None and found:
         error = re.search(r"ERROR: libFuzzer: (.*)$", text, flags=re.MULTILINE)
-    if "READY" not in text and not found:  # the child failed before fuzzing: say why
-        found["crash"] = []
-        error = re.search(r"^(.*\S)\s*\Z", text)
+    executions = _last_int(r"stat::number_of_executed_units: (\d+)", text, _last_int(r"^#(\d+)\s", text))
     return Report(
         name,
         seconds,
-        executions=_last_int(r"stat::number_of_executed_units: (\d+)", text, _last_int(r"^#(\d+)\s", text)),
+        executions=executions,
         start_rss_mb=_last_int(r"^READY rss (\d+) MB", text),
         peak_rss_mb=_last_int(r"stat::peak_rss_mb: (\d+)", text, _last_int(r"rss: (\d+)Mb", text)),
         found=found,
-        first_error=error.group(1).strip() if error else "",
+        first_error=error.group(1).strip() if error else _last_line(text) if "READY" not in text else "",
+        failure=_failure(text, executions, returncode, bool(found)),
     )
+
+
+def _failure(text: str, executions: int, returncode: int, found: bool) -> str:
+    """Why a run must not count as clean though it found nothing: it never started fuzzing, ran
+    no input, or its process ended in a way libFuzzer does not end a finished run."""
+    if "READY" not in text:
+        return "set-up failed before fuzzing (the log's last line is below)"
+    if executions == 0:
+        return "no input was executed"
+    if returncode != 0 and not found:
+        return f"the fuzzing process exited with code {returncode} and saved no input"
+    return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(the log is empty)"

@@ -257,7 +257,7 @@ def _run_files() -> Callable[[bytes], None]:
 
     scratch = _Scratch()
     run_dir = RunDir(scratch.root / "run")
-    run_dir.root.mkdir()
+    run_dir.root.mkdir(exist_ok=True)  # a second run in the same --out finds it
 
     def run(data: bytes) -> None:
         if not data:

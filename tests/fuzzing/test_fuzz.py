@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,8 +71,29 @@ def test_the_report_counts_what_libfuzzer_said(tmp_path: Path):
     report = _read_report("manifest", 9, log, {found})
     assert (report.executions, report.start_rss_mb, report.peak_rss_mb) == (512, 640, 650)
     assert report.found == {"crash": [found]} and report.first_error == "KeyError: 'x'"
-    assert "1 crashes, 0 hangs, 0 memory blow-ups" in report.summary()
-    assert _read_report("manifest", 9, "Traceback ...\nImportError: no atheris", set()).found == {"crash": []}
+    assert "1 crashes, 0 hangs, 0 memory blow-ups" in report.summary() and report.failed
+    clean = _read_report("manifest", 9, "READY rss 640 MB\nstat::number_of_executed_units: 2048\n", set())
+    assert not clean.failed and clean.executions == 2048 and "FAILED" not in clean.summary()
+
+
+@pytest.mark.parametrize(
+    ("log", "returncode", "why"),
+    [
+        ("Traceback ...\nFileExistsError: [Errno 17] File exists: 'scratch/run'\n", 1, "set-up failed"),
+        ("READY rss 640 MB\nstat::number_of_executed_units: 0\n", 0, "no input was executed"),
+        (
+            "READY rss 640 MB\n#4096\tpulse cov: 3 rss: 650Mb\n",
+            -9,
+            "the fuzzing process exited with code -9 and saved no input",
+        ),
+    ],
+)
+def test_a_run_that_tested_nothing_or_died_fails_and_says_why(log: str, returncode: int, why: str):
+    report = _read_report("run_files", 4, log, set(), returncode)
+    assert report.failed and not any(report.found.values())
+    assert f"FAILED: {why}" in report.summary()
+    if "READY" not in log:  # the reason is the log's last line, not a blank
+        assert report.first_error == "FileExistsError: [Errno 17] File exists: 'scratch/run'"
 
 
 def test_a_gif_pillow_cannot_count_the_frames_of_is_skipped_with_a_reason():
@@ -154,3 +176,19 @@ def test_each_target_fuzzes_clean_for_a_few_seconds(name: str, tmp_path: Path):
     assert done.returncode == 0, done.stdout + log[-3000:]
     executions = int(re.search(r": ([\d,]+) executions", done.stdout).group(1).replace(",", ""))
     assert executions > 0 and "0 crashes, 0 hangs, 0 memory blow-ups" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_second_run_in_the_same_out_fuzzes_again_and_a_broken_set_up_fails(tmp_path: Path):
+    def fuzz() -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "fuzz", "run_files", "--seconds", "2", "--out", str(tmp_path)]
+        return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    for _ in range(2):  # the second found the first's scratch folder and died at set-up, "0 crashes", exit 0
+        done = fuzz()
+        assert done.returncode == 0 and not done.stdout.startswith("run_files: 0 executions"), done.stdout
+    scratch = tmp_path / "run_files" / "scratch"
+    shutil.rmtree(scratch)
+    scratch.write_text("a file where the target's scratch folder goes")
+    broken = fuzz()
+    assert broken.returncode == 1 and "FAILED: set-up failed before fuzzing" in broken.stdout, broken.stdout
