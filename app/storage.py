@@ -98,7 +98,7 @@ def read_text(path: str | Path) -> str:
     return Path(path).read_text()
 
 
-JSON_FILE_LIMITS = JsonLimits(max_bytes=64 * 2**20)  # dataset.json of a million photos: a few MB
+JSON_FILE_LIMITS = JsonLimits(max_bytes=256 * 2**20, max_values=2**27)  # files photoclf writes: depth is what matters
 
 
 def read_json_object(path: str | Path) -> dict:

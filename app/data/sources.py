@@ -22,6 +22,16 @@ SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
+class ManifestLimits:
+    rows: int = 10_000_000  # ten times the largest photo sets users bring
+    columns: int = 256  # path, label, split, keep and side features
+    cell_chars: int = 4096  # a path's limit on Linux (PATH_MAX); labels and features are shorter
+
+
+MANIFEST_LIMITS = ManifestLimits()
+
+
+@dataclass(frozen=True)
 class SourceImage:
     path: Path  # absolute path of the source file
     relpath: str  # path relative to SRC (stored as image/filename)
@@ -204,15 +214,32 @@ def _is_file(path: Path) -> bool:
 
 
 def _manifest_rows(csv_path: Path) -> list[list[str]]:
-    """The CSV's rows; UTF-8, with or without a spreadsheet's byte-order mark (not part of 'path')."""
+    """The CSV's rows; UTF-8, with or without a spreadsheet's byte-order mark (not part of 'path'),
+    within MANIFEST_LIMITS, each refused at its line before more of the file is read."""
+    rows: list[list[str]] = []
     try:
         with csv_path.open(newline="", encoding="utf-8-sig") as f:
-            return list(csv.reader(f))
+            reader = csv.reader(f)
+            for row in reader:
+                _check_manifest_row(csv_path, reader.line_num, row, len(rows))
+                rows.append(row)
     except UnicodeDecodeError as err:
         line = csv_path.read_bytes()[: err.start].count(b"\n") + 1
         raise UserError(f"{csv_path}:{line}: not UTF-8 text (save the manifest as UTF-8 CSV)") from None
     except csv.Error as err:
-        raise UserError(f"{csv_path}: not a readable CSV ({err})") from None
+        raise UserError(f"{csv_path}:{reader.line_num}: not a readable CSV ({err})") from None
+    return rows
+
+
+def _check_manifest_row(csv_path: Path, line_no: int, row: list[str], rows_before: int) -> None:
+    limits = MANIFEST_LIMITS
+    if rows_before >= limits.rows:
+        raise UserError(f"{csv_path}:{line_no}: more than {limits.rows:,} rows; split the manifest")
+    if len(row) > limits.columns:
+        raise UserError(f"{csv_path}:{line_no}: {len(row)} columns (at most {limits.columns})")
+    longest = max((len(cell) for cell in row), default=0)
+    if longest > limits.cell_chars:
+        raise UserError(f"{csv_path}:{line_no}: a cell of {longest:,} characters (at most {limits.cell_chars:,})")
 
 
 def read_manifest_table(csv_path: Path) -> tuple[list[str], list[list[str]]]:

@@ -126,9 +126,10 @@ def _array(spec: tf.TensorSpec, values: list, name: str) -> np.ndarray:
     if spec.dtype == tf.string:
         return np.array([_value(spec, v, f"{name}[{i}]") for i, v in enumerate(values)], dtype=object)
     try:
-        array = np.asarray(values, dtype=spec.dtype.as_numpy_dtype)
-    except (TypeError, ValueError):
-        raise ApiError(400, f"{name}: expected numbers of type {spec.dtype.name}") from None
+        with np.errstate(over="raise", invalid="raise"):  # 1e300 as float32 is not inf, 2**31 as int32 not negative
+            array = np.asarray(values, dtype=spec.dtype.as_numpy_dtype)
+    except (TypeError, ValueError, OverflowError, FloatingPointError):
+        raise ApiError(400, f"{name}: expected numbers of type {spec.dtype.name}, within its range") from None
     if not spec.shape.is_compatible_with(array.shape):
         raise ApiError(400, f"{name}: shape {list(array.shape)} does not match {spec.shape}")
     return array

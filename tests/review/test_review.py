@@ -84,6 +84,8 @@ def test_the_pages_api_hands_out_batches_and_writes_each_answer(trained_run: Pat
             ("POST", "/api/answer", "{not json"),
             ("GET", "/api/photo/../../etc/passwd", None),
             ("GET", "/api/batch?size=0", None),
+            ("POST", "/api/answer", '{"id": 5, "label": ' + "[" * 20_000 + "]" * 20_000 + "}"),  # was a 500
+            ("POST", "/api/answer", json.dumps({"id": 5, "label": ["star"] * 20})),
         ],
     )
     state, batch, photo, *answered, later = (json.loads(b) if i != 2 else b for i, (_, b) in enumerate(results[:7]))
@@ -93,8 +95,10 @@ def test_the_pages_api_hands_out_batches_and_writes_each_answer(trained_run: Pat
     assert photo == queue.candidates[0].path.read_bytes()
     assert answered[-1] == {"remaining": 13, "answered": 2, "skipped": 1}
     assert [p["id"] for p in later["photos"]] == [3, 4, 5, 6, 7]  # answered and skipped photos are not asked again
-    assert [status for status, _ in results[7:]] == [409, 400, 404, 400, 404, 400]
+    assert [status for status, _ in results[7:]] == [409, 400, 404, 400, 404, 400, 400, 400]
     assert "hexagon" in json.loads(results[8][1])["error"]
+    assert json.loads(results[13][1])["error"].endswith("nested deeper than 1 levels")
+    assert json.loads(results[14][1])["error"].endswith("more than 16 values")
     with manifest.open(newline="") as f:
         rows = list(csv.reader(f))
     assert rows == [

@@ -151,6 +151,37 @@ def test_classify_raw_and_multipart(server: Server, images: list[bytes]):
     assert up["predictions"] == body["predictions"]
 
 
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        ([("field", None)] * 17, "no file in the first 16 parts"),
+        ([("field", None), ("image", "a.jpg")], None),  # a form's other fields come before its file
+    ],
+)
+def test_a_multipart_upload_is_read_within_its_limits(server: Server, images: list[bytes], parts, message):
+    boundary = "limitboundary"
+    body = (
+        b"".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"'.encode()
+            + (f'; filename="{filename}"'.encode() if filename else b"")
+            + b"\r\n\r\n"
+            + (images[0] if filename else b"a value")
+            + b"\r\n"
+            for name, filename in parts
+        )
+        + f"--{boundary}--\r\n".encode()
+    )
+    status, answer = server.request("/v1/models/shapes:classify", body, f"multipart/form-data; boundary={boundary}")
+    if message is None:
+        assert (
+            status == 200
+            and answer["predictions"]
+            == server.request("/v1/models/shapes:classify", images[0], "image/jpeg")[1]["predictions"]
+        )
+    else:
+        assert status == 400 and answer["error"] == f"malformed multipart body: {message}", answer
+
+
 def test_a_malformed_multipart_body_is_a_400_not_a_500(server: Server, images: list[bytes]):
     """Found by python -m fuzz rest_classify: a NUL inside a part's header made aiohttp's parser
     raise InvalidHeader, which reached the client as a 500."""
@@ -165,6 +196,8 @@ def test_a_malformed_multipart_body_is_a_400_not_a_500(server: Server, images: l
     "path,payload,code,message",
     [
         (None, b"{not json", 400, "malformed JSON"),
+        (None, b'{"instances": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "nested deeper than 32 levels"),  # was a 500
+        (None, b'{"instances": [' + b"0," * 2**21 + b"0]}", 400, f"more than {2**21} values"),
         (None, {"instances": [{"b64": "%%%not-base64"}]}, 400, "invalid base64"),
         (None, {"instances": [_b64(b"JPEG? no, text")]}, 400, "instance 0"),
         (None, {"signature_name": "nope", "instances": [_b64(b"x")]}, 400, "not found in signature def"),

@@ -1,0 +1,121 @@
+"""The server's parsers of untrusted bodies, given inputs built by structure: every body answers
+with its result or a documented 4xx, never a 500 (the same properties the fuzz targets check,
+fuzz/targets.py, reached by shape rather than by byte mutation)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.serving import multipart
+from app.serving.multipart import MAX_HEADER_LINE, MAX_PART_HEADERS, MAX_PARTS, MultipartRejected
+from app.serving.rest import ApiError, parse_predict
+from fuzz.targets import BOUNDARY, TARGETS
+from tests.structures import BUDGETS, EDGE_NUMBERS, HEADER_NAMES, HEADER_VALUES, JSON_VALUES, budget, nested
+
+BODIES = st.one_of(
+    JSON_VALUES.map(lambda v: {"instances": v}),
+    JSON_VALUES.map(lambda v: {"inputs": v}),
+    st.dictionaries(st.sampled_from(["instances", "inputs", "signature_name"]), JSON_VALUES, max_size=3),
+    JSON_VALUES,
+)
+
+
+@pytest.mark.parametrize("examples", BUDGETS)
+def test_predict_answers_any_json_body_or_a_4xx(examples: int):
+    run = TARGETS["rest_predict"].make()  # asserts that only a 4xx or a well-formed input came back
+
+    @budget(examples)
+    @given(st.integers(0, 2), BODIES | nested(max_depth=300).map(lambda d: json.loads(d[0]) if d[1] < 500 else 0))
+    def check(model: int, body: object) -> None:
+        run(bytes([model]) + json.dumps(body).encode())
+
+    check()
+
+
+@pytest.mark.parametrize("examples", BUDGETS)
+def test_numbers_at_the_edges_of_an_input_type_are_a_400_or_that_type(examples: int):
+    specs = {"x": tf.TensorSpec([None], tf.int32)}
+
+    @budget(examples)
+    @given(st.lists(EDGE_NUMBERS, min_size=1, max_size=4))
+    def check(numbers: list) -> None:
+        try:
+            inputs, _ = parse_predict({"instances": numbers}, specs, max_instances=8)
+        except ApiError as err:
+            assert err.status == 400 and "expected numbers of type int32, within its range" in str(err)
+            return
+        assert inputs["x"].dtype == np.int32 and inputs["x"].tolist() == [int(n) for n in numbers]
+
+    check()
+
+
+@st.composite
+def multipart_bodies(draw) -> bytes:
+    """Bodies of many parts, each with its own headers (many, long, odd), some with a file."""
+    parts = []
+    for _ in range(draw(st.integers(0, MAX_PARTS + 4))):
+        headers = draw(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=MAX_PART_HEADERS + 2))
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        parts.append(f"--{BOUNDARY}\r\n{head}\r\n".encode("utf-8", "surrogatepass") + draw(st.binary(max_size=40)))
+    ending = draw(st.sampled_from([f"--{BOUNDARY}--\r\n", "", f"--{BOUNDARY}", "junk"])).encode()
+    return draw(st.sampled_from([b"", b"preamble\r\n"])) + b"\r\n".join(parts) + b"\r\n" + ending
+
+
+@pytest.mark.parametrize("examples", BUDGETS)
+def test_classify_answers_any_multipart_body_or_a_4xx(examples: int):
+    run = TARGETS["rest_classify"].make()
+
+    @budget(examples)
+    @given(multipart_bodies())
+    def check(body: bytes) -> None:
+        run(b"\x01" + body)  # as multipart/form-data with the fuzz targets' boundary
+
+    check()
+
+
+@pytest.mark.parametrize("examples", BUDGETS)
+def test_the_file_part_is_found_exactly_among_other_parts(examples: int):
+    @budget(examples)
+    @given(
+        st.integers(0, MAX_PARTS - 1),
+        st.binary(min_size=1, max_size=200),
+        st.text("abcXYZ09'()+_,-./:=?", min_size=1, max_size=70),
+    )
+    def check(before: int, content: bytes, boundary: str) -> None:
+        field = f'--{boundary}\r\nContent-Disposition: form-data; name="f"\r\n\r\nvalue\r\n'.encode()
+        file = f'--{boundary}\r\nContent-Disposition: form-data; name="i"; filename="a.jpg"\r\n\r\n'.encode()
+        body = field * before + file + content + f"\r\n--{boundary}--\r\n".encode()
+        if f"\r\n--{boundary}".encode() in b"\r\n" + content:
+            return  # a sender never picks a boundary that occurs in its content (RFC 2046)
+        assert multipart.first_file(body, f'multipart/form-data; boundary="{boundary}"') == content
+
+    check()
+
+
+def _form(parts: int, headers: int = 1, line: int = 40) -> bytes:
+    padding = "X-Pad: " + "p" * (line - len("X-Pad: "))
+    head = "\r\n".join([padding] * (headers - 1) + ['Content-Disposition: form-data; name="i"; filename="a"'])
+    part = f"--b\r\n{head}\r\n\r\nDATA\r\n".encode()
+    field = b'--b\r\nContent-Disposition: form-data; name="f"\r\n\r\nv\r\n'
+    return field * (parts - 1) + part + b"--b--\r\n"
+
+
+def test_each_multipart_limit_holds_at_the_limit_and_refuses_one_past_it():
+    read = lambda body, boundary="b": multipart.first_file(body, f"multipart/form-data; boundary={boundary}")  # noqa: E731
+    assert read(_form(MAX_PARTS)) == read(_form(1, MAX_PART_HEADERS)) == read(_form(1, 2, MAX_HEADER_LINE)) == b"DATA"
+    for body, message in [
+        (_form(MAX_PARTS + 1), f"no file in the first {MAX_PARTS} parts"),
+        (_form(1, MAX_PART_HEADERS + 1), f"more than {MAX_PART_HEADERS} header lines"),
+        (_form(1, 2, MAX_HEADER_LINE + 1), f"longer than {MAX_HEADER_LINE} bytes"),
+    ]:
+        with pytest.raises(MultipartRejected, match=message):
+            read(body)
+    assert read(_form(1).replace(b"--b", b"--" + b"b" * 70), "b" * 70) == b"DATA"
+    with pytest.raises(MultipartRejected, match="boundary of 1 to 70 characters"):
+        read(_form(1).replace(b"--b", b"--" + b"b" * 71), "b" * 71)
