@@ -178,6 +178,11 @@ def predict_seeds() -> list[bytes]:
         b"\x01" + json.dumps({"instances": [{"image_bytes": {"b64": b64}, "age": 3.5, "site": "leg"}]}).encode(),
         b"\x01" + json.dumps({"inputs": {"image_bytes": [{"b64": b64}], "age": [None], "site": [None]}}).encode(),
         b"\x02" + json.dumps({"instances": [[[[0.5] * 3] * 4] * 4]}).encode(),
+        # Shapes byte mutation rarely builds: nesting past the depth limit, numbers past their type.
+        b"\x00" + b'{"instances": ' + b"[" * 40 + b"]" * 40 + b"}",
+        b"\x02" + json.dumps({"instances": [[[[1e300, 2**64, -0.0]] * 4] * 4]}).encode(),
+        b"\x01"
+        + json.dumps({"inputs": {"image_bytes": [{"b64": b64}], "age": [[[[[]]]]], "site": [{"b64": {}}]}}).encode(),
     ]
 
 
@@ -191,7 +196,9 @@ def classify_seeds() -> list[bytes]:
         + jpeg
         + f"\r\n--{BOUNDARY}--\r\n".encode()
     )
-    return [b"\x00" + jpeg, b"\x01" + part]
+    field = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="f"\r\n\r\nv\r\n'.encode()
+    many_headers = f"--{BOUNDARY}\r\n".encode() + b"X-A: b\r\n" * 17 + b"\r\n" + jpeg + f"\r\n--{BOUNDARY}--".encode()
+    return [b"\x00" + jpeg, b"\x01" + part, b"\x01" + field * 16 + part, b"\x01" + many_headers]
 
 
 SCRATCH_ENV = "PHOTOCLF_FUZZ_SCRATCH"
@@ -245,6 +252,8 @@ def manifest_seeds() -> list[bytes]:
         b"\x01path,label,split\na.jpg,cat|dog,train\nb.png,dog,train\na.jpg,,val\nb.png,cat,val\n",
         b'\x00\xef\xbb\xbfpath,label,split,keep\r\na.jpg,"<b>&",train,true\r\nb.png,dog,train,\r\n'
         b'a.jpg,dog,val,1\r\nb.png,"<b>&",val,false\r\n',
+        b"\x00path,label\na.jpg,cat\nb.png," + b"d" * 4097 + b"\n",  # a cell past the limit
+        b"\x00path,label" + b",x" * 255 + b"\na.jpg,cat" + b"," * 255 + b"\n",  # columns at the limit
     ]
 
 
@@ -292,6 +301,7 @@ def run_file_seeds() -> list[bytes]:
         b"\x00" + json.dumps(dataset).encode(),
         b"\x01" + json.dumps({"num_classes": 3, "image_size": 224}).encode(),
         b"\x02" + json.dumps(TrainConfig().to_dict()).encode(),
+        b"\x00" + b'{"schema_version": 1, "classes": ' + b"[" * 40 + b"]" * 40 + b"}",  # past the depth limit
     ]
 
 

@@ -147,7 +147,7 @@ def incomplete_file(version: Path, metadata: dict | None = None) -> str | None:
     version = Path(version)
     try:
         metadata = read_metadata(version) if metadata is None else metadata
-    except ValueError:  # cut short or not UTF-8: still being copied, or damaged
+    except (ValueError, UserError):  # cut short or not UTF-8: still being copied, or damaged
         return f"{ASSETS}/{METADATA_FILE} cannot be read"
     for name, expected in (metadata.get(FILES_KEY) or {}).items():
         path = version / name

@@ -197,7 +197,6 @@ def test_a_malformed_multipart_body_is_a_400_not_a_500(server: Server, images: l
     [
         (None, b"{not json", 400, "malformed JSON"),
         (None, b'{"instances": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "nested deeper than 32 levels"),  # was a 500
-        (None, b'{"instances": [' + b"0," * 2**21 + b"0]}", 400, f"more than {2**21} values"),
         (None, {"instances": [{"b64": "%%%not-base64"}]}, 400, "invalid base64"),
         (None, {"instances": [_b64(b"JPEG? no, text")]}, 400, "instance 0"),
         (None, {"signature_name": "nope", "instances": [_b64(b"x")]}, 400, "not found in signature def"),
