@@ -1,4 +1,5 @@
-"""`--weights auto`: ImageNet when it can be had, else $PHOTOCLF_WEIGHTS, else random init, warned."""
+"""`--weights auto`: $PHOTOCLF_WEIGHTS when set (before any download), else ImageNet when it can
+be had, else random init, warned."""
 
 from __future__ import annotations
 
@@ -49,28 +50,30 @@ def _weights_file(tmp_path: Path) -> tuple[Path, list[np.ndarray]]:
     return path, model.get_weights()
 
 
-def test_offline_auto_loads_the_configured_file_into_the_one_model_it_builds(
+def test_auto_loads_the_configured_file_before_trying_any_download(
     offline, builds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     path, expected = _weights_file(tmp_path)
     builds.clear()
     monkeypatch.setenv(WEIGHTS_ENV, str(path))
     loaded = load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
-    assert builds == ["imagenet"]  # the download failed, and the file went into that same model
+    assert builds == [None]  # one model, built without asking Keras for ImageNet (no "Downloading data from")
     assert loaded.weights_used == f"{path} (from ${WEIGHTS_ENV})" and loaded.warning is None
     for got, want in zip(loaded.model.get_weights(), expected, strict=True):
         np.testing.assert_array_equal(got, want)
-    assert file_utils.get_file.__name__ == "no_network"  # Keras' download is put back as it was
 
 
-def test_offline_auto_refuses_a_configured_file_that_does_not_fit(
+def test_a_configured_file_that_is_missing_or_does_not_fit_is_an_error_naming_the_variable(
     offline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     path = tmp_path / "other.weights.h5"
     other.save_weights(str(path))
     monkeypatch.setenv(WEIGHTS_ENV, str(path))
-    with pytest.raises(UserError, match=f"--weights: {path} does not fit mobilenet_v2"):
+    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: {path} does not fit mobilenet_v2"):
+        load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
+    monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path / "missing.weights.h5"))
+    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: no such file {tmp_path / 'missing.weights.h5'}$"):
         load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
 
 
