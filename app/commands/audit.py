@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--backbone", default="mobilenet_v2", help="backbone for the embeddings (default mobilenet_v2)")
     p.add_argument(
-        "--weights", default="auto", help="auto | imagenet | PATH (default auto: $PHOTOCLF_WEIGHTS if set, else ImageNet)"
+        "--weights", default="auto", help="auto | imagenet | PATH (default auto: $PHOTOCLF_WEIGHTS, else ImageNet)"
     )
     p.add_argument(
         "--near-threshold",

@@ -1,7 +1,7 @@
 """Image size from the header, before any pixel is decoded: the image-bomb guard.
 
 A 2 MB JPEG can decode to 144 megapixels (430 MB of RGB). `header_size` reads height, width and
-the pixel count the decoder would allocate from the first bytes of a JPEG, PNG, GIF or BMP, with
+the pixel count the decoder would allocate from the first bytes of a JPEG, PNG, GIF, BMP or WebP, with
 TensorFlow ops only, so the same check runs inside the exported serving graph (TF Serving gets
 the protection) and on the host (the local server, batch prediction, evaluation).
 
@@ -54,16 +54,20 @@ def _uint(data: tf.Tensor, offset, length: int, big_endian: bool) -> tf.Tensor:
 
 # Why a header cannot be read; code i + 1 in `header_fields` is _REASONS[i] (0: read).
 _REASONS = (
-    "not a JPEG, PNG, GIF or BMP image",
+    "not a JPEG, PNG, GIF, BMP or WebP image",
     "truncated JPEG header",
     "truncated PNG header",
     "truncated GIF header",
     "truncated BMP header",
     "PNG without an IHDR chunk first",
     f"GIF with more than {GIF_MAX_BLOCKS} blocks; refused",
+    "truncated WebP header",
+    "WebP without a VP8, VP8L or VP8X chunk first",
+    "animated WebP; refused (its frames are decoded whole)",
 )
 _PAD = 32  # zeros after the bytes: every fixed-offset read of a short header stays in range
 _UNKNOWN, _SHORT_PNG, _SHORT_GIF, _SHORT_BMP, _NO_IHDR, _LONG_GIF = 1, 3, 4, 5, 6, 7
+_SHORT_WEBP, _NO_VP8, _ANIMATED_WEBP = 8, 9, 10
 
 
 def _area(height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
@@ -149,6 +153,41 @@ def _gif(data: tf.Tensor) -> tf.Tensor:
     return tf.where(short, tf.constant([0, 0, 0, _SHORT_GIF], tf.int64), fields)
 
 
+def _at(data: tf.Tensor, offset: int, literal: bytes) -> tf.Tensor:
+    """Whether `literal` is at `offset` of the padded bytes (a short input reads the zero padding)."""
+    return tf.reduce_all(tf.equal(data[offset : offset + len(literal)], tf.constant(list(literal), tf.uint8)))
+
+
+def _webp(data: tf.Tensor) -> tf.Tensor:
+    """As libwebp reads the first chunk: VP8X's canvas (24-bit sides minus one; its animation flag
+    refused), VP8's 14-bit sides after the start code, or VP8L's packed 14-bit sides minus one."""
+    extended, lossless = _at(data, 12, b"VP8X"), _at(data, 12, b"VP8L")
+    packed = _uint(data, 21, 4, False)  # VP8L: width - 1 in bits 0-13, height - 1 in bits 14-27
+    mask = tf.constant(0x3FFF, tf.int64)
+    width = tf.where(
+        extended,
+        _uint(data, 24, 3, False) + 1,
+        tf.where(
+            lossless, tf.bitwise.bitwise_and(packed, mask) + 1, tf.bitwise.bitwise_and(_uint(data, 26, 2, False), mask)
+        ),
+    )
+    height = tf.where(
+        extended,
+        _uint(data, 27, 3, False) + 1,
+        tf.where(
+            lossless,
+            tf.bitwise.bitwise_and(tf.bitwise.right_shift(packed, 14), mask) + 1,
+            tf.bitwise.bitwise_and(_uint(data, 28, 2, False), mask),
+        ),
+    )
+    animated = tf.logical_and(extended, tf.bitwise.bitwise_and(tf.cast(data[20], tf.int64), 2) > 0)
+    known = tf.logical_or(tf.logical_or(extended, lossless), _at(data, 12, b"VP8 "))
+    code = tf.where(tf.logical_not(known), _NO_VP8, tf.where(animated, _ANIMATED_WEBP, 0))
+    fields = tf.stack([height, width, _area(height, width), tf.cast(code, tf.int64)])
+    short = tf.size(data, out_type=tf.int64) < 30 + _PAD
+    return tf.where(short, tf.constant([0, 0, 0, _SHORT_WEBP], tf.int64), fields)
+
+
 def header_fields(encoded: tf.Tensor) -> tf.Tensor:
     """Scalar string of image bytes → int64 [height, width, pixels, code]: code 0 when the header
     was read, else 1 + the index of why not in _REASONS. Raises only on a JPEG header libjpeg
@@ -160,12 +199,14 @@ def header_fields(encoded: tf.Tensor) -> tf.Tensor:
     is_png = head == _PNG
     is_gif = tf.logical_or(tf.strings.substr(head, 0, 6) == _GIF87, tf.strings.substr(head, 0, 6) == _GIF89)
     is_bmp = tf.strings.substr(head, 0, 2) == b"BM"
+    is_webp = tf.logical_and(_at(data, 0, b"RIFF"), _at(data, 8, b"WEBP"))
     return tf.case(
         [
             (is_jpeg, lambda: _jpeg(encoded)),
             (is_png, lambda: _png(data)),
             (is_gif, lambda: _gif(data)),
             (is_bmp, lambda: _bmp(data)),
+            (is_webp, lambda: _webp(data)),
         ],
         default=lambda: tf.constant([0, 0, 0, _UNKNOWN], tf.int64),
         exclusive=True,
@@ -174,7 +215,7 @@ def header_fields(encoded: tf.Tensor) -> tf.Tensor:
 
 def header_size(encoded: tf.Tensor) -> tf.Tensor:
     """Scalar string of image bytes → int64 [height, width, pixels]; in a graph, an
-    InvalidArgumentError saying why when the bytes are not a JPEG, PNG, GIF or BMP or the header
+    InvalidArgumentError saying why when the bytes are not a JPEG, PNG, GIF, BMP or WebP or the header
     cannot be read (the serving signature's refusal)."""
     fields = header_fields(encoded)
     reason = tf.gather(tf.constant(("",) + _REASONS), fields[3])

@@ -61,7 +61,7 @@ def bilinear_to_uint8(images: tf.Tensor) -> tf.Tensor:
 
 
 def decode_for_eval(encoded: tf.Tensor, image_size: int, crop_fraction: float = DEFAULT_CROP_FRACTION) -> tf.Tensor:
-    """Encoded JPEG/PNG/GIF/BMP bytes → uint8 [S, S, 3]: evaluation's, serving's and the feature
+    """Encoded JPEG/PNG/GIF/BMP/WebP bytes → uint8 [S, S, 3]: evaluation's, serving's and the feature
     cache's one preprocessing.
 
     Equivalent to "resize the shorter side to S / crop_fraction, then centre-crop S", done as

@@ -5,7 +5,7 @@ pipeline maps over TFRecords, so what is served is what was evaluated. Loading a
 export needs only TensorFlow.
 
 Signatures (all return probabilities [N, C], class_ids/classes/scores [N, k]):
-- serving_default(image_bytes: string [N])            JPEG/PNG/GIF/BMP bytes, refused above
+- serving_default(image_bytes: string [N])            JPEG/PNG/GIF/BMP/WebP bytes, refused above
   `max_megapixels` from the header before decoding (the image-bomb guard, app.data.image_header)
 - serving_keyed(image_bytes: string [N], key: string [N]) also returns `key` unchanged
 - predict_images(images: float32 [N, H, W, 3] in 0..255)

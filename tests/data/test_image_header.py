@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import struct
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -46,9 +47,9 @@ def test_cut_short_headers_are_refused_with_a_reason(fmt: str, keep: int, reason
     assert err.value.status == 400
 
 
-@pytest.mark.parametrize("data", [b"", b"hello, world", b"RIFF\x00\x00\x00\x00WEBPVP8 "])
+@pytest.mark.parametrize("data", [b"", b"hello, world", b"RIFF\x00\x00\x00\x00WAVEfmt "])
 def test_other_bytes_are_not_images(data: bytes):
-    with pytest.raises(ImageRejected, match="not a JPEG, PNG, GIF or BMP image"):
+    with pytest.raises(ImageRejected, match="not a JPEG, PNG, GIF, BMP or WebP image"):
         read_header(data)
 
 
@@ -115,7 +116,7 @@ def test_sides_whose_product_overflows_are_refused_not_passed(header: bytes, siz
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (b"\0" * 50, "not a JPEG, PNG, GIF or BMP image"),
+        (b"\0" * 50, "not a JPEG, PNG, GIF, BMP or WebP image"),
         (b"\x89PNG\r\n\x1a\n" + b"\0" * 3, "truncated PNG header"),
         (b"GIF89a\x01", "truncated GIF header"),
         (b"BM\x01", "truncated BMP header"),
@@ -132,3 +133,33 @@ def test_refusals_other_than_libjpegs_are_values_not_tensorflow_errors(data: byt
     assert code > 0 and _REASONS[code - 1] == reason
     with pytest.raises(ImageRejected, match=f"^cannot read the image header: {reason}$"):
         read_header(data)
+
+
+def _webp(pixels: np.ndarray, **options) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="WEBP", **options)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("options", "chunk"), [({}, b"VP8 "), ({"lossless": True}, b"VP8L"), ({"exif": b"Exif\0\0II*\0"}, b"VP8X")]
+)
+@pytest.mark.parametrize(("width", "height"), [(1, 1), (24, 16), (16383, 3), (300, 7001)])
+def test_webp_headers_give_the_size_pillow_decodes(options: dict, chunk: bytes, width: int, height: int):
+    data = _webp(np.full((height, width, 3), 90, np.uint8), **options)
+    assert data[12:16] == chunk
+    with Image.open(io.BytesIO(data)) as decoded:
+        assert decoded.size == (width, height)
+    assert read_header(data) == HeaderSize(height, width, width * height)
+
+
+def test_animated_and_cut_short_webp_are_refused_with_a_reason():
+    frames = [Image.fromarray(np.full((8, 9, 3), 40 * i, np.uint8)) for i in range(3)]
+    out = io.BytesIO()
+    frames[0].save(out, format="WEBP", save_all=True, append_images=frames[1:])
+    with pytest.raises(ImageRejected, match="animated WebP; refused"):
+        read_header(out.getvalue())
+    with pytest.raises(ImageRejected, match="truncated WebP header"):
+        read_header(_webp(np.zeros((4, 4, 3), np.uint8))[:20])
+    with pytest.raises(ImageRejected, match="WebP without a VP8, VP8L or VP8X chunk first"):
+        read_header(b"RIFF\x00\x00\x00\x00WEBPJUNK" + bytes(40))

@@ -39,7 +39,7 @@ def test_evaluate_image_folder_skips_bad_files_saying_why(trained_run: Path, dem
     result = evaluate(trained_run / "export" / "shapes", demo_images, report_dir=tmp_path, runtime="litert")
     skipped = {s["path"]: s["reason"] for s in result.metrics["skipped"]}
     assert skipped["circle/truncated.jpg"] == "undecodable"
-    assert skipped["square/not_an_image.jpg"] == "cannot read the image header: not a JPEG, PNG, GIF or BMP image"
+    assert skipped["square/not_an_image.jpg"] == "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image"
     assert result.metrics["num_examples"] == 4 * 12  # the good images: 12 per class
     assert result.metrics["runtime"] == "litert"
 

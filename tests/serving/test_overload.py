@@ -149,7 +149,7 @@ def test_images_over_the_limit_get_413_naming_size_and_limit_before_the_model(tm
         assert response.status == 413
         assert (await response.json())["error"] == "instance 0: image is 200x100 pixels; the limit is 0.01 megapixels"
         garbage = await client.post("/v1/models/pets:predict", json={"instances": [{"b64": "bm90IGFuIGltYWdl"}]})
-        assert garbage.status == 400 and "not a JPEG, PNG, GIF or BMP" in (await garbage.json())["error"]
+        assert garbage.status == 400 and "not a JPEG, PNG, GIF, BMP or WebP" in (await garbage.json())["error"]
         assert (await classify(client, jpeg(50, 50))).status == 200
 
     serve(tmp_path, runtime, scenario, max_megapixels=0.01)

@@ -40,8 +40,8 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
     errors = {Path(r["path"]).name: r["error"] for r in rows if r["error"]}
     assert errors == {
         "truncated.jpg": "undecodable",
-        "not_an_image.jpg": "cannot read the image header: not a JPEG, PNG, GIF or BMP image",
-        "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF or BMP image",
+        "not_an_image.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
+        "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
         "huge.png": "image is 50000x50000 pixels; the limit is 40 megapixels",
     }
     assert summary.predicted == 48 and len(summary.failed) == 4 and summary.runtime == "litert"

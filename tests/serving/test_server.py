@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import shutil
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from app.export.run_export import export_run
 from app.net import free_port
@@ -180,6 +182,19 @@ def test_a_multipart_upload_is_read_within_its_limits(server: Server, images: li
         )
     else:
         assert status == 400 and answer["error"] == f"malformed multipart body: {message}", answer
+
+
+def test_a_webp_photo_is_classified_as_the_same_pixels_in_png(server: Server, images: list[bytes]):
+    """The page shows WebP photos: the server takes them too (lossless here, so the pixels match)."""
+    pixels = np.asarray(Image.open(io.BytesIO(images[0])).convert("RGB"))
+    encoded = {}
+    for fmt, options in (("WEBP", {"lossless": True}), ("PNG", {})):
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, format=fmt, **options)
+        encoded[fmt] = out.getvalue()
+    status, webp = server.request("/v1/models/shapes:classify", encoded["WEBP"], "image/webp")
+    assert status == 200, webp
+    assert webp == server.request("/v1/models/shapes:classify", encoded["PNG"], "image/png")[1]
 
 
 def test_a_malformed_multipart_body_is_a_400_not_a_500(server: Server, images: list[bytes]):
