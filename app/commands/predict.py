@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> None:
         explain=args.explain,
     )
     print(f"{summary.predicted} photo(s) predicted ({summary.runtime}) → {summary.output}")
+    if summary.unknown:
+        print(f"{summary.unknown} of them answered unknown: none of the model's classes (answer column 'unknown')")
     if args.explain:
         print(f"Grad-CAM maps of the top labels → {args.explain}")
     if summary.failed:

@@ -45,6 +45,23 @@ def reliability_bins(labels: np.ndarray, probabilities: np.ndarray, bins: int = 
     return out
 
 
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion (an accuracy on n photos): unlike the normal
+    approximation it stays inside [0, 1] and is honest at 12 photos or at 100%."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(centre - half, 0.0)), float(min(centre + half, 1.0))
+
+
+def accuracy_with_interval(accuracy: float, n: int) -> str:
+    """'0.9744 on 78 photos (95% interval 0.911-0.993)': how an accuracy is shown to a person."""
+    low, high = wilson_interval(round(accuracy * n), n)
+    return f"{accuracy:.4f} on {n} photos (95% interval {low:.3f}-{high:.3f})"
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=1, keepdims=True)
     exp = np.exp(shifted)
@@ -109,6 +126,7 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
     return {
         "num_examples": int(len(labels)),
         "accuracy": float((predicted == labels).mean()),
+        "accuracy_interval": list(wilson_interval(int((predicted == labels).sum()), len(labels))),
         "top_k": k,
         "top_k_accuracy": float((top == labels[:, None]).any(axis=1).mean()),
         "log_loss": log_loss(labels, probabilities),

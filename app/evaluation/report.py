@@ -6,6 +6,7 @@ import base64
 import html
 from pathlib import Path
 
+from app.evaluation.metrics import accuracy_with_interval
 from app.storage import write_json_atomic, write_text_atomic
 from app.table import format_table
 
@@ -19,7 +20,7 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
     overall = [
         ["metric", "value"],
         ["examples", str(metrics["num_examples"])],
-        ["accuracy", f"{metrics['accuracy']:.4f}"],
+        ["accuracy", accuracy_with_interval(metrics["accuracy"], metrics["num_examples"])],
         [f"top-{metrics['top_k']} accuracy", f"{metrics['top_k_accuracy']:.4f}"],
         ["macro F1", f"{metrics['macro_avg']['f1']:.4f}"],
         ["weighted F1", f"{metrics['weighted_avg']['f1']:.4f}"],

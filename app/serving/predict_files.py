@@ -29,12 +29,16 @@ from app.serving.runtime import above_threshold, answers_or_reasons, load_runtim
 FORMATS = ("csv", "jsonl")
 
 
+UNKNOWN_ANSWER = "unknown"  # the answer of a photo unlike every training photo ("none of these")
+
+
 @dataclass
 class PredictionSummary:
     output: Path
     predicted: int = 0
     failed: list[dict] = field(default_factory=list)  # {path, error}
     runtime: str = ""
+    unknown: int = 0  # of the predicted photos, those answered "none of these"
 
 
 def _read(path: Path) -> bytes | str:
@@ -76,19 +80,21 @@ def _rows(
     rows = []
     for (path, _), result in zip(batch, results):
         if isinstance(result, str):
-            rows.append({"path": str(path), "predictions": [], "error": result})
+            rows.append({"path": str(path), "answer": "", "predictions": [], "error": result})
             continue
         answer, result = result, result["probabilities"]
         ranked = np.argsort(-result, kind="stable")
+        unknown = bool(answer["unknown"]) if "unknown" in answer else None
         rows.append(
             {
                 "path": str(path),
+                "answer": UNKNOWN_ANSWER if unknown else classes[ranked[0]],  # first: what a person reads
                 "predictions": [{"label": classes[c], "score": round(float(result[c]), 6)} for c in ranked[:top_k]],
                 "error": None,
             }
         )
-        if "unknown" in answer:
-            rows[-1].update(ood_score=round(float(answer["ood_score"]), 6), unknown=bool(answer["unknown"]))
+        if unknown is not None:
+            rows[-1].update(ood_score=round(float(answer["ood_score"]), 6), unknown=unknown)
         if thresholds:
             names = above_threshold(result[None], thresholds, np.array([c.encode() for c in classes], dtype=object))[0]
             rows[-1]["labels_above_threshold"] = [n.decode() for n in names if n]
@@ -130,6 +136,7 @@ def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
         writer.writerow(
             [
                 "path",
+                "answer",
                 *[f"{k}_{i}" for i in range(1, top_k + 1) for k in ("label", "score")],
                 *(["unknown", "ood_score"] if unknown else []),
                 "error",
@@ -138,10 +145,19 @@ def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
         )
         for row in rows:
             cells = [v for p in row["predictions"] for v in (p["label"], p["score"])]
+            cells += [""] * (2 * top_k - len(cells))
             ood_cells = [_yes_no(row.get("unknown")), row.get("ood_score", "")] if unknown else []
             extra = ["|".join(row.get("labels_above_threshold", []))] if multi else []
             writer.writerow(
-                [row["path"], *cells, *[""] * (2 * top_k - len(cells)), *ood_cells, row["error"] or "", *extra]
+                [
+                    row["path"],
+                    row["answer"],
+                    *cells,
+                    *[""] * (2 * top_k - len(cells)),
+                    *ood_cells,
+                    row["error"] or "",
+                    *extra,
+                ]
             )
 
 
@@ -194,4 +210,5 @@ def predict_files(
             bar.update(len(batch))
     _write(rows, output, fmt, top_k)
     failed = [{"path": r["path"], "error": r["error"]} for r in rows if r["error"]]
-    return PredictionSummary(output, len(rows) - len(failed), failed, model.name)
+    unknown = sum(1 for r in rows if r.get("unknown"))
+    return PredictionSummary(output, len(rows) - len(failed), failed, model.name, unknown)

@@ -7,6 +7,11 @@ problem in 1/T, solved on log T in [1/20, 20]); it is recorded in metrics.json a
 metadata and applied inside the exported model (`with_temperature`), so SavedModel and TFLite
 serve calibrated probabilities. Validation thereby chooses one more number; the test split
 chooses nothing.
+
+On a small validation split T follows its few photos rather than the model: on photos without
+a mistake the log loss falls as T falls, so T runs to its bound and every answer reads 100%.
+So T stays 1 (and the run says why) where the split holds fewer than MIN_CALIBRATION_PHOTOS or
+the fitted T reached a bound; benchmarks/README.md ("Small data") has the measurements.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from app.training.passes import eval_images, model_outputs
 from app.training.phase import KeptPhases
 
 TEMPERATURE_RANGE = (0.05, 20.0)
+MIN_CALIBRATION_PHOTOS = 50  # validation photos below which T is not fitted
 
 
 def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -38,12 +44,33 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(math.exp(minimize_scalar(loss, bounds=(low, high), method="bounded", options={"xatol": 1e-4}).x))
 
 
-def calibration_summary(logits: np.ndarray, labels: np.ndarray, temperature: float) -> dict:
-    """What metrics.json records: T, and the validation log loss and ECE before and after."""
+def choose_temperature(logits: np.ndarray, labels: np.ndarray) -> tuple[float, str | None]:
+    """(T, why T was left at 1, or None where it was fitted)."""
+    if len(labels) < MIN_CALIBRATION_PHOTOS:
+        return 1.0, (
+            f"not fitted: {len(labels)} validation photos, fewer than the {MIN_CALIBRATION_PHOTOS} it needs"
+            " (a temperature fitted on so few follows them, not the model)"
+        )
+    temperature = fit_temperature(logits, labels)
+    low, high = TEMPERATURE_RANGE
+    if not low * 1.01 < temperature < high / 1.01:
+        return 1.0, (
+            f"not fitted: the temperature reached its bound ({temperature:.3f}),"
+            " as it does when the validation photos hold (almost) no mistakes"
+        )
+    return temperature, None
+
+
+def calibration_summary(
+    logits: np.ndarray, labels: np.ndarray, temperature: float, not_fitted: str | None = None
+) -> dict:
+    """What metrics.json records: T (and why it is 1 where it was not fitted), and the validation
+    log loss and ECE before and after."""
     before, after = softmax(np.asarray(logits, np.float64)), softmax(np.asarray(logits, np.float64) / temperature)
     ece = lambda p: expected_calibration_error(reliability_bins(labels, p))  # noqa: E731
     return {
         "temperature": round(temperature, 6),
+        **({"not_fitted": not_fitted} if not_fitted else {}),
         "fitted_on": f"val ({len(labels)} images)",
         "val_log_loss_before": round(log_loss(labels, before), 6),
         "val_log_loss_after": round(log_loss(labels, after), 6),
@@ -115,4 +142,4 @@ def _pooled(
 
 def calibrate(ctx: Context, phases: KeptPhases | None = None) -> dict:
     logits, labels = validation_logits(ctx, phases)
-    return calibration_summary(logits, labels, fit_temperature(logits, labels))
+    return calibration_summary(logits, labels, *choose_temperature(logits, labels))

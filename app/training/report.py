@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.evaluation.metrics import accuracy_with_interval
 from app.table import format_table
 
 
@@ -24,7 +25,11 @@ def format_result(metrics: dict) -> str:
         t = metrics["test"]
         rows.append(["test", "", f"{t['accuracy']:.4f}", f"{t['loss']:.4f}", "", ""])
     lines = ["", format_table(rows), "", f"weights: {metrics['weights']}"]
-    if metrics.get("calibration"):
+    if metrics.get("test", {}).get("accuracy_interval"):
+        lines.append(f"test accuracy: {accuracy_with_interval(metrics['test']['accuracy'], metrics['test']['count'])}")
+    if metrics.get("calibration", {}).get("not_fitted"):
+        lines.append(f"calibration: temperature 1, {metrics['calibration']['not_fitted']}")
+    elif metrics.get("calibration"):
         c = metrics["calibration"]
         lines.append(
             f"calibration: temperature {c['temperature']:.3f};"

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from app.data.pipeline import map_image
 from app.data.preprocess import color_jitter
+from app.evaluation.metrics import wilson_interval
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,12 @@ class Evaluation:
     logits: np.ndarray | None = None  # [count, C] float32: every example, gathered from all replicas batch by batch
     labels: np.ndarray | None = None  # [count] class ids, or [count, C] multi-hot
 
-    def summary(self) -> dict[str, float | int]:
-        """What metrics.json records of a split."""
-        return {"loss": self.loss, "accuracy": self.accuracy, "count": self.count}
+    def summary(self) -> dict:
+        """What metrics.json records of a split: a single-label accuracy with its 95% interval."""
+        found = {"loss": self.loss, "accuracy": self.accuracy, "count": self.count}
+        if self.confusion_matrix.ndim == 2:
+            found["accuracy_interval"] = list(wilson_interval(round(self.accuracy * self.count), self.count))
+        return found
 
 
 class CompiledSteps:

@@ -280,6 +280,9 @@ def _calibrate(ctx: Context, phases: KeptPhases) -> dict:
     from app.training.calibration import calibrate
 
     found = calibrate(ctx, phases)
+    if found.get("not_fitted"):
+        log.warning("calibration: temperature 1 (%s)", found["not_fitted"])
+        return found
     log.info(
         "calibration: temperature %.3f fitted on %s; val log loss %.4f -> %.4f, ECE %.4f -> %.4f",
         found["temperature"],

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from app.evaluation.metrics import compute_metrics
+from app.evaluation.metrics import accuracy_with_interval, compute_metrics, wilson_interval
 
 CLASSES = ["a", "b", "c", "d"]
 # Imbalanced (a: 5, b: 3, c: 2, d: 1); class "c" is never predicted.
@@ -82,3 +82,20 @@ def test_perfect_predictions():
     m = compute_metrics(labels, np.eye(3)[labels], ["x", "y", "z"])
     assert m["accuracy"] == 1.0 and m["ece"] == pytest.approx(0.0) and m["most_confused"] == []
     assert m["log_loss"] == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "interval"),
+    [(5, 10, (0.2366, 0.7634)), (12, 12, (0.7575, 1.0)), (0, 10, (0.0, 0.2775)), (89, 96, (0.8571, 0.9642))],
+)
+def test_the_accuracy_interval_is_wilsons(successes: int, n: int, interval: tuple[float, float]):
+    """Textbook values (Wilson 1927; Newcombe 1998's worked examples): honest at 12 photos and at 100%."""
+    assert wilson_interval(successes, n) == pytest.approx(interval, abs=1e-4)
+
+
+def test_metrics_and_the_summary_give_every_accuracy_its_photos_and_interval():
+    labels = np.array([0, 1, 1, 0, 1, 1, 0, 0, 1, 1])
+    probabilities = np.eye(2)[[0, 1, 1, 0, 1, 1, 0, 0, 0, 0]]  # 8 of 10 right
+    found = compute_metrics(labels, probabilities, ["a", "b"])
+    assert found["accuracy"] == 0.8 and found["accuracy_interval"] == pytest.approx(wilson_interval(8, 10))
+    assert accuracy_with_interval(0.8, 10) == "0.8000 on 10 photos (95% interval 0.490-0.943)"

@@ -36,7 +36,9 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
     summary = predict_files(trained_run, str(photos), out, runtime="litert", top_k=2, batch_size=8)
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == len(list_inputs(str(photos))) == 4 * 12 + 4
-    assert list(rows[0]) == ["path", "label_1", "score_1", "label_2", "score_2", "unknown", "ood_score", "error"]
+    assert list(rows[0]) == [
+        "path", "answer", "label_1", "score_1", "label_2", "score_2", "unknown", "ood_score", "error"
+    ]  # fmt: skip
     errors = {Path(r["path"]).name: r["error"] for r in rows if r["error"]}
     assert errors == {
         "truncated.jpg": "undecodable",
@@ -56,7 +58,10 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
         assert float(row["score_1"]) >= float(row["score_2"])
         assert float(row["ood_score"]) == pytest.approx(expected["ood_score"][i], abs=1e-4)  # the graph's own
         assert row["unknown"] == ("yes" if expected["unknown"][i] else "no")
-    assert {r["unknown"] for r in rows if r["error"]} == {""}
+        # the answer first: "unknown" where the photo is none of the classes, else the top class
+        assert row["answer"] == ("unknown" if expected["unknown"][i] else row["label_1"])
+    assert {(r["unknown"], r["answer"]) for r in rows if r["error"]} == {("", "")}
+    assert summary.unknown == sum(r["unknown"] == "yes" for r in rows)
 
 
 def test_a_list_file_with_a_missing_path_and_jsonl_output(trained_run: Path, photos: Path, tmp_path: Path):

@@ -14,7 +14,13 @@ from app.evaluation.metrics import calibration_effect, log_loss, softmax, uncali
 from app.export.layout import read_metadata, resolve_model_dir
 from app.models.classifier import with_temperature
 from app.run_dir import RunDir
-from app.training.calibration import calibration_summary, fit_temperature
+from app.training.calibration import (
+    MIN_CALIBRATION_PHOTOS,
+    TEMPERATURE_RANGE,
+    calibration_summary,
+    choose_temperature,
+    fit_temperature,
+)
 from app.training.report import format_result
 
 
@@ -39,6 +45,26 @@ def test_summary_reports_before_and_after_and_never_raises_the_log_loss():
     assert found["val_log_loss_after"] <= found["val_log_loss_before"]
     assert found["val_ece_after"] < found["val_ece_before"] / 2  # over-confident logits, fixed
     assert found["val_log_loss_before"] == pytest.approx(log_loss(labels, softmax(logits)), abs=1e-6)
+
+
+def test_t_is_fitted_on_enough_photos_and_left_at_1_on_a_few_saying_why():
+    logits, labels = _synthetic(2.5, n=MIN_CALIBRATION_PHOTOS)
+    fitted, why = choose_temperature(logits, labels)
+    assert fitted == pytest.approx(fit_temperature(logits, labels)) and fitted != 1.0 and why is None
+    few, why = choose_temperature(logits[:-1], labels[:-1])
+    assert few == 1.0 and why.startswith(f"not fitted: {MIN_CALIBRATION_PHOTOS - 1} validation photos, fewer than")
+    summary = calibration_summary(logits[:-1], labels[:-1], few, why)
+    assert summary["not_fitted"] == why and summary["val_log_loss_after"] == summary["val_log_loss_before"]
+
+
+def test_t_that_runs_to_its_bound_is_not_used():
+    """Photos without a mistake: the log loss falls as T falls, and T runs to its lower bound
+    (every answer 100%): what 12 val photos of 6 flower species did."""
+    logits, _ = _synthetic(1.0, n=200)
+    labels = logits.argmax(1)  # every one right
+    assert fit_temperature(logits, labels) == pytest.approx(TEMPERATURE_RANGE[0], rel=0.01)
+    temperature, why = choose_temperature(logits, labels)
+    assert temperature == 1.0 and why.startswith("not fitted: the temperature reached its bound (0.050)")
 
 
 def test_the_calibrated_model_serves_softmax_of_logits_over_t():
@@ -83,3 +109,14 @@ def test_calibrate_false_exports_the_plain_classifier(tiny_config):
     metrics = train(tiny_config.replace(calibrate=False, epochs_finetune=0))
     assert "calibration" not in metrics
     assert read_metadata(Path(metrics["export"]))["calibration"] is None
+
+
+@pytest.mark.slow
+def test_a_run_on_a_small_val_split_says_its_temperature_is_1_and_why(tiny_config):
+    from app.training.train import train
+
+    metrics = train(tiny_config.replace(epochs_finetune=0))
+    found = metrics["calibration"]
+    assert found["temperature"] == 1.0 and found["not_fitted"].startswith("not fitted: 11 validation photos")
+    assert f"calibration: temperature 1, {found['not_fitted']}" in format_result(metrics)
+    assert read_metadata(Path(metrics["export"]))["calibration"] == found  # the export serves T = 1
