@@ -29,6 +29,7 @@ class ManifestLimits:
 
 
 MANIFEST_LIMITS = ManifestLimits()
+MIN_EVAL_PHOTOS = 5  # a class's photos in val or test below which its figures move by 20+ points a photo
 
 
 @dataclass(frozen=True)
@@ -95,20 +96,28 @@ def _screen(path: Path, root: Path, skipped: list[dict[str, str]]) -> bool:
 def split_stratified(
     by_class: dict[str, list[Path]], val_fraction: float, test_fraction: float, seed: int
 ) -> dict[str, dict[str, list[Path]]]:
-    """Split each class on its own, so every split keeps the class balance of the whole.
+    """Split each class on its own, so every split keeps the class balance of the whole; an
+    evaluation split gets at least MIN_EVAL_PHOTOS of a class that can spare them.
 
-    The shuffle is seeded per class by name, so adding a class does not reshuffle the others.
+        The shuffle is seeded per class by name, so adding a class does not reshuffle the others.
     """
     splits: dict[str, dict[str, list[Path]]] = {s: {} for s in SPLITS}
     for name, paths in sorted(by_class.items()):
         paths = sorted(paths)
         random.Random(f"{seed}:{name}").shuffle(paths)
-        n_val = round(len(paths) * val_fraction)
-        n_test = round(len(paths) * test_fraction)
+        n_val, n_test = _held_out(len(paths), val_fraction), _held_out(len(paths), test_fraction)
         splits["val"][name] = paths[:n_val]
         splits["test"][name] = paths[n_val : n_val + n_test]
         splits["train"][name] = paths[n_val + n_test :]
     return splits
+
+
+def _held_out(photos: int, fraction: float) -> int:
+    """A class's photos for an evaluation split: its fraction, but at least MIN_EVAL_PHOTOS where
+    the class can spare them (a quarter of it each), so 25 photos at 0.1 give 5, not 2."""
+    if fraction <= 0:
+        return 0
+    return max(round(photos * fraction), min(MIN_EVAL_PHOTOS, photos // 4))
 
 
 def _check_fractions(val_fraction: float, test_fraction: float) -> None:

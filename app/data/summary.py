@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.data.sources import MIN_EVAL_PHOTOS
 from app.table import format_table
 
 
@@ -26,6 +27,7 @@ def format_summary(meta: dict, out_dir: str) -> str:
         lines.append(f"WARNING: no photo with: {', '.join(empty)} (per-label figures there are undefined)")
     elif empty:
         lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
+    lines += few_photos_warning(meta["counts"], meta["classes"]) if not multi_label else []
     lines += _duplicate_lines(meta.get("duplicates"))
     lines += _side_feature_lines(meta)
     if meta["skipped"]:
@@ -33,6 +35,22 @@ def format_summary(meta: dict, out_dir: str) -> str:
         lines += [f"  {s['path']}: {s['reason']}" for s in meta["skipped"]]
     lines.append(f"wrote {out_dir}")
     return "\n".join(lines)
+
+
+def few_photos_warning(counts: dict[str, dict[str, int]], classes: list[str]) -> list[str]:
+    """A warning where val or test holds fewer than MIN_EVAL_PHOTOS of a class: what it means."""
+    lines = []
+    for split in ("val", "test"):
+        per_class = counts.get(split, {})
+        few = [f"{name} ({per_class[name]})" for name in classes if 0 < per_class.get(name, 0) < MIN_EVAL_PHOTOS]
+        if few:
+            total = sum(per_class.values())
+            lines.append(
+                f"WARNING: {split} holds fewer than {MIN_EVAL_PHOTOS} photos of {', '.join(few)}:"
+                f" on {total} photos one photo moves its accuracy by {100 / total:.1f} points"
+                " (read the 95% interval beside it); more photos, or a larger fraction, make it mean more"
+            )
+    return lines
 
 
 def _duplicate_lines(found: dict | None) -> list[str]:

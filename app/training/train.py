@@ -19,6 +19,7 @@ from app import storage
 from app.config import TrainConfig
 from app.data.demo import demo_run_dir, ensure_demo_records
 from app.data.pipeline import dataset_fingerprint
+from app.data.summary import few_photos_warning
 from app.models import ood
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import RunDir, check_trained_on, completed_run
@@ -194,6 +195,9 @@ def _log_setup(ctx: Context) -> None:
     log.info("%s", describe_distribution(ctx))
     log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
     log.info("XLA %s (%s)", "on" if ctx.jit_compile else "off", ctx.jit_reason)
+    if not ctx.info.multi_label:
+        for line in few_photos_warning(ctx.info.counts, ctx.info.classes):
+            log.warning("%s", line)
     if ctx.info.multi_label:
         positives = ", ".join(f"{c} {ctx.info.counts['train'].get(c, 0)}" for c in ctx.info.classes)
         log.info("multi-label: %d training photos; photos with each label: %s", ctx.info.num_examples("train"),

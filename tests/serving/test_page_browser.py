@@ -60,6 +60,10 @@ def test_the_page_shows_the_models_label_for_an_uploaded_photo(browser, trained_
         ]
         assert shown == [(p["label"], f"{100 * p['score']:.1f}%") for p in expected["predictions"]]
         assert browser.find_element(By.CSS_SELECTOR, ".card .name").text == "star.png"
+        top = expected["predictions"][0]  # the answer first, as a headline
+        assert (
+            browser.find_element(By.CSS_SELECTOR, ".card .answer").text == f"{top['label']} · {100 * top['score']:.1f}%"
+        )
     finally:
         server.stop()
 
@@ -177,6 +181,7 @@ def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_
         wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .unknown")))
         shown = browser.find_element(By.CSS_SELECTOR, ".card .unknown").text
         assert shown == f"not one of: circle, square, star, triangle (score {answer['ood_score']:.2f})"
+        assert browser.find_element(By.CSS_SELECTOR, ".card .answer").text == "None of these"  # the headline
         # "why?" swaps the photo for its Grad-CAM overlay, as the server's :explain draws it, and back
         photo_src = browser.find_element(By.CSS_SELECTOR, ".card img").get_attribute("src")
         _, why = server.request("/v1/models/shapes:explain", photo.read_bytes(), "image/png")
@@ -186,6 +191,62 @@ def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_
         assert why["label"] in browser.find_element(By.CSS_SELECTOR, ".card .why").text
         browser.find_element(By.CSS_SELECTOR, ".card .why").click()
         assert browser.find_element(By.CSS_SELECTOR, ".card img").get_attribute("src") == photo_src
+    finally:
+        server.stop()
+
+
+def _overlapping(browser, selector: str) -> list[tuple[str, str]]:
+    """Pairs of the visible elements matching `selector` whose boxes intersect."""
+    boxes = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].filter(e => e.offsetParent !== null).map(e => {"
+        " const r = e.getBoundingClientRect(); return [e.className || e.tagName, r.left, r.top, r.right, r.bottom]});",
+        selector,
+    )
+    return [
+        (a[0], b[0])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5 and a[2] < b[4] - 0.5 and b[2] < a[4] - 0.5
+    ]
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (1280, 900)])
+def test_on_a_phone_and_a_laptop_the_picker_and_the_answer_show_without_scrolling(
+    browser, trained_run: Path, tmp_path: Path, width: int, height: int
+):
+    """At phone width the model's details fold away so the photo picker is on the first screen;
+    at both widths a classified photo's answer is visible without scrolling and no two parts of
+    its card overlap."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    photo = tmp_path / "star.png"
+    image = Image.new("RGB", (96, 96), "white")
+    ImageDraw.Draw(image).regular_polygon((48, 48, 36), 5, fill="navy")
+    image.save(photo)
+    server = Server(trained_run / "export" / "shapes")
+    try:
+        browser.set_window_size(width, height)
+        browser.get(server.base + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(
+            lambda b: "circle, square, star, triangle" in b.find_element(By.ID, "model").get_attribute("textContent")
+        )
+        viewport = browser.execute_script("return window.innerHeight")
+        assert browser.find_element(By.ID, "about").get_attribute("open") == (None if width < 600 else "true")
+        assert (
+            browser.find_element(By.ID, "drop").rect["y"] + browser.find_element(By.ID, "drop").rect["height"]
+            <= viewport
+        )
+        browser.find_element(By.ID, "files").send_keys(str(photo))
+        wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .answer")))
+        answer = browser.find_element(By.CSS_SELECTOR, ".card .answer").rect
+        assert answer["y"] + answer["height"] <= viewport and answer["width"] > 0
+        assert (
+            browser.execute_script("return document.documentElement.scrollWidth") <= width
+        )  # nothing wider than the screen
+        assert _overlapping(browser, ".card img, .card .name, .card .answer, .card .row, .card .why") == []
     finally:
         server.stop()
 
