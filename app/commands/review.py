@@ -8,9 +8,12 @@ Every photo goes through the model once. Those it is least sure of come first (t
 margin between its top two classes, or --by entropy; a photo it calls "none of these" counts as
 the least sure), and of a burst of near-identical photos only one comes early. The page shows
 them in batches with the model's guess: Enter accepts it, 1-9 or the list pick another class,
-S skips, N says "not any class", all by keyboard or mouse. Each answer is added to the manifest
-at once (path,label[,split],keep; a temp file renamed): `photoclf convert MANIFEST OUT` reads it,
-leaving out "not any class" photos. Photos the manifest already holds are not asked again.
+S skips, N says "not any class", U undoes, all by keyboard or mouse. Each answer is added to the
+manifest at once (path,label[,split],keep; a temp file renamed): `photoclf convert MANIFEST OUT`
+reads it, leaving out "not any class" photos. A new manifest starts with the run's own photos in
+their splits (--source, else where its dataset.json says they are), and the finished page prints
+the commands that convert it and train again from the run. Photos the manifest already holds are
+not asked again.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export.layout import resolve_model_dir
 from app.net import check_bindable
+from app.review import loop
 from app.review.answers import Answers
 from app.review.model import check_reviewable
+from app.run_dir import RunDir
 
 SHOW_FAILED = 10  # files listed as unreadable; the rest are counted
 
@@ -40,6 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=Path("review.csv"),
         help="CSV the answers are added to; an existing manifest keeps its columns (default review.csv)",
     )
+    p.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="the photos the run was trained on (class folders or manifest; default: the one its dataset.json names):"
+        " a new --manifest starts with them, each in its split, so converting it adds the answers to them",
+    )
     p.add_argument("--by", choices=["margin", "entropy"], default="margin", help="uncertainty measure (default margin)")
     p.add_argument("--top", type=int, default=0, help="print the first N of the queue and exit, serving nothing")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -52,14 +64,32 @@ def run(args: argparse.Namespace) -> None:
     version = resolve_model_dir(args.model_dir)
     if not args.top:
         check_bindable(args.host, args.port)
-    answers = Answers.open(args.manifest)  # a manifest the converter would refuse is said here
     check_reviewable(version)
+    run_dir = RunDir.of_export(version)
+    answers = _answers(args, run_dir)
     reviewed = answers.reviewed()
     photos = [p for p in list_inputs(args.unlabelled, "UNLABELLED") if p.resolve() not in reviewed]
     if not photos:
         raise UserError(f"{args.unlabelled}: every photo is already in {args.manifest}; nothing to review")
     print(f"{len(reviewed)} photo(s) already in {args.manifest}; ranking {len(photos)}")
     _review(args, version, answers, photos)
+
+
+def _answers(args: argparse.Namespace, run_dir: RunDir | None) -> Answers:
+    """The manifest: an existing one as it is (one the converter would refuse is said here); a
+    new one starts with the run's photos where their source is known."""
+    if args.manifest.exists() or run_dir is None:
+        return Answers.open(args.manifest)
+    Answers.open(args.manifest)  # its folder exists, it is not a folder
+    source = loop.source_of(run_dir, args.source)
+    if source is None:
+        print(f"{args.manifest} holds the answers only (the run's photos are not found: --source names them)")
+        return Answers.open(args.manifest)
+    with lasting_imports():
+        answers = loop.start_combined(args.manifest, run_dir, source)
+    count = len(answers.rows)
+    print(f"{args.manifest} will hold the run's {count} photos from {source} (each in its split) and the answers")
+    return answers
 
 
 def _review(args: argparse.Namespace, version: Path, answers: Answers, photos: list[Path]) -> None:
@@ -87,7 +117,8 @@ def _serve(args: argparse.Namespace, queue, answers: Answers) -> None:
     from app.serving.connections import serve
 
     root = Path(args.unlabelled) if Path(args.unlabelled).is_dir() else Path.cwd()
-    review = Review(queue, answers, root)
+    steps = loop.next_steps(answers, RunDir.of_export(resolve_model_dir(args.model_dir)))
+    review = Review(queue, answers, root, next_steps=steps)
     serve(
         make_app(review),
         args.host,
@@ -101,3 +132,7 @@ def _serve(args: argparse.Namespace, queue, answers: Answers) -> None:
         ),
     )
     print(f"{review.answered} answered, {review.skipped} skipped → {answers.path}")
+    if review.next_steps:
+        print("to add them to the run's photos and train again:\n" + "\n".join(f"  {c}" for c in review.next_steps))
+    else:
+        print("to train on them, add them to your photos (a manifest: --manifest YOURS.csv; folders: --source)")

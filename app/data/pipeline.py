@@ -90,6 +90,19 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     )
 
 
+def photo_index(info: DatasetInfo) -> list[tuple[str, str, str]]:
+    """(split, photo's path relative to its source, class) of every record of a single-label
+    dataset, read from the shards (only those two features are parsed)."""
+    spec = {k: schema.FEATURE_SPEC[k] for k in (schema.FILENAME, schema.LABEL)}
+    found = []
+    for split in sorted(info.shards):
+        for raw in tf.data.TFRecordDataset(info.shard_paths(split)).batch(256):
+            parsed = tf.io.parse_example(raw, spec)
+            for name, label in zip(parsed[schema.FILENAME].numpy(), parsed[schema.LABEL].numpy()):
+                found.append((split, name.decode(), info.classes[int(label)]))
+    return found
+
+
 _TEXTS, _NUMBERS = (list, str), (dict, str, int)
 DATASET_FIELDS = {  # dataset.json's keys as this module reads them: (required, shape)
     "classes": (True, _TEXTS),

@@ -366,7 +366,7 @@ def _metadata(source: Source, results: list[ShardResult], src: Path, options: di
         shards.setdefault(result.split, []).append(result.name)
     return {
         "schema_version": schema.SCHEMA_VERSION,
-        "source": str(src),
+        "source": str(Path(src).resolve()),  # where the photos are: photoclf review adds to them
         "classes": source.classes,
         "counts": counts,
         "shards": shards,

@@ -45,6 +45,28 @@ class Answers:
         header, rows = read_manifest_table(path)
         return cls(path, [h.strip() for h in header], [r for r in rows if r])
 
+    @classmethod
+    def combined(cls, path: Path, photos_root: Path, index: list[tuple[str, str, str]]) -> Answers:
+        """A new manifest that starts with every photo of the run's dataset in its own split
+        (`index`: split, path relative to `photos_root`, class), so that converting it gives
+        those photos and the answers together; written with the first answer."""
+        folder = path.parent.resolve()
+        rows = [[_relative(photos_root / relpath, folder), label, split, "true"] for split, relpath, label in index]
+        return cls(path, ["path", "label", "split", KEEP_COLUMN], rows)
+
+    @property
+    def has_splits(self) -> bool:
+        """Whether the manifest says each photo's split (a converter keeps them, and the answers
+        join the training split of the photos the run was trained on)."""
+        return "split" in self.header and any(row[self.header.index("split")].strip() == "val" for row in self.rows)
+
+    def remove_last(self, photo: Path) -> None:
+        """Takes back the last answer, which must be `photo`'s (the page's undo); then writes the file."""
+        if not self.rows or (self.path.parent / self.rows[-1][0].strip()).resolve() != photo.resolve():
+            raise UserError(f"{self.path}: its last row is not {photo}; nothing was taken back")
+        self.rows.pop()
+        self._write()
+
     def reviewed(self) -> set[Path]:
         """Every photo the manifest already names, resolved as the converter resolves it."""
         return {(self.path.parent / row[0].strip()).resolve() for row in self.rows}
@@ -55,7 +77,7 @@ class Answers:
             self.header.append(KEEP_COLUMN)
             self.rows = [[*row, "true"] for row in self.rows]
         cells = {
-            "path": os.path.relpath(photo.resolve(), self.path.parent.resolve()),
+            "path": _relative(photo, self.path.parent.resolve()),
             "label": NOT_ANY_CLASS if label is None else label,
             "split": REVIEWED_SPLIT,
             KEEP_COLUMN: "false" if label is None else "true",
@@ -69,3 +91,7 @@ class Answers:
         writer.writerow(self.header)
         writer.writerows(self.rows)
         storage.write_text_atomic(self.path, text.getvalue())
+
+
+def _relative(photo: Path, folder: Path) -> str:
+    return os.path.relpath(photo.resolve(), folder)

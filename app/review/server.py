@@ -5,6 +5,7 @@
     GET  /api/batch?size=N  the next N photos to ask about, in the queue's order
     GET  /api/photo/ID      a queued photo, at most PAGE_SIDE a side (only queued photos, by number: no paths)
     POST /api/answer        {"id": ID, "label": CLASS} or {"id": ID, "action": "skip" | "not_any_class"}
+    POST /api/undo          takes back the last answer or skip of this session: {"id": ID, counts...}
 
 A photo answered or skipped is not handed out again while the server runs; answers go to the
 manifest at once (answers.py), so stopping the server loses nothing.
@@ -43,6 +44,8 @@ class Review:
     done: set[int] = field(default_factory=set)  # answered or skipped since the server started
     answered: int = 0
     skipped: int = 0
+    next_steps: list[str] = field(default_factory=list)  # the commands that convert and retrain, shown when done
+    history: list[tuple[int, str]] = field(default_factory=list)  # (photo, "answer" | "skip"), for undo
 
     def remaining(self) -> int:
         return len(self.queue.candidates) - len(self.done)
@@ -74,6 +77,7 @@ async def state(request: web.Request) -> web.Response:
             "manifest": str(review.answers.path),
             "total": len(review.queue.candidates),
             "unreadable": len(review.queue.failed),
+            "next_steps": review.next_steps,
             **review.counts(),
         }
     )
@@ -160,14 +164,36 @@ async def answer(request: web.Request) -> web.Response:
         raise web.HTTPConflict(reason=f"photo {index} is already answered")
     if action == "skip":
         review.skipped += 1
+        review.history.append((index, "skip"))
     else:
         try:
             review.answers.record(review.queue.candidates[index].path, label)
         except UserError as err:  # the disk is full: the manifest is as it was, the photo stays queued
             raise web.HTTPInsufficientStorage(reason=str(err)) from None
         review.answered += 1
+        review.history.append((index, "answer"))
     review.done.add(index)
     return web.json_response(review.counts())
+
+
+async def undo(request: web.Request) -> web.Response:
+    """The last answer or skip of this session taken back (its manifest row removed): the photo
+    is queued again."""
+    review = request.app[REVIEW]
+    if not review.history:
+        raise web.HTTPConflict(reason="nothing to undo in this session")
+    index, kind = review.history[-1]
+    if kind == "answer":
+        try:
+            review.answers.remove_last(review.queue.candidates[index].path)
+        except UserError as err:
+            raise web.HTTPConflict(reason=str(err)) from None
+        review.answered -= 1
+    else:
+        review.skipped -= 1
+    review.history.pop()
+    review.done.discard(index)
+    return web.json_response({"id": index, **review.counts()})
 
 
 @web.middleware
@@ -188,4 +214,5 @@ def make_app(review: Review) -> web.Application:
     app.router.add_get("/api/batch", batch)
     app.router.add_get("/api/photo/{id}", photo)
     app.router.add_post("/api/answer", answer)
+    app.router.add_post("/api/undo", undo)
     return app

@@ -176,3 +176,90 @@ def test_the_page_gets_a_phone_sized_photo_shrunk_and_a_small_one_as_it_is(tmp_p
     Image.new("RGB", (300, 200)).save(small, format="PNG")
     assert for_the_page(small.getvalue(), "small.png") == (small.getvalue(), "image/png")
     assert for_the_page(b"not a photo", "odd.jpg") == (b"not a photo", "image/jpeg")
+
+
+def test_undo_takes_back_the_last_answer_and_its_manifest_row(trained_run: Path, unlabelled: Path, tmp_path: Path):
+    photos = sorted(p for p in unlabelled.iterdir() if p.suffix == ".jpg")
+    queue = rank_photos(resolve_model_dir(trained_run), photos)
+    manifest = tmp_path / "review.csv"
+    review = Review(queue, Answers.open(manifest), unlabelled)
+    results = _call(
+        make_app(review),
+        [
+            ("POST", "/api/undo", None),  # nothing yet
+            ("POST", "/api/answer", json.dumps({"id": 0, "label": "star"})),
+            ("POST", "/api/answer", json.dumps({"id": 1, "action": "skip"})),
+            ("POST", "/api/answer", json.dumps({"id": 2, "label": "circle"})),
+            ("POST", "/api/undo", None),  # circle, and its row
+            ("POST", "/api/undo", None),  # the skip
+            ("GET", "/api/batch?size=3", None),
+        ],
+    )
+    assert [status for status, _ in results] == [409, 200, 200, 200, 200, 200, 200]
+    assert json.loads(results[4][1]) == {"id": 2, "remaining": 14, "answered": 1, "skipped": 1}
+    assert json.loads(results[5][1]) == {"id": 1, "remaining": 15, "answered": 1, "skipped": 0}
+    assert [p["id"] for p in json.loads(results[6][1])["photos"]] == [1, 2, 3]  # asked again
+    with manifest.open(newline="") as f:
+        assert [row[1] for row in csv.reader(f)] == ["label", "star"]
+
+
+def test_a_combined_manifest_starts_with_the_runs_photos_in_their_splits(
+    trained_run: Path, demo_images: Path, demo_records: Path, tmp_path: Path
+):
+    from app.data.pipeline import load_dataset_info
+    from app.review import loop
+    from app.run_dir import RunDir
+
+    run = RunDir(trained_run)
+    assert loop.source_of(run, None) == demo_images.resolve()  # dataset.json names where its photos are
+    answers = loop.start_combined(tmp_path / "all.csv", run, demo_images)
+    assert not (tmp_path / "all.csv").exists()  # written with the first answer
+    answers.record(next(p for p in (demo_images / "star").iterdir()), "star")
+    with (tmp_path / "all.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    info = load_dataset_info(demo_records)
+    for split in ("train", "val", "test"):  # the answer is a training photo
+        assert sum(r["split"] == split for r in rows) == info.num_examples(split) + (split == "train")
+    assert all((tmp_path / r["path"]).resolve().is_file() and r["keep"] == "true" for r in rows)
+    assert answers.has_splits and not Answers.open(tmp_path / "answers-only.csv").has_splits
+    steps = loop.next_steps(answers, run)
+    assert steps[0] == f"photoclf convert {tmp_path / 'all.csv'} {demo_records}-reviewed"
+    new_run = f"--init-from {trained_run} --out {trained_run}-reviewed"
+    assert steps[1].startswith(f"photoclf train --data {demo_records}-reviewed {new_run} --set backbone=tiny_cnn")
+
+
+@pytest.mark.slow
+def test_the_finished_pages_commands_convert_everything_and_train_again_from_the_run(
+    registry_run: Path, demo_images: Path, unlabelled: Path, tmp_path: Path
+):
+    """The loop closes: the commands the finished page prints give a dataset of the run's photos
+    (in their splits) and the answers (in train), and a run started from the earlier one."""
+    import shlex
+
+    from app.data.pipeline import load_dataset_info
+    from app.review import loop
+    from app.run_dir import RunDir
+
+    run = RunDir(registry_run)
+    answers = loop.start_combined(tmp_path / "all.csv", run, demo_images)
+    photos = sorted(p for p in unlabelled.iterdir() if p.suffix == ".jpg")
+    queue = rank_photos(resolve_model_dir(registry_run), photos)
+    review = Review(queue, answers, unlabelled, next_steps=loop.next_steps(answers, run))
+    said = [{"id": 0, "label": "star"}, {"id": 1, "label": "circle"}, {"id": 2, "action": "not_any_class"}]
+    results = _call(
+        make_app(review), [("POST", "/api/answer", json.dumps(a)) for a in said] + [("GET", "/api/state", None)]
+    )
+    steps = json.loads(results[-1][1])["next_steps"]
+    assert "--set image_size=64" in steps[1] and "--set max_steps_per_epoch=2" in steps[1]  # the run's own settings
+    for step in steps:
+        command = [sys.executable, "-c", "from app.commands import main; main()", *shlex.split(step)[1:]]
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=600, env={**os.environ, "PHOTOCLF_WEIGHTS": ""}
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    before = load_dataset_info(run.read_config().data)
+    after = load_dataset_info(f"{run.read_config().data}-reviewed")
+    assert after.num_examples("train") == before.num_examples("train") + 2  # "not any class" is left out
+    assert [after.counts[s] for s in ("val", "test")] == [before.counts[s] for s in ("val", "test")]
+    metrics = json.loads((Path(f"{registry_run}-reviewed") / "metrics.json").read_text())
+    assert metrics["init_from"]["run"] == str(registry_run)

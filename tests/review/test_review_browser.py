@@ -43,10 +43,21 @@ def _start(trained_run: Path, folder: Path, manifest: Path) -> tuple[subprocess.
     raise RuntimeError("the review server did not start")
 
 
-def test_three_photos_labelled_by_keyboard_land_in_the_manifest(browser, trained_run: Path, unlabelled, tmp_path):  # noqa: F811
+def test_three_photos_labelled_by_keyboard_land_in_the_manifest_and_undo_takes_one_back(
+    browser,
+    trained_run: Path,
+    unlabelled,  # noqa: F811
+    demo_records: Path,
+    tmp_path: Path,
+):
+    """Enter accepts the guess (and does nothing on a photo the model calls none of its classes),
+    2 picks class 2, N says not any class, U takes the last answer back; the manifest starts with
+    the run's own photos in their splits, and the answers join its training split."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
+
+    from app.data.pipeline import load_dataset_info
 
     folder = tmp_path / "photos"
     shutil.copytree(unlabelled, folder)
@@ -57,21 +68,41 @@ def test_three_photos_labelled_by_keyboard_land_in_the_manifest(browser, trained
         wait = WebDriverWait(browser, 60)
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".card.current")) == 1)
         names = [n.text for n in browser.find_elements(By.CSS_SELECTOR, ".card .name")]
-        guess = browser.find_element(By.CSS_SELECTOR, ".card.current .accept").text.removeprefix("✓ ")
         body = browser.find_element(By.TAG_NAME, "body")
-        for key, done in ((Keys.ENTER, 1), ("2", 2), ("n", 3)):  # accept the guess, class 2, not any class
+        first_unknown = bool(browser.find_elements(By.CSS_SELECTOR, ".card.current .unknown"))
+        if first_unknown:  # Enter is no answer for it: nothing happens, and class 1 is picked instead
+            body.send_keys(Keys.ENTER)
+            time.sleep(1)
+            assert not browser.find_elements(By.CSS_SELECTOR, ".card.done")
+            first_key, first_label = "1", "circle"
+        else:
+            first_key = Keys.ENTER
+            first_label = browser.find_element(By.CSS_SELECTOR, ".card.current .accept").text.removeprefix("✓ ")
+        for key, done in ((first_key, 1), ("2", 2), ("n", 3)):  # the guess, class 2, not any class
             body.send_keys(key)
             wait.until(lambda b, d=done: len(b.find_elements(By.CSS_SELECTOR, ".card.done")) == d)
         wait.until(lambda b: "3 answered" in b.find_element(By.ID, "status").text)
         assert browser.find_element(By.CSS_SELECTOR, ".card.current .name").text == names[3]
+        body.send_keys("u")  # "not any class" taken back: its card is open and current again
+        wait.until(lambda b: "2 answered" in b.find_element(By.ID, "status").text)
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, ".card.current .name").text == names[2])
+        assert len(browser.find_elements(By.CSS_SELECTOR, ".card.done")) == 2
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     with manifest.open(newline="") as f:
         rows = list(csv.reader(f))
-    assert rows == [
-        ["path", "label", "keep"],
-        [f"photos/{names[0]}", guess, "true"],
-        [f"photos/{names[1]}", "square", "true"],  # classes are listed sorted: circle, square, star, triangle
-        [f"photos/{names[2]}", NOT_ANY_CLASS, "false"],
+    assert rows[0] == ["path", "label", "split", "keep"]
+    assert (
+        len(rows)
+        == 1
+        + load_dataset_info(demo_records).num_examples("train")
+        + load_dataset_info(demo_records).num_examples("val")
+        + load_dataset_info(demo_records).num_examples("test")
+        + 2
+    )
+    assert rows[-2:] == [
+        [f"photos/{names[0]}", first_label, "train", "true"],
+        [f"photos/{names[1]}", "square", "train", "true"],  # classes are listed sorted: circle, square, star, triangle
     ]
+    assert NOT_ANY_CLASS not in {row[1] for row in rows}  # taken back
