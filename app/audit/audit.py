@@ -26,8 +26,22 @@ def _image(item: AuditItem) -> dict:
     return {"path": item.name, "split": item.split, "label": item.label}
 
 
-def _pairs(scan: Scan, items: list[AuditItem], threshold: float) -> tuple[list[dict], list[dict]]:
-    """(exact duplicate pairs, near duplicate pairs), each {a, b, similarity, kind}."""
+def _without_pretrained_features(scan: Scan) -> str | None:
+    """Why near duplicates, likely wrong labels and far-off photos were not looked for: a
+    backbone without pretrained weights sees every photo as alike (similarity 0.999 between
+    plainly different photos), so its findings would be junk that looks like results."""
+    if not scan.weights_used.startswith("none"):
+        return None
+    return (
+        "NO PRETRAINED FEATURES: near duplicates, likely wrong labels and photos far from the rest were not"
+        " looked for (they need a pretrained backbone: --weights PATH, or export PHOTOCLF_WEIGHTS=PATH);"
+        " exact duplicates, leaks of them across splits and the pixel checks were"
+    )
+
+
+def _pairs(scan: Scan, items: list[AuditItem], threshold: float, embedded: bool) -> tuple[list[dict], list[dict]]:
+    """(exact duplicate pairs, near duplicate pairs: none without `embedded` features), each
+    {a, b, similarity, kind}."""
     item = lambda row: items[scan.indices[row]]  # noqa: E731
     exact = []
     for group in findings.exact_duplicate_groups(scan.pixel_hashes):
@@ -37,7 +51,7 @@ def _pairs(scan: Scan, items: list[AuditItem], threshold: float) -> tuple[list[d
         ]
     near = [
         {"a": _image(item(i)), "b": _image(item(j)), "similarity": round(s, 4), "kind": "near"}
-        for i, j, s in findings.near_duplicate_pairs(scan.embeddings, threshold)
+        for i, j, s in (findings.near_duplicate_pairs(scan.embeddings, threshold) if embedded else [])
         if scan.pixel_hashes[i] != scan.pixel_hashes[j]
     ]  # identical pixels are listed as exact
     return exact, near
@@ -109,12 +123,14 @@ def audit(
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     scan = scan_images(audit_input, report_dir / EMBEDDINGS_FILE, backbone, weights, image_size)
-    if scan.weights_warning:
-        log.warning("WARNING: %s: near duplicates, labels and outliers need pretrained features", scan.weights_warning)
-    exact, near = _pairs(scan, audit_input.items, near_threshold)
+    not_looked_for = _without_pretrained_features(scan)
+    if not_looked_for:
+        log.warning("WARNING: %s", not_looked_for)
+    exact, near = _pairs(scan, audit_input.items, near_threshold, embedded=not not_looked_for)
     leaks = [p for p in exact + near if p["a"]["split"] != p["b"]["split"]]
-    mislabels, ranking = _label_issues(scan, audit_input)
-    similarity = findings.neighbour_similarity(scan.embeddings)
+    mislabels, ranking = ([], []) if not_looked_for else _label_issues(scan, audit_input)
+    # features of random weights put every photo near every other: no photo is far from the rest
+    similarity = np.ones(len(scan.indices)) if not_looked_for else findings.neighbour_similarity(scan.embeddings)
     odd = findings.outliers(
         similarity, findings.PixelStats(scan.heights, scan.widths, scan.pixel_std, scan.detail, scan.flat_share)
     )
@@ -127,6 +143,7 @@ def audit(
         "counts": _counts(audit_input.items),
         "weights": scan.weights_used,
         "weights_warning": scan.weights_warning,
+        "not_looked_for": not_looked_for,  # why the findings that need pretrained features are absent, or None
         "near_duplicate_threshold": near_threshold,
         "leaks": leaks,
         "leaked_eval_images": _eval_images_in(leaks),

@@ -23,24 +23,29 @@ def write_reports(result: dict, report_dir: Path) -> tuple[Path, Path]:
     return report_dir / JSON_FILE, report_dir / HTML_FILE
 
 
+NOT_LOOKED_FOR = "not looked for (no pretrained features)"
+
+
 def summary(result: dict) -> str:
     """One screen: counts per class and split, then how many of each finding."""
     splits = sorted(result["counts"])
     rows = [[c, *[str(result["counts"][s].get(c, 0)) for s in splits]] for c in result["classes"]]
     leaked = result["leaked_eval_images"]
-    lines = [
+    skipped = result.get("not_looked_for")
+    near = f"{len(result['near_duplicates'])} pairs (cosine >= {result['near_duplicate_threshold']})"
+    lines = [f"WARNING: {skipped}", ""] if skipped else []
+    lines += [
         format_table([["class", *splits], *rows]),
         "",
         f"{result['readable']} of {result['images']} images read; {len(result['unreadable'])} unreadable",
         f"leaks across splits:   {len(result['leaks'])} pairs"
         f" ({leaked['val']} val and {leaked['test']} test images have a copy elsewhere)",
         f"exact duplicates:      {len(result['exact_duplicates'])} pairs",
-        f"near duplicates:       {len(result['near_duplicates'])} pairs"
-        f" (cosine >= {result['near_duplicate_threshold']})",
-        f"likely wrong labels:   {len(result['likely_mislabels'])}",
-        f"outliers:              {len(result['outliers'])}",
+        f"near duplicates:       {NOT_LOOKED_FOR if skipped else near}",
+        f"likely wrong labels:   {NOT_LOOKED_FOR if skipped else len(result['likely_mislabels'])}",
+        f"outliers:              {len(result['outliers'])}" + (" (pixel checks only)" if skipped else ""),
     ]
-    if result["weights_warning"]:
+    if result["weights_warning"] and not skipped:
         lines.append(f"WARNING: {result['weights_warning']}")
     return "\n".join(lines)
 
@@ -80,11 +85,12 @@ def _html(result: dict) -> str:
         _thumb(result, o, "<br>" + html.escape("; ".join(o["reasons"]))) for o in result["outliers"][:SHOWN]
     )
     unreadable = "".join(f"<li>{html.escape(u['path'])}: {html.escape(u['reason'])}</li>" for u in result["unreadable"])
-    counts = html.escape(summary({**result, "weights_warning": None}))
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>Dataset audit: {html.escape(result["data"])}</title>
-<style>body{{font-family:sans-serif;margin:2em}} figure{{display:inline-block;margin:4px;width:150px;vertical-align:top;font-size:11px;word-break:break-all}}
+    counts = html.escape(summary({**result, "weights_warning": None, "not_looked_for": None}))
+    headline = f'<p class="warning">{html.escape(result["not_looked_for"])}</p>' if result.get("not_looked_for") else ""
+    return f"""<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Dataset audit: {html.escape(result["data"])}</title>
+<style>body{{font-family:sans-serif;margin:1em auto;max-width:72rem;padding:0 1em}} pre{{overflow-x:auto}} .warning{{background:#fff3e0;border-left:4px solid #e65100;padding:.6em .8em;font-weight:600}} figure{{display:inline-block;margin:4px;width:150px;vertical-align:top;font-size:11px;word-break:break-all}}
 img{{max-width:140px;max-height:140px}} .pair{{border-bottom:1px solid #ddd;padding:4px}} .pair p{{display:inline-block;vertical-align:top}}</style></head>
-<body><h1>Dataset audit</h1><p>{html.escape(result["data"])}; embeddings: {html.escape(result["weights"])}</p><pre>{counts}</pre>
+<body><h1>Dataset audit</h1>{headline}<p>{html.escape(result["data"])}; embeddings: {html.escape(result["weights"])}</p><pre>{counts}</pre>
 {_section("Leaks across splits", len(result["leaks"]), _pair_rows(result, result["leaks"]))}
 {_section("Exact duplicates", len(result["exact_duplicates"]), _pair_rows(result, result["exact_duplicates"]))}
 {_section("Near duplicates", len(result["near_duplicates"]), _pair_rows(result, result["near_duplicates"]))}

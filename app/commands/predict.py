@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> None:
         fmt=args.format,
         explain=args.explain,
     )
+    if summary.warning:
+        print(f"WARNING: {summary.warning}")
     print(f"{summary.predicted} photo(s) predicted ({summary.runtime}) → {summary.output}")
     if summary.unknown:
         print(f"{summary.unknown} of them answered unknown: none of the model's classes (answer column 'unknown')")

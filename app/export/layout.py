@@ -125,6 +125,15 @@ def read_classes(version: Path) -> list[str]:
     return read_labels(labels_path(version))
 
 
+def random_init_warning(metadata: dict) -> str | None:
+    """The warning every place that answers with a model says where it was trained from random
+    weights (no pretrained backbone could be had): its answers look like any other model's."""
+    weights = str(metadata.get("weights") or "")
+    if not weights.startswith("none"):
+        return None
+    return "this model was trained from random initialisation (no pretrained weights): expect poor answers"
+
+
 def read_metadata(version: Path) -> dict:
     path = metadata_path(version)
     return storage.read_json_object(path) if path.exists() else {}

@@ -39,6 +39,7 @@ class PredictionSummary:
     failed: list[dict] = field(default_factory=list)  # {path, error}
     runtime: str = ""
     unknown: int = 0  # of the predicted photos, those answered "none of these"
+    warning: str | None = None  # the model's own (trained from random weights)
 
 
 def _read(path: Path) -> bytes | str:
@@ -211,4 +212,5 @@ def predict_files(
     _write(rows, output, fmt, top_k)
     failed = [{"path": r["path"], "error": r["error"]} for r in rows if r["error"]]
     unknown = sum(1 for r in rows if r.get("unknown"))
-    return PredictionSummary(output, len(rows) - len(failed), failed, model.name, unknown)
+    warning = layout.random_init_warning(layout.read_metadata(version))
+    return PredictionSummary(output, len(rows) - len(failed), failed, model.name, unknown, warning)

@@ -64,6 +64,22 @@ def test_audit_finds_the_planted_problems(dirty_folder: Path, tmp_path: Path):
     assert "leaks across splits:   1 pairs (1 val and 0 test images" in summary(result)
 
 
+def test_without_pretrained_features_the_audit_says_so_first_and_reports_no_junk(dirty_folder: Path, tmp_path: Path):
+    """Random weights see every photo as alike (similarity 0.999 between plainly different
+    photos): near duplicates, likely wrong labels and far-off photos are not looked for, and
+    the summary and the report say so in their first line; exact findings are still made."""
+    result, written = run_audit(dirty_folder, tmp_path / "report", **{**FAST, "near_threshold": 0.5})
+    assert result["not_looked_for"].startswith("NO PRETRAINED FEATURES")
+    assert result["near_duplicates"] == [] and result["likely_mislabels"] == [] and result["label_ranking"] == []
+    assert len(result["exact_duplicates"]) == 2 and len(result["leaks"]) == 1
+    assert all(not r.startswith("far from every other") for o in result["outliers"] for r in o["reasons"])
+    text = summary(result)
+    assert text.startswith("WARNING: NO PRETRAINED FEATURES") and "near duplicates:       not looked for" in text
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert page.index('class="warning">NO PRETRAINED FEATURES') < page.index("<pre>")  # the headline, first
+    assert '<meta name="viewport"' in page
+
+
 def test_reports_and_the_review_manifest_round_trip_through_the_converter(dirty_folder: Path, tmp_path: Path):
     manifest = tmp_path / "reviewed.csv"
     result, written = run_audit(dirty_folder, tmp_path / "report", manifest, **FAST)

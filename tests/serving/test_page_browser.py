@@ -234,6 +234,8 @@ def test_on_a_phone_and_a_laptop_the_picker_and_the_answer_show_without_scrollin
             lambda b: "circle, square, star, triangle" in b.find_element(By.ID, "model").get_attribute("textContent")
         )
         viewport = browser.execute_script("return window.innerHeight")
+        warning = browser.find_element(By.ID, "warning")  # the fixture trained from random weights: said first
+        assert warning.is_displayed() and warning.text.startswith("This model was trained from random initialisation")
         assert browser.find_element(By.ID, "about").get_attribute("open") == (None if width < 600 else "true")
         assert (
             browser.find_element(By.ID, "drop").rect["y"] + browser.find_element(By.ID, "drop").rect["height"]
