@@ -19,7 +19,8 @@ from app.run_dir import read_history  # noqa: E402
 
 
 def save_figure(fig, path: Path) -> Path:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
+        fig.tight_layout()
     with storage.atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100)
     plt.close(fig)
@@ -80,8 +81,8 @@ def plot_per_class(metrics: dict, path: Path) -> Path:
     ax.set_yticks(y, names)
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
-    ax.legend(loc="lower right")
-    ax.set_title("Per-class metrics (worst F1 at the top)")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)  # above the bars, never on them
+    ax.set_title("Per-class metrics (worst F1 at the top)", pad=24)
     return save_figure(fig, path)
 
 
@@ -134,14 +135,23 @@ def plot_mistakes(
     if not mistakes:
         return None
     rows = (len(mistakes) + columns - 1) // columns
-    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3.3 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3.8 * rows), squeeze=False, layout="constrained")
     for ax in axes.flat:
         ax.axis("off")
     for i, (ax, m) in enumerate(zip(axes.flat, mistakes)):
         ax.imshow(shown[i] if shown else open_photo(m["image"], MISTAKE_SIDE))
-        ax.set_title(f"true: {m['true']}\npred: {m['predicted']} ({m['confidence']:.2f})", fontsize=9)
+        ax.set_title(
+            f"{_short(Path(m.get('filename', '')).name)}\ntrue: {_short(m['true'])}\n"
+            f"said: {_short(m['predicted'])} ({m['confidence']:.2f})",
+            fontsize=9,
+        )
     fig.suptitle(title or "Most confident mistakes")
     return save_figure(fig, path)
+
+
+def _short(text: str, most: int = 30) -> str:
+    """A name cut to fit a thumbnail's width, so titles never run into their neighbours."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def plot_learning_curves(history_csv: Path, out_png: Path) -> Path | None:

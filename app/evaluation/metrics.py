@@ -88,7 +88,8 @@ def calibration_effect(labels: np.ndarray, probabilities: np.ndarray, temperatur
 def log_loss(labels: np.ndarray, probabilities: np.ndarray, eps: float = 1e-15) -> float:
     """Mean negative log probability of the true class."""
     labels = np.asarray(labels, dtype=np.int64)
-    return float(-np.mean(np.log(np.clip(np.asarray(probabilities)[np.arange(len(labels)), labels], eps, 1.0))))
+    picked = np.clip(np.asarray(probabilities)[np.arange(len(labels)), labels], eps, 1.0)
+    return float(-np.mean(np.log(picked))) + 0.0  # + 0.0: never "-0.0000" where every answer is certain
 
 
 def expected_calibration_error(bins: list[dict]) -> float:

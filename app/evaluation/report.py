@@ -21,7 +21,11 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
         ["metric", "value"],
         ["examples", str(metrics["num_examples"])],
         ["accuracy", accuracy_with_interval(metrics["accuracy"], metrics["num_examples"])],
-        [f"top-{metrics['top_k']} accuracy", f"{metrics['top_k_accuracy']:.4f}"],
+        *(
+            [[f"top-{metrics['top_k']} accuracy", f"{metrics['top_k_accuracy']:.4f}"]]
+            if _top_k_says_more(metrics)
+            else []
+        ),
         ["macro F1", f"{metrics['macro_avg']['f1']:.4f}"],
         ["weighted F1", f"{metrics['weighted_avg']['f1']:.4f}"],
         ["log loss", f"{metrics['log_loss']:.4f}"],
@@ -39,8 +43,16 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
         from app.evaluation.ood import ood_summary_rows
 
         overall += ood_summary_rows(metrics["ood"])
-    classes = sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"])[:worst]
-    rows = [["worst classes", "precision", "recall", "f1", "support"]] + [
+    classes = _bad_classes(metrics)[:worst]
+    rows = [
+        [
+            "worst classes" if classes else "worst classes: none (every class perfect)",
+            "precision",
+            "recall",
+            "f1",
+            "support",
+        ]
+    ] + [
         [name, f"{v['precision']:.3f}", f"{v['recall']:.3f}", f"{v['f1']:.3f}", str(v["support"])]
         for name, v in classes
     ]
@@ -48,6 +60,39 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
     return "\n".join(
         [format_table(overall), "", format_table(rows)] + (["", "most confused:"] + confused if confused else [])
     )
+
+
+def _top_k_says_more(metrics: dict) -> bool:
+    """Top-k accuracy is 1 by definition where k covers every class."""
+    return metrics["top_k"] < len(metrics["per_class"])
+
+
+def _bad_classes(metrics: dict) -> list[tuple[str, dict]]:
+    """Classes with a mistake, worst F1 first: a class at 1.000 is no worst class."""
+    return sorted(((n, v) for n, v in metrics["per_class"].items() if v["f1"] < 1.0), key=lambda kv: kv[1]["f1"])
+
+
+def summary_card(metrics: dict) -> str:
+    """What a person reads first, in plain words: accuracy with its photos and interval, the share
+    answered unknown, and the classes that are actually bad (jargon goes under "details")."""
+    if metrics.get("task") == "multi_label":
+        return ""
+    low, high = metrics.get("accuracy_interval") or (None, None)
+    interval = f" (95% interval {100 * low:.1f}–{100 * high:.1f}%)" if low is not None else ""
+    lines = [
+        f"<p class=headline>{100 * metrics['accuracy']:.1f}% right on {metrics['num_examples']} photos{interval}</p>"
+    ]
+    if metrics.get("ood"):
+        known = metrics["ood"]["known"]
+        share = known["unknown"] / max(known["count"], 1)
+        lines.append(f"<p>{100 * share:.1f}% of these photos were answered “none of these”.</p>")
+    bad = _bad_classes(metrics)[:3]
+    if bad:
+        named = ", ".join(f"{html.escape(n)} ({100 * v['recall']:.0f}% of its {v['support']} found)" for n, v in bad)
+        lines.append(f"<p>Most mistakes: {named}.</p>")
+    else:
+        lines.append("<p>No class has a mistake.</p>")
+    return '<section class="card">' + "".join(lines) + "</section>"
 
 
 def write_metrics(metrics: dict, path: Path) -> Path:
@@ -78,12 +123,14 @@ def write_html(metrics: dict, figures: dict[str, Path], path: Path, title: str) 
         return f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{data}">'
 
     sections = "".join(f"<h2>{html.escape(name)}</h2>{img(p)}" for name, p in figures.items())
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}} img{{max-width:100%}}
-table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child{{text-align:left}}</style>
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}} img{{max-width:100%;height:auto}}
+h1{{font-size:1.4rem;overflow-wrap:anywhere}} .card{{background:#f4f6fb;border-radius:.5em;padding:.2em 1em;margin:0 0 1em}} .headline{{font-size:1.5rem;font-weight:700}}
+pre,.table{{overflow-x:auto}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child{{text-align:left;overflow-wrap:anywhere}}</style>
 </head><body><h1>{html.escape(title)}</h1>
-<pre>{html.escape(summary_table(metrics, worst=10))}</pre>
-{_table_html(metrics)}
+{summary_card(metrics)}
+<details><summary>Details: every figure</summary><pre>{html.escape(summary_table(metrics, worst=10))}</pre></details>
+<div class="table">{_table_html(metrics)}</div>
 {sections}</body></html>"""
     write_text_atomic(path, page)
     return path

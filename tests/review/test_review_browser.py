@@ -19,6 +19,7 @@ from test_review import unlabelled  # noqa: F401  (the fixture: shapes and a bur
 
 from app.net import free_port
 from app.review.answers import NOT_ANY_CLASS
+from tests.page_layout import overlaps
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +107,35 @@ def test_three_photos_labelled_by_keyboard_land_in_the_manifest_and_undo_takes_o
         [f"photos/{names[1]}", "square", "train", "true"],  # classes are listed sorted: circle, square, star, triangle
     ]
     assert NOT_ANY_CLASS not in {row[1] for row in rows}  # taken back
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (1280, 900)])
+def test_the_review_page_fits_a_phone_and_a_laptop(
+    browser,
+    trained_run: Path,
+    unlabelled,  # noqa: F811
+    tmp_path: Path,
+    width: int,
+    height: int,
+):
+    """The counts and the first photo to answer show without scrolling; nothing is wider than
+    the screen; no two parts overlap."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    proc, base = _start(trained_run, unlabelled, tmp_path / "review.csv")
+    try:
+        browser.set_window_size(width, height)
+        browser.get(base + "/")
+        WebDriverWait(browser, 60).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".card.current")) == 1)
+        viewport = browser.execute_script("return window.innerHeight")
+        status = browser.find_element(By.ID, "status")
+        assert status.text.startswith("0 answered") and status.rect["y"] + status.rect["height"] <= viewport
+        assert browser.find_element(By.CSS_SELECTOR, ".card.current img").rect["y"] < viewport
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+        assert (
+            overlaps(browser, "h1, #status, #keys, .card, .card img, .card .name, .card .guess, .card .buttons") == []
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -12,6 +12,8 @@ from conftest import TINY_BACKBONE
 from PIL import Image, ImageDraw
 from test_server import Server  # this folder is on sys.path under pytest (rootdir-relative imports)
 
+from tests.page_layout import overlaps
+
 pytestmark = pytest.mark.slow
 
 
@@ -195,21 +197,6 @@ def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_
         server.stop()
 
 
-def _overlapping(browser, selector: str) -> list[tuple[str, str]]:
-    """Pairs of the visible elements matching `selector` whose boxes intersect."""
-    boxes = browser.execute_script(
-        "return [...document.querySelectorAll(arguments[0])].filter(e => e.offsetParent !== null).map(e => {"
-        " const r = e.getBoundingClientRect(); return [e.className || e.tagName, r.left, r.top, r.right, r.bottom]});",
-        selector,
-    )
-    return [
-        (a[0], b[0])
-        for i, a in enumerate(boxes)
-        for b in boxes[i + 1 :]
-        if a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5 and a[2] < b[4] - 0.5 and b[2] < a[4] - 0.5
-    ]
-
-
 @pytest.mark.parametrize("width,height", [(390, 844), (1280, 900)])
 def test_on_a_phone_and_a_laptop_the_picker_and_the_answer_show_without_scrolling(
     browser, trained_run: Path, tmp_path: Path, width: int, height: int
@@ -248,7 +235,7 @@ def test_on_a_phone_and_a_laptop_the_picker_and_the_answer_show_without_scrollin
         assert (
             browser.execute_script("return document.documentElement.scrollWidth") <= width
         )  # nothing wider than the screen
-        assert _overlapping(browser, ".card img, .card .name, .card .answer, .card .row, .card .why") == []
+        assert overlaps(browser, ".card img, .card .name, .card .answer, .card .row, .card .why") == []
     finally:
         server.stop()
 
