@@ -38,15 +38,20 @@ def _serve_a_tiny_model(records: Path, tmp_path: Path) -> Server:
     return Server(tmp_path / "shapes" / "export" / "shapes")
 
 
+def _star(path: Path) -> Path:
+    """A navy star on white: a photo the shapes model has a clear answer for."""
+    image = Image.new("RGB", (96, 96), "white")
+    ImageDraw.Draw(image).regular_polygon((48, 48, 36), 5, fill="navy")
+    image.save(path)
+    return path
+
+
 def test_the_page_shows_the_models_label_for_an_uploaded_photo(browser, trained_run: Path, tmp_path: Path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
 
-    photo = tmp_path / "star.png"
-    image = Image.new("RGB", (96, 96), "white")
-    ImageDraw.Draw(image).regular_polygon((48, 48, 36), 5, fill="navy")
-    image.save(photo)
+    photo = _star(tmp_path / "star.png")
     server = Server(trained_run / "export" / "shapes")
     try:
         status, expected = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/png")
@@ -208,10 +213,7 @@ def test_on_a_phone_and_a_laptop_the_picker_and_the_answer_show_without_scrollin
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
 
-    photo = tmp_path / "star.png"
-    image = Image.new("RGB", (96, 96), "white")
-    ImageDraw.Draw(image).regular_polygon((48, 48, 36), 5, fill="navy")
-    image.save(photo)
+    photo = _star(tmp_path / "star.png")
     server = Server(trained_run / "export" / "shapes")
     try:
         browser.set_window_size(width, height)
