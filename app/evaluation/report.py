@@ -88,11 +88,18 @@ def summary_card(metrics: dict) -> str:
         lines.append(f"<p>{100 * share:.1f}% of these photos were answered “none of these”.</p>")
     bad = _bad_classes(metrics)[:3]
     if bad:
-        named = ", ".join(f"{html.escape(n)} ({100 * v['recall']:.0f}% of its {v['support']} found)" for n, v in bad)
-        lines.append(f"<p>Most mistakes: {named}.</p>")
+        lines.append(f"<p>Most mistakes: {'; '.join(_mistakes_in_words(n, v) for n, v in bad)}.</p>")
     else:
         lines.append("<p>No class has a mistake.</p>")
     return '<section class="card">' + "".join(lines) + "</section>"
+
+
+def _mistakes_in_words(name: str, figures: dict) -> str:
+    """'triangle: 9 of its 10 photos found, 1 other photo called triangle'."""
+    found = round(figures["recall"] * figures["support"])
+    called = round(found / figures["precision"]) - found if figures["precision"] > 0 else 0
+    words = f"{html.escape(name)}: {found} of its {figures['support']} photos found"
+    return words + (f", {called} other photo{'s' * (called != 1)} called {html.escape(name)}" if called else "")
 
 
 def write_metrics(metrics: dict, path: Path) -> Path:
@@ -126,7 +133,7 @@ def write_html(metrics: dict, figures: dict[str, Path], path: Path, title: str) 
     page = f"""<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}} img{{max-width:100%;height:auto}}
 h1{{font-size:1.4rem;overflow-wrap:anywhere}} .card{{background:#f4f6fb;border-radius:.5em;padding:.2em 1em;margin:0 0 1em}} .headline{{font-size:1.5rem;font-weight:700}}
-pre,.table{{overflow-x:auto}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child{{text-align:left;overflow-wrap:anywhere}}</style>
+pre,.table{{overflow-x:auto}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child{{text-align:left;overflow-wrap:break-word}}</style>
 </head><body><h1>{html.escape(title)}</h1>
 {summary_card(metrics)}
 <details><summary>Details: every figure</summary><pre>{html.escape(summary_table(metrics, worst=10))}</pre></details>

@@ -99,3 +99,17 @@ def test_metrics_and_the_summary_give_every_accuracy_its_photos_and_interval():
     found = compute_metrics(labels, probabilities, ["a", "b"])
     assert found["accuracy"] == 0.8 and found["accuracy_interval"] == pytest.approx(wilson_interval(8, 10))
     assert accuracy_with_interval(0.8, 10) == "0.8000 on 10 photos (95% interval 0.490-0.943)"
+
+
+def test_the_reports_card_says_the_answer_in_plain_words_and_names_only_classes_with_mistakes():
+    from app.evaluation.report import summary_card, summary_table
+
+    labels = np.array([0] * 10 + [1] * 10 + [2] * 10)
+    predicted = np.array([0] * 9 + [1] + [1] * 10 + [2] * 10)  # one photo of a called b
+    found = compute_metrics(labels, np.eye(3)[predicted], ["a", "b", "c"])
+    card = summary_card(found)
+    assert "96.7% right on 30 photos (95% interval 83.3–99.4%)" in card
+    assert "Most mistakes: a: 9 of its 10 photos found; b: 10 of its 10 photos found, 1 other photo called b." in card
+    table = summary_table(found)
+    assert "top-" not in table  # top-3 of 3 classes is 1 by definition
+    assert [line.split()[0] for line in table.split("worst classes")[1].splitlines()[2:4]] == ["a", "b"]  # not c
