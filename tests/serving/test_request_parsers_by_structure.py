@@ -119,3 +119,28 @@ def test_each_multipart_limit_holds_at_the_limit_and_refuses_one_past_it():
     assert read(_form(1).replace(b"--b", b"--" + b"b" * 70), "b" * 70) == b"DATA"
     with pytest.raises(MultipartRejected, match="boundary of 1 to 70 characters"):
         read(_form(1).replace(b"--b", b"--" + b"b" * 71), "b" * 71)
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"), [(2**31, tf.int32), (-(2**31) - 1, tf.int32), (1e300, tf.float32), (10**400, tf.float32)]
+)
+def test_a_number_outside_its_inputs_type_is_a_400_not_a_500_or_inf(value, dtype):
+    """Found by the property test above: 2**31 as int32 raised OverflowError (a 500), 10**400 as
+    float32 too, and 1e300 became inf without a word."""
+    with pytest.raises(ApiError, match=f"expected numbers of type {dtype.name}, within its range") as err:
+        parse_predict({"instances": [value]}, {"x": tf.TensorSpec([None], dtype)}, max_instances=8)
+    assert err.value.status == 400
+
+
+def test_a_multipart_part_that_is_itself_multipart_is_skipped_not_a_500():
+    """aiohttp's reader handed it back as a MultipartReader, which has no filename: AttributeError, a 500."""
+    body = (
+        b"--outer\r\nContent-Type: multipart/mixed; boundary=inner\r\n\r\n--inner\r\n"
+        b'Content-Disposition: form-data; name="a"\r\n\r\nx\r\n--inner--\r\n'
+        b'--outer\r\nContent-Disposition: form-data; name="f"; filename="a.jpg"\r\n\r\nJPEG\r\n--outer--\r\n'
+    )
+    assert multipart.first_file(body, "multipart/form-data; boundary=outer") == b"JPEG"
+    with pytest.raises(MultipartRejected, match="the upload holds no file"):
+        multipart.first_file(
+            body.split(b"--outer\r\nContent-Disposition")[0] + b"--outer--\r\n", "multipart/mixed; boundary=outer"
+        )
