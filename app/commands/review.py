@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> None:
     photos = [p for p in list_inputs(args.unlabelled, "UNLABELLED") if p.resolve() not in reviewed]
     if not photos:
         raise UserError(f"{args.unlabelled}: every photo is already in {args.manifest}; nothing to review")
-    print(f"{len(reviewed)} photo(s) already in {args.manifest}; ranking {len(photos)}")
+    print(f"ranking {len(photos)} photo(s); {len(reviewed)} the manifest already names (answered, or the run's own)")
     _review(args, version, answers, photos)
 
 
