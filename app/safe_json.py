@@ -60,5 +60,5 @@ def loads(data: bytes | str, limits: JsonLimits) -> object:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise JsonRejected(f"not valid JSON ({err})") from None
-    except RecursionError:  # the measure above makes this unreachable; kept so no input is a 500
+    except RecursionError:  # only where the byte scan misreads the text (UTF-16 or -32): still no 500
         raise JsonRejected(f"nested deeper than {limits.max_depth} levels") from None

@@ -76,3 +76,10 @@ def test_brackets_and_quotes_inside_strings_are_not_structure():
     # An unterminated string runs to the end: measured in one pass, then refused by the parser.
     with pytest.raises(JsonRejected, match="not valid JSON"):
         safe_json.loads(b'["abc' + b"\\\\\\" * 100_000, LIMITS)
+
+
+def test_a_text_in_utf16_whose_bytes_the_scan_misreads_is_still_refused_in_one_line():
+    deep = ("[" * 5000 + "]" * 5000).encode("utf-16")
+    with pytest.raises(JsonRejected, match="nested deeper than 32 levels"):
+        safe_json.loads(deep, LIMITS)
+    assert safe_json.loads('{"a": [1, "\u2200"]}'.encode("utf-16"), LIMITS) == {"a": [1, "\u2200"]}
