@@ -91,6 +91,6 @@ def test_unknown_accept_sets_the_share_of_validation_accepted_or_turns_it_off(ti
         assert not (Path(tiny_config.out) / "ood_score.npz").exists()
         return
     assert metrics["ood"]["accept"] == 0.5 and {"ood_score", "unknown"} <= set(outputs)
-    scores = _val_scores(version, Path(tiny_config.data))
-    assert (scores <= metrics["ood"]["threshold"] + 1e-3).mean() >= 0.5
-    assert (scores < metrics["ood"]["threshold"] - 1e-3).mean() < 0.5
+    scores = _val_scores(version, Path(tiny_config.data))  # exactly half, rounded up, on any CPU
+    assert int((scores <= metrics["ood"]["threshold"]).sum()) == int(np.ceil(0.5 * len(scores)))
+    assert np.abs(scores - metrics["ood"]["threshold"]).min() > 1e-3

@@ -55,6 +55,16 @@ def test_the_threshold_accepts_the_share_asked_for():
         ood.threshold_for(scores, 0.0)
 
 
+def test_the_threshold_lies_between_two_scores_so_the_share_accepted_is_exact():
+    """On a score, the last bits of another CPU or runtime would decide that photo's side."""
+    scores = np.array([0.3, 0.1, 0.7, 0.5, 0.9, 0.2, 0.8, 0.4, 0.6, 1.0])
+    assert ood.threshold_for(scores, 0.5) == pytest.approx(0.55)  # halfway between the 5th and 6th
+    assert ood.threshold_for(scores, 0.95) == pytest.approx(1.0 + 0.9 / 10)  # past the highest: its mean gap
+    tied = np.array([0.1, 0.2, 0.2, 0.2, 0.3])
+    assert ood.threshold_for(tied, 0.4) == pytest.approx(0.25)  # a tie across the cut is accepted whole
+    assert ood.threshold_for(np.full(4, 2.0), 0.5) == pytest.approx(2.002)  # all equal: a thousandth past them
+
+
 def test_auroc_and_fpr_are_the_textbook_figures():
     assert ood.auroc(np.array([0.0, 1.0]), np.array([2.0, 3.0])) == 1.0
     assert ood.auroc(np.array([2.0, 3.0]), np.array([0.0, 1.0])) == 0.0
