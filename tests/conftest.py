@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -13,6 +14,8 @@ import pytest
 import app  # noqa: F401  before any test module imports TensorFlow: its allocator setting (app/__init__.py)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Hypothesis keeps caches in ./.hypothesis by default: no test writes inside the repository.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="photoclf-hypothesis-"))
 
 FAST_TIER_WORKERS = 2
 TINY_BACKBONE = "tiny_cnn"  # registered below, in every test process
