@@ -72,19 +72,19 @@ def run(args: argparse.Namespace) -> None:
     if not photos:
         raise UserError(f"{args.unlabelled}: every photo is already in {args.manifest}; nothing to review")
     print(f"ranking {len(photos)} photo(s); {len(reviewed)} the manifest already names (answered, or the run's own)")
-    _review(args, version, answers, photos)
+    _review(args, version, answers, photos, loop.next_steps(answers, run_dir))
 
 
 def _answers(args: argparse.Namespace, run_dir: RunDir | None) -> Answers:
     """The manifest: an existing one as it is (one the converter would refuse is said here); a
     new one starts with the run's photos where their source is known."""
+    answers = Answers.open(args.manifest)
     if args.manifest.exists() or run_dir is None:
-        return Answers.open(args.manifest)
-    Answers.open(args.manifest)  # its folder exists, it is not a folder
+        return answers
     source = loop.source_of(run_dir, args.source)
     if source is None:
         print(f"{args.manifest} holds the answers only (the run's photos are not found: --source names them)")
-        return Answers.open(args.manifest)
+        return answers
     with lasting_imports():
         answers = loop.start_combined(args.manifest, run_dir, source)
     count = len(answers.rows)
@@ -92,7 +92,9 @@ def _answers(args: argparse.Namespace, run_dir: RunDir | None) -> Answers:
     return answers
 
 
-def _review(args: argparse.Namespace, version: Path, answers: Answers, photos: list[Path]) -> None:
+def _review(
+    args: argparse.Namespace, version: Path, answers: Answers, photos: list[Path], next_steps: list[str]
+) -> None:
     with lasting_imports():
         from app.review.queue import rank_photos
 
@@ -109,16 +111,15 @@ def _review(args: argparse.Namespace, version: Path, answers: Answers, photos: l
             flag = " (none of these)" if candidate.unknown else ""
             print(f"{candidate.priority:.3f}  {candidate.path}  {guesses}{flag}")
         return
-    _serve(args, queue, answers)
+    _serve(args, queue, answers, next_steps)
 
 
-def _serve(args: argparse.Namespace, queue, answers: Answers) -> None:
+def _serve(args: argparse.Namespace, queue, answers: Answers, next_steps: list[str]) -> None:
     from app.review.server import Review, make_app
     from app.serving.connections import serve
 
     root = Path(args.unlabelled) if Path(args.unlabelled).is_dir() else Path.cwd()
-    steps = loop.next_steps(answers, RunDir.of_export(resolve_model_dir(args.model_dir)))
-    review = Review(queue, answers, root, next_steps=steps)
+    review = Review(queue, answers, root, next_steps=next_steps)
     serve(
         make_app(review),
         args.host,

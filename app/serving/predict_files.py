@@ -187,7 +187,8 @@ def predict_files(
     if not output.parent.is_dir():
         raise UserError(f"--output {output}: folder {output.parent} does not exist")
     version = layout.resolve_model_dir(model_dir)
-    side = [c["name"] for c in layout.read_metadata(version).get("side_features", [])]
+    metadata = layout.read_metadata(version)
+    side = [c["name"] for c in metadata.get("side_features", [])]
     if side:
         raise UserError(
             f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
@@ -196,9 +197,9 @@ def predict_files(
     paths = list_inputs(str(source))
     classes = layout.read_classes(version)
     model = load_runtime(version, runtime)
-    limit = float(layout.read_metadata(version).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
+    limit = float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     top_k = min(top_k, len(classes))
-    thresholds = layout.read_metadata(version).get("thresholds")  # a multi-label model's
+    thresholds = metadata.get("thresholds")  # a multi-label model's
     explainer = _explainer(version, explain)
     root = _common_root(paths, source)
     rows: list[dict] = []
@@ -212,5 +213,5 @@ def predict_files(
     _write(rows, output, fmt, top_k)
     failed = [{"path": r["path"], "error": r["error"]} for r in rows if r["error"]]
     unknown = sum(1 for r in rows if r.get("unknown"))
-    warning = layout.random_init_warning(layout.read_metadata(version))
+    warning = layout.random_init_warning(metadata)
     return PredictionSummary(output, len(rows) - len(failed), failed, model.name, unknown, warning)
