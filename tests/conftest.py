@@ -119,6 +119,30 @@ def pretrained_weights() -> Path:
     return Path(path)
 
 
+LITE0_WEIGHTS_HINT = (
+    "set PHOTOCLF_LITE0_WEIGHTS to ../shared/weights/efficientnet_lite0_imagenet_torch_state.npz (.ci/run does)"
+)
+SHARED_DATA_HINT = "set PHOTOCLF_SHARED_DATA to ../shared/data (.ci/run does)"
+
+
+@pytest.fixture(scope="session")
+def lite0_weights() -> Path:
+    """The real EfficientNet-Lite0 ImageNet weights (.npz); tests that need them skip, saying why, without them."""
+    path = os.environ.get("PHOTOCLF_LITE0_WEIGHTS")
+    if not path or not Path(path).is_file():
+        pytest.skip(f"no EfficientNet-Lite0 weights file: {LITE0_WEIGHTS_HINT}")
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def shared_photos() -> Path:
+    """The shared real photo sets, read (never copied) by the few tests that check a real photo."""
+    path = os.environ.get("PHOTOCLF_SHARED_DATA")
+    if not path or not Path(path).is_dir():
+        pytest.skip(f"no shared photo sets: {SHARED_DATA_HINT}")
+    return Path(path)
+
+
 @pytest.fixture
 def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A fast config: the random-init tiny backbone at 64px, 2 steps per epoch; phase 2 on phase 1's

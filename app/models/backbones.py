@@ -10,16 +10,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import keras
 
 from app.errors import UserError
+from app.models.efficientnet_lite import VARIANTS as LITE_VARIANTS
+from app.models.efficientnet_lite import build_efficientnet_lite, load_torch_npz
 from app.models.layers import PixelNormalization
 
 Builder = Callable[[tuple[int, int, int], "str | None"], keras.Model]
 
 # Normalisations, as PixelNormalization arguments. None: the Keras model normalises itself.
 SCALE_MINUS1_1 = {"mean": (127.5,) * 3, "std": (127.5,) * 3}
+LITE_PIXELS = {"mean": (127.0,) * 3, "std": (128.0,) * 3}
 CAFFE_BGR = {"mean": (103.939, 116.779, 123.68), "std": (1.0,) * 3, "bgr": True}
 
 
@@ -33,6 +37,7 @@ class BackboneSpec:
     min_size: int = 32
     imagenet_sizes: tuple[int, ...] = ()  # sizes with ImageNet weights, when the family is picky
     hub_handle: str | None = None  # TF-Hub/Kaggle handle or local SavedModel: weights come with it
+    weights_file: tuple[str, Callable[[keras.Model, Path], None]] | None = None  # (suffix, loader) beside .h5
 
     @property
     def model_name(self) -> str:
@@ -119,6 +124,25 @@ register_backbone("resnet50", default_size=224, normalization=CAFFE_BGR, block_p
 register_backbone(
     "convnext_tiny", default_size=224, normalization=None, block_pattern=r"^convnext_tiny_(stage_\d+_block_\d+)_"
 )(_apps("ConvNeXtTiny", include_preprocessing=True))
+
+
+def _lite(name: str) -> Builder:
+    def build(input_shape: tuple[int, int, int], weights: str | None) -> keras.Model:
+        if weights == "imagenet":  # Keras has no download for it: the weights come as a file
+            raise ValueError(f"no download of {name}'s ImageNet weights; give the .npz file as --weights PATH")
+        return build_efficientnet_lite(name, input_shape)
+
+    return build
+
+
+for _name, _variant in LITE_VARIANTS.items():
+    register_backbone(
+        _name,
+        default_size=_variant.size,
+        normalization=LITE_PIXELS,
+        block_pattern=r"^(block_\d+)_",
+        weights_file=(".npz", load_torch_npz),
+    )(_lite(_name))
 
 
 def blocks(backbone: keras.Model, spec: BackboneSpec) -> list[tuple[str, int]]:

@@ -59,13 +59,18 @@ def load_backbone(
 def _from_file(spec: BackboneSpec, shape: tuple[int, int, int], path: Path, named_by: str) -> keras.Model:
     if not path.is_file():
         raise UserError(f"{named_by}: no such file {path}")
-    if not path.name.endswith(".h5"):
-        raise UserError(f"{named_by}: {path} is not a .h5 or .weights.h5 file")
+    suffix, loader = spec.weights_file or (".h5", None)
+    if not path.name.endswith(".h5") and not path.name.endswith(suffix):
+        kinds = ".h5 or .weights.h5" + ("" if suffix == ".h5" else f" or {suffix}")
+        raise UserError(f"{named_by}: {path} is not a {kinds} file")
     model = spec.build(shape, None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model.load_weights(str(path))
+            if loader is not None and path.name.endswith(suffix):
+                loader(model, path)
+            else:
+                model.load_weights(str(path))
     except Exception as err:
         first_line = str(err).strip().splitlines()[0]
         raise UserError(f"{named_by}: {path} does not fit {spec.name}: {first_line}") from None
