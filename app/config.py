@@ -69,7 +69,7 @@ class TrainConfig:
         " run = inside the run dir only; or a folder",
     )
     # phase 2: top of the backbone unfrozen
-    epochs_finetune: int = _key(5, "phase-2 epochs, top of the backbone unfrozen", flag=True)
+    epochs_finetune: int = _key(10, "phase-2 epochs, top of the backbone unfrozen", flag=True)
     lr_finetune: float = _key(
         1e-4,
         "phase-2 peak learning rate: linear warmup, then cosine decay; auto = the"
@@ -78,22 +78,11 @@ class TrainConfig:
     warmup_fraction: float = _key(0.1, "share of phase-2 steps spent warming up")
     phase2_mode: str = _key(
         "auto",
-        "what phase 2 trains on: views (phase 1's cached views' activations where its layers begin:"
-        " no decoding, a fraction of an epoch on images) | images (decoded, freshly"
-        " augmented each epoch) | auto (views when phase 1's val accuracy is near"
-        " saturation, else images with more epochs; see app/training/plan.py)",
+        "what phase 2 trains on: images (decoded, freshly augmented each epoch, its whole schedule)"
+        " | views (phase 1's cached views' activations where its layers begin: a fraction of an"
+        " epoch on images, stopping early) | auto (images; views for a run started --init-from"
+        " an earlier one; see app/training/plan.py)",
         choices=("auto", "views", "images"),
-    )
-    views_above: float = _key(
-        0.95,
-        "phase2_mode = auto: phase 1's kept val accuracy at or above which phase 2 trains on the cached"
-        " views (near saturation: short and cheap); below it, on freshly augmented images",
-    )
-    finetune_time_cap: float = _key(
-        0.0,
-        "phase 2 on images (phase2_mode = auto) stops before an epoch that would end past this many times"
-        " phase 1's seconds; 0 = no cap, the default: a cap cuts the cosine schedule before it anneals, and"
-        " makes the epochs run depend on the machine's speed",
     )
     unfreeze: str = _key(
         "blocks:4", "what phase 2 trains: blocks:N | fraction:F (of blocks) | layer:NAME (that layer and above)"
@@ -251,8 +240,6 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (0.0 < cfg.layer_decay <= 1.0, "layer_decay must be in (0, 1]"),
         (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
         (cfg.feature_views >= 1, "feature_views must be >= 1"),
-        (cfg.finetune_time_cap >= 0, "finetune_time_cap must be >= 0 (0 = no cap)"),
-        (0.0 <= cfg.views_above <= 1.0, "views_above must be in [0, 1] (1 = always images under auto)"),
         (0.0 <= cfg.unknown_accept <= 1.0, "unknown_accept must be in [0, 1] (0 = no unknown answer)"),
         (
             cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"),
@@ -279,6 +266,7 @@ def save_config(cfg: TrainConfig, path: Path) -> None:
 
 def read_saved_config(path: Path) -> TrainConfig:
     """A run dir's config.json; keys an older version wrote and this one no longer has (such as
-    phase2_on_views, now phase2_mode, or phase2_keeps_accuracy, now always on) are dropped, so
+    phase2_on_views, now phase2_mode, phase2_keeps_accuracy, now always on, or views_above and
+    finetune_time_cap, gone with the plan that used them) are dropped, so
     older runs still load, export and evaluate."""
     return TrainConfig(**{k: v for k, v in read_json_object(path).items() if k in FIELDS})

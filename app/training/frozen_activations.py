@@ -16,8 +16,9 @@ in phase 1. So:
   instead of decoding, augmenting and running every photo through the frozen layers again in
   every epoch. Phase 1's cache build runs each view through the backbone anyway; it keeps the
   activation at the cut as it passes, so the views cost phase 2 nothing. The trade is phase 1's:
-  K fixed views instead of a fresh crop per epoch, which app/training/plan.py weighs after phase 1
-  (`train_on_images`: phase 2 on fresh crops, the views kept for the out-of-distribution fit).
+  K fixed views instead of a fresh crop per epoch, which app/training/plan.py decides against
+  for a cold start (`train_on_images`: phase 2 on fresh crops, the views kept for the
+  out-of-distribution fit).
 
 MobileNetV2 at 224 with the default blocks:4 cuts at block_12_add (14x14x96, 74 KB per image):
 the layers above take about a seventh of the whole backbone's time (0.7 ms against 4.9 ms per
@@ -63,7 +64,6 @@ class FrozenActivations:
         self._train: ActivationRows | None = None
         self.test: ActivationRows | None = None  # the test photos' activations at the cut, once gathered
         self._phase1: FeatureCache | None = None  # phase 1's pooled features, when this object built them
-        self.stored_seconds = 0.0  # what phase 1's features read from the store took to compute
 
     @property
     def no_views(self) -> str | None:
@@ -106,7 +106,7 @@ class FrozenActivations:
         """Phase 1's feature cache, gathered in one pass with the activations at the cut that
         phase 2 takes (kept here): the val photos', and the views' too when phase 2 trains on them."""
         got = gather(self.ctx, on_first_batch, self.cut, self.trains, self.tests)
-        self.stored_seconds, self._phase1 = got.stored_seconds, got.cache
+        self._phase1 = got.cache
         if self.cut is not None:
             self.keep(got.val_activations, got.train_activations)
             self.test = got.test_activations

@@ -58,7 +58,6 @@ class PhaseSpec:
     epoch_offset: int  # global epoch number of this phase's epoch 0
     select_by: str = "val_loss"  # or "val_accuracy", ties broken by val_loss
     keep_baseline_accuracy: bool = True  # with a baseline: an epoch below its val accuracy never counts as best
-    max_seconds: float = math.inf  # no epoch starts that would likely end past this (the phase's time cap)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,14 +251,8 @@ class PhaseState:
         return int(self.wait) >= self.phase.spec.patience
 
     @property
-    def out_of_time(self) -> bool:
-        """Another epoch of the mean length so far would end past the phase's time cap."""
-        done, seconds = self.epochs_done, float(self.seconds)
-        return done > 0 and seconds + seconds / done > self.phase.spec.max_seconds
-
-    @property
     def finished(self) -> bool:
-        return self.epochs_done >= self.phase.spec.epochs or self.stopped or self.out_of_time
+        return self.epochs_done >= self.phase.spec.epochs or self.stopped
 
     def improves(self, val: Evaluation) -> bool:
         baseline, spec = self.phase.baseline, self.phase.spec
@@ -306,7 +299,7 @@ class PhaseState:
             val_accuracy=float(self.best_val_accuracy),
             epochs=self.epochs_done,
             best_epoch=int(self.best_epoch),
-            stopped_early=(self.stopped or self.out_of_time) and self.epochs_done < spec.epochs,
+            stopped_early=self.stopped and self.epochs_done < spec.epochs,
             seconds=seconds,
             images_per_s=images / seconds if seconds else 0.0,
             val_confusion_matrix=self.best_confusion.numpy().tolist(),
@@ -335,14 +328,6 @@ def run_phase(phase: Phase) -> PhaseResult:
         _run_epoch(phase, state, iterator, start)
         if state.stopped:
             log.info("early stopping: %s", state.stop_reason())
-        elif state.out_of_time and state.epochs_done < phase.spec.epochs:
-            log.info(
-                "phase %d stops at its time cap: %d epochs took %.0f s; another would end past %.0f s",
-                phase.spec.phase,
-                state.epochs_done,
-                float(state.seconds),
-                phase.spec.max_seconds,
-            )
     _load_kept_weights(phase, state)
     result = state.result()
     if result.still_improving:

@@ -8,7 +8,6 @@ low learning rate (warmup + cosine), BatchNorm kept frozen. Both are one `Phase`
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +51,7 @@ def build_phase(
     cached = number == 1 and ctx.cached_phase1
     if number == 2:
         frozen = frozen or frozen_activations(ctx)
-        plan = plan or phase2_plan(ctx, baseline, frozen)
+        plan = plan or phase2_plan(ctx, frozen)
     cut = frozen.cut if number == 2 else None
     on_views = number == 2 and frozen.trains  # the tail trains on the views' activations at the cut
     model = clf.head_model if cached else cut.tail if on_views else clf.logits_model
@@ -66,7 +65,6 @@ def build_phase(
         patience=cfg.early_stopping_patience if number == 1 else plan.patience,
         epoch_offset=baseline.epochs if baseline else 0,
         select_by=cfg.select_by,
-        max_seconds=math.inf if number == 1 else plan.max_seconds,
     )
     sample = None
     if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike
@@ -94,17 +92,9 @@ def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseRe
     return run_phase(build_phase(ctx, 1, frozen=frozen))
 
 
-def phase2_plan(ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations) -> Phase2Plan:
-    """What phase 2 will do (app/training/plan.py), from what phase 1 left; `frozen` is told
-    when it chooses images."""
-    plan = plan_phase2(
-        ctx.cfg,
-        phase1.val_accuracy if phase1 else None,
-        phase1.seconds if phase1 else 0.0,
-        frozen.no_views,
-        stored_seconds=frozen.stored_seconds if phase1 else 0.0,
-        warm_start=ctx.start is not None,
-    )
+def phase2_plan(ctx: Context, frozen: FrozenActivations) -> Phase2Plan:
+    """What phase 2 will do (app/training/plan.py); `frozen` is told when it chooses images."""
+    plan = plan_phase2(ctx.cfg, frozen.no_views, warm_start=ctx.start is not None)
     if plan.mode == "images":
         frozen.train_on_images()
     return plan
@@ -114,7 +104,7 @@ def run_phase2(
     ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations | None = None, plan: Phase2Plan | None = None
 ) -> PhaseResult:
     frozen = frozen or frozen_activations(ctx)
-    plan = plan or phase2_plan(ctx, phase1, frozen)
+    plan = plan or phase2_plan(ctx, frozen)
     log.info("%s", plan.describe())
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)
     log.info(
@@ -161,7 +151,7 @@ def _train(ctx: Context) -> dict:
     # 3. Phase 2: the top of the backbone, planned from what phase 1 left.
     phase2 = None
     if cfg.epochs_finetune:
-        plan = phase2_plan(ctx, phase1, frozen)
+        plan = phase2_plan(ctx, frozen)
         metrics["phase2_plan"] = plan.to_dict()
         phase2 = run_phase2(ctx, phase1, frozen, plan)
     metrics["phase2"] = phase2.to_dict() if phase2 else None
@@ -267,15 +257,19 @@ def _fit_ood_score(
     from app.training.calibration import fit_ood_score
 
     temperature = (calibration or {}).get("temperature", 1.0)
-    score, fitted_on = fit_ood_score(ctx, phases, temperature, frozen, ctx.cfg.unknown_accept)
+    score, fitted_on, choice = fit_ood_score(ctx, phases, temperature, frozen, ctx.cfg.unknown_accept)
     ctx.run.write_ood_score(score)
-    found = {"method": ood.SHIPPED, "accept": score.accept, "threshold": score.threshold, "fitted_on": fitted_on}
+    found = {"method": ood.SHIPPED, "accept": score.accept, "threshold": score.threshold, "fitted_on": fitted_on,
+             "mix": choice.to_dict()}  # fmt: skip
     log.info(
-        'unknown: %s score over %.4f answers "none of these" (%.0f%% of val accepted); fitted on %s',
+        'unknown: %s score (distance share %g) over %.4f answers "none of these" (%.0f%% of val accepted);'
+        " fitted on %s; the share: %s",
         found["method"],
+        choice.mix,
         found["threshold"],
         100 * found["accept"],
         fitted_on,
+        choice.reason,
     )
     return found, score
 

@@ -110,7 +110,7 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
     gathered = gather(again_ctx, on_first_batch=samples.append)  # the same command again: a resume
     again = gathered.cache
     assert f"{rows} from the feature store" in caplog.text and ", 0 computed" in caplog.text
-    assert gathered.stored_seconds > 0  # what the first run spent computing them, still counted (phase 2's cap)
+    assert gathered.stored_seconds > 0  # what the first run spent computing them, for the log
     (sample,) = samples  # TensorBoard's sample is still what the backbone got: the first photos' first view
     np.testing.assert_allclose(
         ctx.clf.features_model(sample, training=False).numpy(),

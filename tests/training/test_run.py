@@ -212,7 +212,7 @@ def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
         "--set",
         "phase2_mode=images",
     ]  # image epochs: slow enough to be
-    # killed mid-phase; phase 2 as configured (auto would lengthen it: a random backbone is far from saturation)
+    # killed mid-phase
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PHOTOCLF_WEIGHTS", None)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
