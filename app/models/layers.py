@@ -93,4 +93,7 @@ class OutOfDistributionScore(keras.layers.Layer):
         distance = ops.min(quadratic - 2.0 * ops.matmul(z, self._linear) + self._offsets[None, :], axis=-1)
         msp = 1.0 - ops.max(probabilities, axis=-1)
         s = self.score
-        return (msp - s.msp_mean) / s.msp_std + (distance - s.distance_mean) / s.distance_std
+        return (
+            s.msp_weight * (msp - s.msp_mean) / s.msp_std
+            + s.distance_weight * (distance - s.distance_mean) / s.distance_std
+        )

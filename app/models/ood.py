@@ -205,11 +205,14 @@ class ShippedScore:
     distance_std: float
     threshold: float
     accept: float
+    msp_weight: float = 1.0  # 2 x (1 - mix) and 2 x mix (app.models.ood_choice); 1 and 1: the even sum
+    distance_weight: float = 1.0
 
     def __call__(self, probabilities: np.ndarray, features: np.ndarray) -> np.ndarray:
-        return (msp(probabilities) - self.msp_mean) / self.msp_std + (
-            self.distance(features) - self.distance_mean
-        ) / self.distance_std
+        return (
+            self.msp_weight * (msp(probabilities) - self.msp_mean) / self.msp_std
+            + self.distance_weight * (self.distance(features) - self.distance_mean) / self.distance_std
+        )
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         scalars = {k: np.float64(v) for k, v in vars(self).items() if k != "distance"}
@@ -225,7 +228,8 @@ class ShippedScore:
         else:
             distance = ClassDistance(*(np.asarray(arrays[k], np.float64) for k in ("quadratic", "linear", "constant")))
             parts = (float(arrays[k]) for k in ("msp_mean", "msp_std", "distance_mean", "distance_std"))
-        return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]))
+        weights = (float(arrays[k]) if k in arrays else 1.0 for k in ("msp_weight", "distance_weight"))
+        return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]), *weights)
 
 
 def fit_shipped(
@@ -234,10 +238,13 @@ def fit_shipped(
     val_features: np.ndarray,
     val_probabilities: np.ndarray,
     accept: float = DEFAULT_ACCEPT,
+    mix: float = 0.5,
 ) -> ShippedScore:
-    """Feature statistics on the training split; standardisation and threshold on validation."""
+    """Feature statistics on the training split; standardisation and threshold on validation.
+    `mix`: the class distance's share of the score (0: MSP alone; 0.5: their plain sum)."""
     distance = fit_feature_stats(train_features, train_labels).distance(relative=True)
     parts = msp(val_probabilities), distance(val_features)
     (m1, s1), (m2, s2) = ((float(x.mean()), float(x.std()) or 1.0) for x in parts)
-    val_scores = (parts[0] - m1) / s1 + (parts[1] - m2) / s2
-    return ShippedScore(distance, m1, s1, m2, s2, threshold_for(val_scores, accept), accept)
+    w1, w2 = 2 * (1 - mix), 2 * mix
+    val_scores = w1 * (parts[0] - m1) / s1 + w2 * (parts[1] - m2) / s2
+    return ShippedScore(distance, m1, s1, m2, s2, threshold_for(val_scores, accept), accept, w1, w2)

@@ -22,6 +22,7 @@ import numpy as np
 
 from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
 from app.models import ood
+from app.models.ood_choice import MixChoice, choose_mix
 from app.training.context import Context
 from app.training.frozen_activations import FrozenActivations
 from app.training.passes import eval_images, model_outputs
@@ -112,9 +113,10 @@ def fit_ood_score(
     temperature: float,
     frozen: FrozenActivations | None = None,
     accept: float = ood.DEFAULT_ACCEPT,
-) -> tuple[ood.ShippedScore, str]:
-    """The export's out-of-distribution score (app.models.ood.SHIPPED) for the kept weights, and
-    what it was fitted on: feature statistics from the training split, standardisation and
+) -> tuple[ood.ShippedScore, str, MixChoice]:
+    """The export's out-of-distribution score (app.models.ood.SHIPPED) for the kept weights, what
+    it was fitted on, and its mix of the two parts, chosen by holding classes out of the same
+    features (app.models.ood_choice): feature statistics from the training split, standardisation and
     threshold from the validation split, where `accept` of the photos pass. The pooled features
     come from phase 2's activations at its cut where they are in memory (`frozen`: only the layers
     above the cut run; for training, its augmented views, whose statistics measured the same as
@@ -125,8 +127,9 @@ def fit_ood_score(
     train, train_from = _pooled(ctx, "train", frozen, unchanged)
     val, _ = _pooled(ctx, "val", frozen, unchanged)
     logits, _ = validation_logits(ctx, phases)
-    score = ood.fit_shipped(train[0], train[1], val[0], softmax(logits / temperature), accept)
-    return score, f"{len(train[0])} {train_from}, {len(val[0])} val photos"
+    choice = choose_mix(train, val, ctx.cfg.seed)
+    score = ood.fit_shipped(train[0], train[1], val[0], softmax(logits / temperature), accept, choice.mix)
+    return score, f"{len(train[0])} {train_from}, {len(val[0])} val photos", choice
 
 
 def _pooled(

@@ -1,0 +1,54 @@
+"""The shipped score's mix is measured per data set by holding classes out of the run's features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.models.ood_choice import EVEN, MIXES, choose_mix
+
+
+def _clusters(rng: np.random.Generator, classes: int, per_class: int, dims: int, off_axis: float):
+    """Class c near the unit axis e_c; with `off_axis`, each photo also leans into a direction of its
+    class's own (dimension `classes + c`), which no other class uses: what the class distance sees."""
+    labels = np.repeat(np.arange(classes), per_class)
+    features = rng.normal(0, 0.05, (len(labels), dims))
+    features[np.arange(len(labels)), labels] += 1.0
+    features[np.arange(len(labels)), classes + labels] += off_axis
+    return features.astype(np.float32), labels
+
+
+def test_the_shipped_score_weighs_its_parts_by_the_mix():
+    """Mix 0 is MSP alone, 1 the distance alone, 0.5 the plain sum the earlier exports shipped."""
+    from app.models import ood
+
+    rng = np.random.default_rng(2)
+    train, val = _clusters(rng, 4, 30, 10, 0.3), _clusters(rng, 4, 10, 10, 0.3)
+    probabilities = rng.dirichlet(np.ones(4), len(val[1]))
+    parts = [ood.msp(probabilities)]
+    parts.append(ood.fit_feature_stats(*train).distance(relative=True)(val[0]))
+    z_msp, z_distance = ((p - p.mean()) / p.std() for p in parts)
+    for mix, expected in ((0.0, 2 * z_msp), (1.0, 2 * z_distance), (0.5, z_msp + z_distance)):
+        score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=mix)
+        np.testing.assert_allclose(score(probabilities, val[0]), expected, rtol=1e-4, atol=1e-4)
+        again = ood.ShippedScore.from_arrays(score.to_arrays())  # the weights are saved with the run
+        assert (again.msp_weight, again.distance_weight) == (2 * (1 - mix), 2 * mix)
+
+
+def test_the_chosen_mix_is_the_best_measured_and_recorded_with_every_mix():
+    rng = np.random.default_rng(1)
+    train, val = _clusters(rng, 5, 30, 12, 0.0), _clusters(rng, 5, 10, 12, 0.0)
+    choice = choose_mix(train, val, seed=3)
+    assert set(choice.auroc) == set(MIXES)
+    assert round(choice.auroc[choice.mix], 3) == round(max(choice.auroc.values()), 3)
+    recorded = choice.to_dict()
+    assert recorded["mix"] == choice.mix and set(recorded["auroc_by_mix"]) == {"0", "0.25", "0.5", "0.75", "1"}
+    assert f"mix {choice.mix:g}" in choice.reason and "MSP alone" in choice.reason
+
+
+@pytest.mark.parametrize("classes", [1, 2])
+def test_with_too_few_classes_to_hold_one_out_the_even_mix_stays(classes: int):
+    rng = np.random.default_rng(0)
+    choice = choose_mix(_clusters(rng, classes, 20, 8, 0.0), _clusters(rng, classes, 5, 8, 0.0))
+    assert (choice.mix, choice.auroc) == (EVEN, {})
+    assert choice.reason == f"{classes} classes: too few to hold one out, so the even mix"
