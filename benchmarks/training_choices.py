@@ -172,10 +172,10 @@ def main() -> None:
     )
     for data in dict.fromkeys(r.data for r in runs):
         print(summary_table(runs, data), end="\n\n")
-    print(json.dumps([{**r.__dict__, "metrics": _brief(r.metrics)} for r in runs]))
+    print(json.dumps([{**r.__dict__, "metrics": brief_metrics(r.metrics)} for r in runs]))
 
 
-def _brief(metrics: dict) -> dict:
+def brief_metrics(metrics: dict) -> dict:
     """What the JSON line keeps of a run's metrics.json: the phases without their confusion matrices."""
     keep = {k: metrics.get(k) for k in ("phase1", "phase2", "test", "phase2_plan")}
     return {

@@ -1,0 +1,172 @@
+""" "None of these" on every suite set and both backbones: each score, with a third of the classes
+held out, on the frozen pretrained backbone's features.
+
+    python -m benchmarks.ood_suite --shared ../shared                 # every set, both backbones
+    python -m benchmarks.ood_suite --shared ../shared --sets food10 --backbones efficientnet_lite0
+
+Per set (cut as benchmarks.suite cuts it) and backbone, the pooled features of every photo are
+computed once with the export's eval decode. Then, per fold (seeds 0, 1, 2: which third of the
+classes is held out), a linear probe (multinomial logistic regression: the head's stand-in, as
+in phase 1) and the feature statistics are fitted on the held-in training photos; in
+distribution, the held-in test photos; near, every photo of the held-out classes; far, the test
+photos of another suite set (unlike: eurosat5's satellite tiles for the photo sets, flowers17
+for eurosat5). Scores: MSP, energy, kNN, Mahalanobis, relative Mahalanobis, their even sum (what
+exports shipped before), ASH-S (Djurisic et al. 2023: the top 10% of the pooled activations,
+rescaled, then energy), SCALE (Xu et al. 2024: all activations rescaled by the same factor) and
+the mix a run chooses (app.models.ood_choice: held-out classes within the held-in training and
+val photos only). The models here are the frozen backbone and a probe, not fine-tuned runs: the
+scores' ranking on these features, not a run's figures. Prints per set and backbone the near
+and far AUROC of each (mean ± sd over the folds), then a JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from app.cli import run_cli
+from app.errors import UserError
+from app.models import ood
+from app.models.ood_choice import choose_mix
+from app.table import format_table, mean_sd
+from benchmarks.ood import folder_photos
+from benchmarks.suite import SETS, WEIGHTS, cut_folder
+
+SCORES = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis", "msp+relative_mahalanobis (even)",
+          "ash_s", "scale", "chosen mix")  # fmt: skip
+FAR = {name: "eurosat5" for name in SETS} | {"eurosat5": "flowers17"}
+ASH_KEEP, SCALE_KEEP = 0.10, 0.15  # the share of activations ASH-S keeps; SCALE's percentile (85th)
+FAR_PHOTOS = 400
+
+
+def pooled_features(paths: list[Path], backbone: str, weights: str, batch: int = 32) -> np.ndarray:
+    """The frozen backbone's pooled features of each photo (the export's eval decode, 224 px)."""
+    import keras
+    import tensorflow as tf
+
+    from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
+    from app.models.backbones import get_backbone
+    from app.models.pretrained import load_backbone
+
+    spec = get_backbone(backbone)
+    size = spec.default_size
+    model, _ = load_backbone(spec, size, weights)
+    images = keras.Input((size, size, 3))
+    pooled = keras.Model(images, keras.layers.GlobalAveragePooling2D()(model(spec.normalization_layer()(images))))
+    decode = tf.function(lambda b: decode_batch(b, size, DEFAULT_CROP_FRACTION, 100.0), autograph=False)
+    rows = []
+    for start in range(0, len(paths), batch):
+        decoded = decode(tf.constant([p.read_bytes() for p in paths[start : start + batch]]))
+        rows.append(pooled(tf.cast(decoded, tf.float32), training=False).numpy())
+    return np.concatenate(rows)
+
+
+def rescaled(features: np.ndarray, keep: float, prune: bool) -> np.ndarray:
+    """ASH-S (prune: only the top `keep` share survives) or SCALE (all kept): scaled by e^(sum / top sum)."""
+    k = max(1, int(round(keep * features.shape[1])))
+    cut = np.sort(features, axis=1)[:, -k][:, None]
+    top = np.where(features >= cut, features, 0.0)
+    factor = np.exp(features.sum(axis=1, keepdims=True) / np.maximum(top.sum(axis=1, keepdims=True), 1e-12))
+    return (top if prune else features) * factor
+
+
+def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) -> dict[str, tuple[float, float]]:
+    """(near AUROC, far AUROC) of each score for one choice of held-out classes."""
+    from sklearn.linear_model import LogisticRegression
+
+    (train_x, train_y), (val_x, val_y), (test_x, test_y) = data["train"], data["val"], data["test"]
+    inside = ~np.isin(train_y, held_out)
+    near = np.concatenate([x[np.isin(y, held_out)] for x, y in (data["train"], data["val"], data["test"])])
+    known = test_x[~np.isin(test_y, held_out)]
+    probe = LogisticRegression(C=0.1, max_iter=500).fit(train_x[inside], train_y[inside])
+    stats = ood.fit_feature_stats(train_x[inside], train_y[inside], seed)
+    val_in = ~np.isin(val_y, held_out)
+    mix = choose_mix((train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in]), seed).mix
+    shipped_even = ood.fit_shipped(train_x[inside], train_y[inside], val_x[val_in], probe.predict_proba(val_x[val_in]))
+    chosen = ood.fit_shipped(
+        train_x[inside], train_y[inside], val_x[val_in], probe.predict_proba(val_x[val_in]), mix=mix
+    )
+
+    def score(name: str, x: np.ndarray) -> np.ndarray:
+        logits = probe.decision_function(x)
+        if name in ("ash_s", "scale"):
+            return ood.energy(probe.decision_function(rescaled(x, ASH_KEEP if name == "ash_s" else SCALE_KEEP,
+                                                               prune=name == "ash_s")))  # fmt: skip
+        if name.startswith("msp+"):
+            return shipped_even(probe.predict_proba(x), x)
+        if name == "chosen mix":
+            return chosen(probe.predict_proba(x), x)
+        return ood.scores(name, probabilities=probe.predict_proba(x), logits=logits, features=x, stats=stats)
+
+    return {name: (ood.auroc(score(name, known), score(name, near)), ood.auroc(score(name, known), score(name, far)))
+            for name in SCORES}  # fmt: skip
+
+
+def measure(data: dict, far: np.ndarray, folds: int = 3) -> dict[str, list[tuple[float, float]]]:
+    classes = np.unique(data["train"][1])
+    per_score: dict[str, list[tuple[float, float]]] = {name: [] for name in SCORES}
+    for seed in range(folds):
+        held_out = np.random.default_rng(seed).permutation(classes)[: max(1, len(classes) // 3)]
+        for name, figures in fold_scores(data, held_out, far, seed).items():
+            per_score[name].append(figures)
+    return per_score
+
+
+def table(where: str, per_score: dict[str, list[tuple[float, float]]]) -> str:
+    rows = [["score", "AUROC near", "AUROC far"]]
+    for name, figures in per_score.items():
+        rows.append([name, mean_sd([f[0] for f in figures]), mean_sd([f[1] for f in figures])])
+    return f"{where} ({len(next(iter(per_score.values())))} folds)\n" + format_table(rows)
+
+
+def features_of_set(
+    shared: Path, name: str, backbone: str, weights: str, splits=("train", "val", "test"), sample: int = 0
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(features, labels) per split of the set as the suite cuts it; `sample`: that many photos
+    of each split, a seeded choice across its classes (the far photos)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cut_folder(shared / "data" / name, Path(tmp), SETS[name], quick=False)
+        found = {}
+        for split in splits:
+            paths, labels = folder_photos(Path(tmp) / split)
+            if sample and len(paths) > sample:
+                keep = np.sort(np.random.default_rng(0).choice(len(paths), sample, replace=False))
+                paths, labels = [paths[i] for i in keep], labels[keep]
+            found[split] = (pooled_features(paths, backbone, weights), labels)
+            print(f"{name} {backbone} {split}: {len(paths)} photos", file=sys.stderr, flush=True)
+    return found
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shared", type=Path, default=Path("../shared"), help="folder with data/ and weights/")
+    p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
+    p.add_argument("--backbones", default=",".join(WEIGHTS), help=f"comma-separated, of {', '.join(WEIGHTS)}")
+    args = p.parse_args()
+    for path in (args.shared / WEIGHTS[b] for b in args.backbones.split(",")):
+        if not path.is_file():
+            raise UserError(f"--shared: no weights file {path}")
+    results = {}
+    for backbone in args.backbones.split(","):
+        weights = str(args.shared / WEIGHTS[backbone])
+        far_sets: dict[str, np.ndarray] = {}
+        for name in args.sets.split(","):
+            if len(list((args.shared / "data" / name / "train").iterdir())) < 3:
+                print(f"{name}: fewer than 3 classes, none can be held out", file=sys.stderr)
+                continue
+            if FAR[name] not in far_sets:
+                found = features_of_set(args.shared, FAR[name], backbone, weights, ("test",), FAR_PHOTOS)
+                far_sets[FAR[name]] = found["test"][0]
+            per_score = measure(features_of_set(args.shared, name, backbone, weights), far_sets[FAR[name]])
+            results[f"{name} {backbone}"] = per_score
+            print(table(f"{name} {backbone}", per_score), end="\n\n", flush=True)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    run_cli(main)
