@@ -12,9 +12,10 @@ distribution, the held-in test photos; near, every photo of the held-out classes
 photos of another suite set (unlike: eurosat5's satellite tiles for the photo sets, flowers17
 for eurosat5). Scores: MSP, energy, kNN, Mahalanobis, relative Mahalanobis, their even sum (what
 exports shipped before), ASH-S (Djurisic et al. 2023: the top 10% of the pooled activations,
-rescaled, then energy), SCALE (Xu et al. 2024: all activations rescaled by the same factor) and
-the mix a run chooses (app.models.ood_choice: held-out classes within the held-in training and
-val photos only). The models here are the frozen backbone and a probe, not fine-tuned runs: the
+rescaled, then energy), SCALE (Xu et al. 2024: all activations rescaled by the same factor), the
+mix a run chooses (app.models.ood_choice: held-out classes within the held-in training and val
+photos only), and each of the two with the gate of app.models.ood.combined (what is shipped: the
+chosen mix with the gate). The models here are the frozen backbone and a probe, not fine-tuned runs: the
 scores' ranking on these features, not a run's figures. Prints per set and backbone the near
 and far AUROC of each (mean ± sd over the folds), then a JSON line.
 """
@@ -22,6 +23,7 @@ and far AUROC of each (mean ± sd over the folds), then a JSON line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -37,8 +39,8 @@ from app.table import format_table, mean_sd
 from benchmarks.ood import folder_photos
 from benchmarks.suite import SETS, WEIGHTS, cut_folder
 
-SCORES = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis", "msp+relative_mahalanobis (even)",
-          "ash_s", "scale", "chosen mix")  # fmt: skip
+SCORES = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis", "ash_s", "scale",
+          "even sum (exports before)", "even sum + gate", "chosen mix", "shipped: chosen mix + gate")  # fmt: skip
 FAR = {name: "eurosat5" for name in SETS} | {"eurosat5": "flowers17"}
 ASH_KEEP, SCALE_KEEP = 0.10, 0.15  # the share of activations ASH-S keeps; SCALE's percentile (85th)
 FAR_PHOTOS = 400
@@ -87,20 +89,21 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
     stats = ood.fit_feature_stats(train_x[inside], train_y[inside], seed)
     val_in = ~np.isin(val_y, held_out)
     mix = choose_mix((train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in]), seed).mix
-    shipped_even = ood.fit_shipped(train_x[inside], train_y[inside], val_x[val_in], probe.predict_proba(val_x[val_in]))
-    chosen = ood.fit_shipped(
-        train_x[inside], train_y[inside], val_x[val_in], probe.predict_proba(val_x[val_in]), mix=mix
-    )
+    val_probabilities = probe.predict_proba(val_x[val_in])
+    fitted = {
+        name: ood.fit_shipped(train_x[inside], train_y[inside], val_x[val_in], val_probabilities, mix=m)
+        for name, m in (("even sum + gate", 0.5), ("shipped: chosen mix + gate", mix))
+    }
+    fitted["even sum (exports before)"] = dataclasses.replace(fitted["even sum + gate"], gate_weight=0.0)
+    fitted["chosen mix"] = dataclasses.replace(fitted["shipped: chosen mix + gate"], gate_weight=0.0)
 
     def score(name: str, x: np.ndarray) -> np.ndarray:
         logits = probe.decision_function(x)
         if name in ("ash_s", "scale"):
             return ood.energy(probe.decision_function(rescaled(x, ASH_KEEP if name == "ash_s" else SCALE_KEEP,
                                                                prune=name == "ash_s")))  # fmt: skip
-        if name.startswith("msp+"):
-            return shipped_even(probe.predict_proba(x), x)
-        if name == "chosen mix":
-            return chosen(probe.predict_proba(x), x)
+        if name in fitted:
+            return fitted[name](probe.predict_proba(x), x)
         return ood.scores(name, probabilities=probe.predict_proba(x), logits=logits, features=x, stats=stats)
 
     return {name: (ood.auroc(score(name, known), score(name, near)), ood.auroc(score(name, known), score(name, far)))
@@ -125,10 +128,33 @@ def table(where: str, per_score: dict[str, list[tuple[float, float]]]) -> str:
 
 
 def features_of_set(
-    shared: Path, name: str, backbone: str, weights: str, splits=("train", "val", "test"), sample: int = 0
+    shared: Path,
+    name: str,
+    backbone: str,
+    weights: str,
+    splits: tuple[str, ...] = ("train", "val", "test"),
+    sample: int = 0,
+    work: Path | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(features, labels) per split of the set as the suite cuts it; `sample`: that many photos
-    of each split, a seeded choice across its classes (the far photos)."""
+    of each split, a seeded choice across its classes (the far photos). Kept in `work` and read
+    back from there by a later run."""
+    kept = work / f"{name}-{backbone}-{'-'.join(splits)}-{sample}.npz" if work else None
+    if kept is not None and kept.is_file():
+        with np.load(kept) as saved:
+            return {split: (saved[f"{split}_x"], saved[f"{split}_y"]) for split in splits}
+    found = _compute_features(shared, name, backbone, weights, splits, sample)
+    if kept is not None:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(kept.stem + ".partial.npz")
+        np.savez(partial, **{f"{s}_{k}": v for s, (x, y) in found.items() for k, v in (("x", x), ("y", y))})
+        partial.rename(kept)
+    return found
+
+
+def _compute_features(
+    shared: Path, name: str, backbone: str, weights: str, splits: tuple[str, ...], sample: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     with tempfile.TemporaryDirectory() as tmp:
         cut_folder(shared / "data" / name, Path(tmp), SETS[name], quick=False)
         found = {}
@@ -147,6 +173,8 @@ def main() -> None:
     p.add_argument("--shared", type=Path, default=Path("../shared"), help="folder with data/ and weights/")
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
     p.add_argument("--backbones", default=",".join(WEIGHTS), help=f"comma-separated, of {', '.join(WEIGHTS)}")
+    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "photoclf-suite" / "ood-features",
+                   help="where each set's features are kept, so that a second run computes none")  # fmt: skip
     args = p.parse_args()
     for path in (args.shared / WEIGHTS[b] for b in args.backbones.split(",")):
         if not path.is_file():
@@ -160,9 +188,10 @@ def main() -> None:
                 print(f"{name}: fewer than 3 classes, none can be held out", file=sys.stderr)
                 continue
             if FAR[name] not in far_sets:
-                found = features_of_set(args.shared, FAR[name], backbone, weights, ("test",), FAR_PHOTOS)
+                found = features_of_set(args.shared, FAR[name], backbone, weights, ("test",), FAR_PHOTOS, args.work)
                 far_sets[FAR[name]] = found["test"][0]
-            per_score = measure(features_of_set(args.shared, name, backbone, weights), far_sets[FAR[name]])
+            data = features_of_set(args.shared, name, backbone, weights, work=args.work)
+            per_score = measure(data, far_sets[FAR[name]])
             results[f"{name} {backbone}"] = per_score
             print(table(f"{name} {backbone}", per_score), end="\n\n", flush=True)
     print(json.dumps(results))

@@ -93,7 +93,6 @@ class OutOfDistributionScore(keras.layers.Layer):
         distance = ops.min(quadratic - 2.0 * ops.matmul(z, self._linear) + self._offsets[None, :], axis=-1)
         msp = 1.0 - ops.max(probabilities, axis=-1)
         s = self.score
-        return (
-            s.msp_weight * (msp - s.msp_mean) / s.msp_std
-            + s.distance_weight * (distance - s.distance_mean) / s.distance_std
-        )
+        z_msp, z_distance = (msp - s.msp_mean) / s.msp_std, (distance - s.distance_mean) / s.distance_std
+        gate = s.gate_weight * ops.maximum(z_distance - s.gate_at, 0.0)  # app.models.ood.combined
+        return s.msp_weight * z_msp + s.distance_weight * z_distance + gate

@@ -13,10 +13,13 @@ Each is computed from what the model already has:
   training features (Ren et al. 2021): what sets a photo apart from the classes, less what sets
   it apart from photos in general, which separates unseen classes of the same kind better.
 
-What every export ships (`SHIPPED`, chosen by benchmarks.ood: on flowers17 with 5 species held
-out it was above MSP on both near and far photos for every seed) is the sum of two of them, each
-standardised by its mean and spread on the validation split: `msp` sees a photo the head cannot
-place, `relative_mahalanobis` one whose features lie away from every class.
+What every export ships (`SHIPPED`; measured by benchmarks.ood and, on every suite set and both
+backbones, benchmarks.ood_suite) mixes two of them, each standardised by its mean and spread on
+the validation split: `msp` sees a photo the head cannot place, `relative_mahalanobis` one whose
+features lie away from every class. Which of the two separates unseen classes of the same kind
+better depends on the photos, so the run chooses their mix (app.models.ood_choice). A gate
+(`combined`) adds to the score where a photo's distance passes nearly every val photo's, so that
+another kind of picture is answered unknown whatever the mix.
 
 The threshold accepts the share of the validation split asked for (95% by default), halfway between
 two of its scores: an image scoring above it is "unknown". NumPy here, for measuring and fitting; the
@@ -207,12 +210,13 @@ class ShippedScore:
     accept: float
     msp_weight: float = 1.0  # 2 x (1 - mix) and 2 x mix (app.models.ood_choice); 1 and 1: the even sum
     distance_weight: float = 1.0
+    gate_at: float = 0.0  # the standardised distance past which the gate adds (GATE_QUANTILE of val)
+    gate_weight: float = 0.0  # what each standard deviation past it adds; 0: no gate (runs fitted before it)
 
     def __call__(self, probabilities: np.ndarray, features: np.ndarray) -> np.ndarray:
-        return (
-            self.msp_weight * (msp(probabilities) - self.msp_mean) / self.msp_std
-            + self.distance_weight * (self.distance(features) - self.distance_mean) / self.distance_std
-        )
+        z_msp = (msp(probabilities) - self.msp_mean) / self.msp_std
+        z_distance = (self.distance(features) - self.distance_mean) / self.distance_std
+        return combined(z_msp, z_distance, self.msp_weight, self.distance_weight, self.gate_at, self.gate_weight)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         scalars = {k: np.float64(v) for k, v in vars(self).items() if k != "distance"}
@@ -229,7 +233,28 @@ class ShippedScore:
             distance = ClassDistance(*(np.asarray(arrays[k], np.float64) for k in ("quadratic", "linear", "constant")))
             parts = (float(arrays[k]) for k in ("msp_mean", "msp_std", "distance_mean", "distance_std"))
         weights = (float(arrays[k]) if k in arrays else 1.0 for k in ("msp_weight", "distance_weight"))
-        return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]), *weights)
+        gate = (float(arrays[k]) if k in arrays else 0.0 for k in ("gate_at", "gate_weight"))
+        return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]), *weights, *gate)
+
+
+GATE_QUANTILE = 0.99  # of the val photos' standardised distances: where the gate opens
+GATE_WEIGHT = 4.0
+
+
+def combined(
+    z_msp: np.ndarray,
+    z_distance: np.ndarray,
+    msp_weight: float,
+    distance_weight: float,
+    gate_at: float,
+    gate_weight: float,
+) -> np.ndarray:
+    """The shipped score from its standardised parts: the weighted sum, plus the gate, which adds
+    `gate_weight` per standard deviation of distance past `gate_at`. Whatever the mix, a photo
+    whose features lie beyond nearly every val photo's (a far one: another kind of picture) is
+    answered unknown, while the mix alone ranks photos within the val photos' range."""
+    gate = gate_weight * np.maximum(z_distance - gate_at, 0.0)
+    return (msp_weight * z_msp + distance_weight * z_distance + gate).astype(np.float32)
 
 
 def fit_shipped(
@@ -245,6 +270,8 @@ def fit_shipped(
     distance = fit_feature_stats(train_features, train_labels).distance(relative=True)
     parts = msp(val_probabilities), distance(val_features)
     (m1, s1), (m2, s2) = ((float(x.mean()), float(x.std()) or 1.0) for x in parts)
-    w1, w2 = 2 * (1 - mix), 2 * mix
-    val_scores = w1 * (parts[0] - m1) / s1 + w2 * (parts[1] - m2) / s2
-    return ShippedScore(distance, m1, s1, m2, s2, threshold_for(val_scores, accept), accept, w1, w2)
+    z_msp, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
+    w1, w2, gate_at = 2 * (1 - mix), 2 * mix, float(np.quantile(z_distance, GATE_QUANTILE))
+    val_scores = combined(z_msp, z_distance, w1, w2, gate_at, GATE_WEIGHT)
+    threshold = threshold_for(val_scores, accept)
+    return ShippedScore(distance, m1, s1, m2, s2, threshold, accept, w1, w2, gate_at, GATE_WEIGHT)

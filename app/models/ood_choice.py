@@ -66,9 +66,11 @@ def _fold_aurocs(
     parts_known = ood.msp(probe(val[0][known])), distance(val[0][known])
     parts_unseen = ood.msp(probe(unseen)), distance(unseen)
     (m1, s1), (m2, s2) = ((float(p.mean()), float(p.std()) or 1.0) for p in parts_known)
+    gate_at = float(np.quantile((parts_known[1] - m2) / s2, ood.GATE_QUANTILE))
 
     def mixed(parts, mix: float) -> np.ndarray:
-        return (1 - mix) * (parts[0] - m1) / s1 + mix * (parts[1] - m2) / s2
+        z_msp, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
+        return ood.combined(z_msp, z_distance, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT)
 
     return {m: ood.auroc(mixed(parts_known, m), mixed(parts_unseen, m)) for m in MIXES}
 

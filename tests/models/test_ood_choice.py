@@ -18,8 +18,9 @@ def _clusters(rng: np.random.Generator, classes: int, per_class: int, dims: int,
     return features.astype(np.float32), labels
 
 
-def test_the_shipped_score_weighs_its_parts_by_the_mix():
-    """Mix 0 is MSP alone, 1 the distance alone, 0.5 the plain sum the earlier exports shipped."""
+def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_distance():
+    """Mix 0 is MSP alone, 1 the distance alone, 0.5 the plain sum the earlier exports shipped;
+    each plus the gate: 4 per standard deviation of distance past the val photos' 99th percentile."""
     from app.models import ood
 
     rng = np.random.default_rng(2)
@@ -28,11 +29,28 @@ def test_the_shipped_score_weighs_its_parts_by_the_mix():
     parts = [ood.msp(probabilities)]
     parts.append(ood.fit_feature_stats(*train).distance(relative=True)(val[0]))
     z_msp, z_distance = ((p - p.mean()) / p.std() for p in parts)
+    gate = 4.0 * np.maximum(z_distance - np.quantile(z_distance, 0.99), 0.0)
+    assert np.count_nonzero(gate) == 1  # of 40 val photos, only the most distant passes the 99th percentile
     for mix, expected in ((0.0, 2 * z_msp), (1.0, 2 * z_distance), (0.5, z_msp + z_distance)):
         score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=mix)
-        np.testing.assert_allclose(score(probabilities, val[0]), expected, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(score(probabilities, val[0]), expected + gate, rtol=1e-4, atol=1e-4)
         again = ood.ShippedScore.from_arrays(score.to_arrays())  # the weights are saved with the run
-        assert (again.msp_weight, again.distance_weight) == (2 * (1 - mix), 2 * mix)
+        assert (again.msp_weight, again.distance_weight, again.gate_weight) == (2 * (1 - mix), 2 * mix, 4.0)
+
+
+def test_with_msp_alone_a_confident_photo_of_another_kind_is_still_unknown():
+    """The gate: a photo whose features lie far from every class, which the head places with
+    full confidence, scores past the threshold even where the mix gave the distance no share."""
+    from app.models import ood
+
+    rng = np.random.default_rng(4)
+    train, val = _clusters(rng, 4, 30, 10, 0.0), _clusters(rng, 4, 10, 10, 0.0)
+    probabilities = rng.dirichlet(np.ones(4), len(val[1]))
+    score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=0.0)
+    other_kind = np.zeros((1, 10), np.float32)
+    other_kind[0, 9] = 1.0  # a direction no class uses
+    assert score(np.array([[1.0, 0, 0, 0]]), other_kind)[0] > score.threshold
+    assert score(np.array([[1.0, 0, 0, 0]]), val[0][:1])[0] < score.threshold  # a confident known photo passes
 
 
 def test_the_chosen_mix_is_the_best_measured_and_recorded_with_every_mix():

@@ -362,5 +362,5 @@ def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_f
 
     monkeypatch.setattr(frozen_activations, "model_outputs", lambda *_: pytest.fail("a layer ran"))
     monkeypatch.setattr(calibration, "model_outputs", lambda *_: pytest.fail("a pass over photos ran"))
-    _, fitted_on = calibration.fit_ood_score(ctx, {1: phase1, 2: None}, 1.0, frozen)
+    _, fitted_on, _ = calibration.fit_ood_score(ctx, {1: phase1, 2: None}, 1.0, frozen)
     assert fitted_on == f"{len(cached[1])} train views, {ctx.info.num_examples('val')} val photos"
