@@ -2,7 +2,7 @@
 backbones and several seeds, so that a default is chosen where it generalises.
 
     python -m benchmarks.suite --shared ../shared                      # defaults, every set, seeds 0,1,2
-    python -m benchmarks.suite --shared ../shared --variant views:phase2_mode=views,epochs_finetune=5
+    python -m benchmarks.suite --shared ../shared --variant previous --variant b2:unfreeze=blocks:2
     python -m benchmarks.suite --shared ../shared --quick              # 20 photos a class, seed 0: minutes
 
 The sets (`../shared/data`, read its README) are cut the same way every time (a fixed seed, not
@@ -11,6 +11,10 @@ the runs' seeds): cats-dogs (its val halves become val and test), flowers17, foo
 a class; its val split becomes val and test). Each is converted once with `photoclf convert`
 into --work and reused. Per set, backbone and seed the variants run in turn (A B A B ...), so
 the machine's drift falls on all of them; `defaults` always runs first and is the baseline.
+
+The variant `previous` replays the plan phase 2 had before the suite: phase 2 on phase 1's views
+for 5 epochs where phase 1's kept val accuracy reached 0.95, else what the defaults do now (10
+epochs on images; there the defaults' own run is its run, not run twice).
 
 Prints a line per run, then per set and backbone a table (test accuracy mean ± sd and per seed,
 median wall time and its ratio to the defaults', the difference from the defaults per seed),
@@ -110,6 +114,11 @@ def prepare(shared: Path, work: Path, name: str, quick: bool) -> Path:
     return records
 
 
+PREVIOUS = "previous"  # the variant that replays the plan before the suite (see the module's docstring)
+PREVIOUS_VIEWS = {"phase2_mode": "views", "epochs_finetune": "5"}  # what it chose at phase 1 val >= 0.95
+PREVIOUS_ABOVE = 0.95
+
+
 def run_suite(
     sets: dict[str, Path],
     backbones: dict[str, str],
@@ -118,23 +127,34 @@ def run_suite(
     logs: Path,
     report,
 ) -> list[Run]:
-    runs = []
+    """Every run, seed by seed (a suite stopped early has every set of its first seeds)."""
+    runs: list[Run] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, records in sets.items():
-            for backbone, weights in backbones.items():
-                for seed in seeds:
+        for seed in seeds:
+            for name, records in sets.items():
+                for backbone, weights in backbones.items():
+                    where = f"{name} {backbone}"
                     for variant, overrides in variants:
-                        log = logs / f"{name}-{backbone}-{variant}-{seed}.log"
-                        run = run_once(records, (variant, {"backbone": backbone, **overrides}), seed, weights,
-                                       Path(tmp) / "run", log)  # fmt: skip
-                        runs.append(
-                            run := Run(f"{name} {backbone}", variant, seed, run.seconds, run.peak_mb, run.metrics)
-                        )
+                        run = _run_variant(records, where, variant, overrides, seed, weights, runs, Path(tmp), logs)
+                        runs.append(run)
                         test = "-" if run.test_accuracy is None else f"{run.test_accuracy:.4f}"
-                        report(
-                            f"{run.data} {variant} seed {seed}: test {test}, phase 2 {run.phase2}, {run.seconds:.0f} s"
-                        )
+                        report(f"{where} {variant} seed {seed}: test {test}, phase 2 {run.phase2}, {run.seconds:.0f} s")
     return runs
+
+
+def _run_variant(records: Path, where: str, variant: str, overrides: dict, seed: int, weights: str,
+                 runs: list[Run], tmp: Path, logs: Path) -> Run:  # fmt: skip
+    """One run; `previous` is the defaults' own run where the plan before would have run the same
+    (phase 1 under PREVIOUS_ABOVE: phase 2 on images for 10 epochs, as now), else phase 2 on the views."""
+    backbone = where.split()[-1]
+    if variant == PREVIOUS:
+        defaults = next(r for r in runs if r.data == where and r.seed == seed and r.variant == "defaults")
+        if defaults.metrics["phase1"]["val_accuracy"] < PREVIOUS_ABOVE:
+            return Run(where, variant, seed, defaults.seconds, defaults.peak_mb, defaults.metrics)
+        overrides = PREVIOUS_VIEWS
+    log = logs / f"{where.replace(' ', '-')}-{variant}-{seed}.log"
+    run = run_once(records, (variant, {"backbone": backbone, **overrides}), seed, weights, tmp / "run", log)
+    return Run(where, variant, seed, run.seconds, run.peak_mb, run.metrics)
 
 
 def set_table(runs: list[Run], where: str) -> str:

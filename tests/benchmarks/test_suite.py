@@ -70,3 +70,25 @@ def test_the_worst_set_is_where_a_variant_loses_most_on_average():
     row = table[-1]
     assert row.split()[:3] == ["views", "-2.0", "+0.5"]  # food10: mean of -3 and -1; flowers17: +0.5
     assert row.endswith("food10 mobilenet_v2 (-2.0)")
+
+
+def test_previous_reruns_only_where_the_old_plan_chose_the_views(tmp_path: Path, monkeypatch):
+    """The plan before the suite ran phase 2 on the views at phase 1 val >= 0.95, else what the
+    defaults run now: there the defaults' run stands for it, and nothing runs twice."""
+    from benchmarks import suite
+
+    calls = []
+
+    def fake_run_once(records, variant, seed, weights, out, log):
+        name, overrides = variant
+        calls.append((records.name, name, overrides))
+        phase1 = 0.96 if records.name == "easy" else 0.90
+        return Run(str(records), name, seed, 10.0, 1.0, {"phase1": {"val_accuracy": phase1}, "test": {"accuracy": 0.9}})
+
+    monkeypatch.setattr(suite, "run_once", fake_run_once)
+    sets = {"easy": tmp_path / "easy", "hard": tmp_path / "hard"}
+    runs = suite.run_suite(sets, {"mobilenet_v2": "w.h5"}, [("defaults", {}), ("previous", {})], (0,), tmp_path, print)
+    assert [(c[0], c[1]) for c in calls] == [("easy", "defaults"), ("easy", "previous"), ("hard", "defaults")]
+    assert calls[1][2] == {"backbone": "mobilenet_v2", "phase2_mode": "views", "epochs_finetune": "5"}
+    hard_previous = next(r for r in runs if r.data == "hard mobilenet_v2" and r.variant == "previous")
+    assert hard_previous.metrics["phase1"]["val_accuracy"] == 0.90  # the defaults' own run, relabelled
