@@ -18,7 +18,7 @@ backbones, benchmarks.ood_suite) mixes two of them, each standardised by its mea
 the validation split: `msp` sees a photo the head cannot place, `relative_mahalanobis` one whose
 features lie away from every class. Which of the two separates unseen classes of the same kind
 better depends on the photos, so the run chooses their mix (app.models.ood_choice). A gate
-(`combined`) adds to the score where a photo's distance passes nearly every val photo's, so that
+(`combined`) adds to the score where a photo's distance passes 95% of the val photos', so that
 another kind of picture is answered unknown whatever the mix.
 
 The threshold accepts the share of the validation split asked for (95% by default), halfway between
@@ -237,7 +237,7 @@ class ShippedScore:
         return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]), *weights, *gate)
 
 
-GATE_QUANTILE = 0.99  # of the val photos' standardised distances: where the gate opens
+GATE_QUANTILE = 0.95  # of the val photos' standardised distances: where the gate opens
 GATE_WEIGHT = 4.0
 
 

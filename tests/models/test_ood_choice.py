@@ -20,7 +20,7 @@ def _clusters(rng: np.random.Generator, classes: int, per_class: int, dims: int,
 
 def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_distance():
     """Mix 0 is MSP alone, 1 the distance alone, 0.5 the plain sum the earlier exports shipped;
-    each plus the gate: 4 per standard deviation of distance past the val photos' 99th percentile."""
+    each plus the gate: 4 per standard deviation of distance past the val photos' 95th percentile."""
     from app.models import ood
 
     rng = np.random.default_rng(2)
@@ -29,8 +29,8 @@ def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_distance():
     parts = [ood.msp(probabilities)]
     parts.append(ood.fit_feature_stats(*train).distance(relative=True)(val[0]))
     z_msp, z_distance = ((p - p.mean()) / p.std() for p in parts)
-    gate = 4.0 * np.maximum(z_distance - np.quantile(z_distance, 0.99), 0.0)
-    assert np.count_nonzero(gate) == 1  # of 40 val photos, only the most distant passes the 99th percentile
+    gate = 4.0 * np.maximum(z_distance - np.quantile(z_distance, 0.95), 0.0)
+    assert np.count_nonzero(gate) == 2  # of 40 val photos, the two most distant pass the 95th percentile
     for mix, expected in ((0.0, 2 * z_msp), (1.0, 2 * z_distance), (0.5, z_msp + z_distance)):
         score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=mix)
         np.testing.assert_allclose(score(probabilities, val[0]), expected + gate, rtol=1e-4, atol=1e-4)
