@@ -107,18 +107,15 @@ def demo_records(demo_images: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return out
 
 
-SHARED_WEIGHTS_HINT = "set PHOTOCLF_WEIGHTS to ../shared/weights/mobilenet_v2_1.0_no_top.weights.h5 (.ci/run does)"
-
-
-@pytest.fixture(scope="session")
-def pretrained_weights() -> Path:
-    """The real pretrained MobileNetV2 backbone; tests that need it skip, saying why, without it."""
-    path = os.environ.get("PHOTOCLF_WEIGHTS")
-    if not path or not Path(path).is_file():
-        pytest.skip(f"no pretrained weights file: {SHARED_WEIGHTS_HINT}")
+def _shared_path(variable: str, what: str, hint: str) -> Path:
+    """The file or folder $`variable` names; the test skips, saying why, where it is not there."""
+    path = os.environ.get(variable)
+    if not path or not Path(path).exists():
+        pytest.skip(f"no {what}: {hint}")
     return Path(path)
 
 
+SHARED_WEIGHTS_HINT = "set PHOTOCLF_WEIGHTS to ../shared/weights/mobilenet_v2_1.0_no_top.weights.h5 (.ci/run does)"
 LITE0_WEIGHTS_HINT = (
     "set PHOTOCLF_LITE0_WEIGHTS to ../shared/weights/efficientnet_lite0_imagenet_torch_state.npz (.ci/run does)"
 )
@@ -126,21 +123,21 @@ SHARED_DATA_HINT = "set PHOTOCLF_SHARED_DATA to ../shared/data (.ci/run does)"
 
 
 @pytest.fixture(scope="session")
+def pretrained_weights() -> Path:
+    """The real pretrained MobileNetV2 backbone; tests that need it skip, saying why, without it."""
+    return _shared_path("PHOTOCLF_WEIGHTS", "pretrained weights file", SHARED_WEIGHTS_HINT)
+
+
+@pytest.fixture(scope="session")
 def lite0_weights() -> Path:
     """The real EfficientNet-Lite0 ImageNet weights (.npz); tests that need them skip, saying why, without them."""
-    path = os.environ.get("PHOTOCLF_LITE0_WEIGHTS")
-    if not path or not Path(path).is_file():
-        pytest.skip(f"no EfficientNet-Lite0 weights file: {LITE0_WEIGHTS_HINT}")
-    return Path(path)
+    return _shared_path("PHOTOCLF_LITE0_WEIGHTS", "EfficientNet-Lite0 weights file", LITE0_WEIGHTS_HINT)
 
 
 @pytest.fixture(scope="session")
 def shared_photos() -> Path:
     """The shared real photo sets, read (never copied) by the few tests that check a real photo."""
-    path = os.environ.get("PHOTOCLF_SHARED_DATA")
-    if not path or not Path(path).is_dir():
-        pytest.skip(f"no shared photo sets: {SHARED_DATA_HINT}")
-    return Path(path)
+    return _shared_path("PHOTOCLF_SHARED_DATA", "shared photo sets", SHARED_DATA_HINT)
 
 
 @pytest.fixture
