@@ -97,7 +97,9 @@ def measure_run(run_dir: Path, folders: dict[str, Path]) -> dict[str, dict[str, 
     shipped = RunDir(run_dir).read_ood_score() or ood.fit_shipped(
         sets["train"]["features"], sets["train"]["labels"], sets["val"]["features"], sets["val"]["probabilities"]
     )  # what the run's export computes, as the run fitted it (or, for an older run, fitted here)
-    score = {name: shipped(s["probabilities"], s["features"]) for name, s in sets.items() if name != "train"}
+    score = {
+        name: shipped(s["probabilities"], s["features"], s["logits"]) for name, s in sets.items() if name != "train"
+    }
     result[f"{ood.SHIPPED} (shipped)"] = method_figures(score, sets["test"])
     return result
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import tempfile
@@ -40,7 +41,8 @@ from benchmarks.ood import folder_photos
 from benchmarks.suite import SETS, WEIGHTS, cut_folder
 
 SCORES = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis", "ash_s", "scale",
-          "even sum (exports before)", "even sum + gate", "chosen mix", "shipped: chosen mix + gate")  # fmt: skip
+          "msp+distance, even (shipped before)", "msp+distance, chosen mix + gate",
+          "shipped: energy+distance, chosen mix + gate")  # fmt: skip
 FAR = {name: "eurosat5" for name in SETS} | {"eurosat5": "flowers17"}
 ASH_KEEP, SCALE_KEEP = 0.10, 0.15  # the share of activations ASH-S keeps; SCALE's percentile (85th)
 FAR_PHOTOS = 400
@@ -88,14 +90,15 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
     probe = LogisticRegression(C=0.1, max_iter=500).fit(train_x[inside], train_y[inside])
     stats = ood.fit_feature_stats(train_x[inside], train_y[inside], seed)
     val_in = ~np.isin(val_y, held_out)
-    mix = choose_mix((train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in]), seed).mix
-    val_probabilities = probe.predict_proba(val_x[val_in])
+    held_in = (train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in])
+    val_probabilities, val_logits = probe.predict_proba(val_x[val_in]), probe.decision_function(val_x[val_in])
+    fit = functools.partial(ood.fit_shipped, train_x[inside], train_y[inside], val_x[val_in], val_probabilities)
+    msp_even = fit(mix=0.5)
     fitted = {
-        name: ood.fit_shipped(train_x[inside], train_y[inside], val_x[val_in], val_probabilities, mix=m)
-        for name, m in (("even sum + gate", 0.5), ("shipped: chosen mix + gate", mix))
+        "msp+distance, even (shipped before)": dataclasses.replace(msp_even, gate_weight=0.0),
+        "msp+distance, chosen mix + gate": fit(mix=choose_mix(*held_in, seed, energy_head=False).mix),
+        "shipped: energy+distance, chosen mix + gate": fit(mix=choose_mix(*held_in, seed).mix, val_logits=val_logits),
     }
-    fitted["even sum (exports before)"] = dataclasses.replace(fitted["even sum + gate"], gate_weight=0.0)
-    fitted["chosen mix"] = dataclasses.replace(fitted["shipped: chosen mix + gate"], gate_weight=0.0)
 
     def score(name: str, x: np.ndarray) -> np.ndarray:
         logits = probe.decision_function(x)
@@ -103,7 +106,7 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
             return ood.energy(probe.decision_function(rescaled(x, ASH_KEEP if name == "ash_s" else SCALE_KEEP,
                                                                prune=name == "ash_s")))  # fmt: skip
         if name in fitted:
-            return fitted[name](probe.predict_proba(x), x)
+            return fitted[name](probe.predict_proba(x), x, logits)
         return ood.scores(name, probabilities=probe.predict_proba(x), logits=logits, features=x, stats=stats)
 
     return {name: (ood.auroc(score(name, known), score(name, near)), ood.auroc(score(name, known), score(name, far)))

@@ -112,7 +112,8 @@ def served_model(clf: Classifier, calibration: dict | None, ood_score: ShippedSc
     model = with_temperature(clf.logits_model, calibration["temperature"]) if calibration else clf.model
     if ood_score is None:
         return model
-    score = OutOfDistributionScore(ood_score, name="ood_score")([model.output, clf.features_model.output])
+    inputs = [model.output, clf.features_model.output, clf.logits_model.output]
+    score = OutOfDistributionScore(ood_score, name="ood_score")(inputs)
     return keras.Model(model.input, {"probabilities": model.output, "ood_score": score}, name=model.name)
 
 

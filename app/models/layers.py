@@ -63,10 +63,12 @@ class SideFeatureEncoding(keras.layers.Layer):
 
 
 class OutOfDistributionScore(keras.layers.Layer):
-    """[probabilities, pooled features] → the shipped out-of-distribution score per image
-    (app.models.ood.ShippedScore, the same arithmetic): standardised 1 - max probability plus
-    the standardised class distance of the L2-normalised features (relative Mahalanobis: to the
-    nearest class mean, less to the training features' overall mean). Its statistics are
+    """[probabilities, pooled features, logits] → the shipped out-of-distribution score per image
+    (app.models.ood.ShippedScore, the same arithmetic): the head's standardised part (energy of
+    the logits at the run's temperature; 1 - max probability for runs fitted before), the
+    standardised class distance of the L2-normalised features (relative Mahalanobis: to the
+    nearest class mean, less to the training features' overall mean), weighted, plus the
+    gate past the val photos' distances. Its statistics are
     constants of the served model (never trained, never saved by Keras: the export freezes them
     into its graph)."""
 
@@ -87,12 +89,15 @@ class OutOfDistributionScore(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        probabilities, features = (ops.cast(x, "float32") for x in inputs)
+        probabilities, features, logits = (ops.cast(x, "float32") for x in inputs)
         z = features / ops.maximum(ops.norm(features, axis=-1, keepdims=True), 1e-12)
         quadratic = ops.sum(ops.matmul(z, self._quadratic) * z, axis=-1, keepdims=True)
         distance = ops.min(quadratic - 2.0 * ops.matmul(z, self._linear) + self._offsets[None, :], axis=-1)
-        msp = 1.0 - ops.max(probabilities, axis=-1)
         s = self.score
-        z_msp, z_distance = (msp - s.msp_mean) / s.msp_std, (distance - s.distance_mean) / s.distance_std
+        if s.energy_head:  # app.models.ood.energy
+            head = -s.temperature * ops.logsumexp(logits / s.temperature, axis=-1)
+        else:
+            head = 1.0 - ops.max(probabilities, axis=-1)
+        z_head, z_distance = (head - s.head_mean) / s.head_std, (distance - s.distance_mean) / s.distance_std
         gate = s.gate_weight * ops.maximum(z_distance - s.gate_at, 0.0)  # app.models.ood.combined
-        return s.msp_weight * z_msp + s.distance_weight * z_distance + gate
+        return s.head_weight * z_head + s.distance_weight * z_distance + gate

@@ -15,11 +15,12 @@ Each is computed from what the model already has:
 
 What every export ships (`SHIPPED`; measured by benchmarks.ood and, on every suite set and both
 backbones, benchmarks.ood_suite) mixes two of them, each standardised by its mean and spread on
-the validation split: `msp` sees a photo the head cannot place, `relative_mahalanobis` one whose
-features lie away from every class. Which of the two separates unseen classes of the same kind
-better depends on the photos, so the run chooses their mix (app.models.ood_choice). A gate
-(`combined`) adds to the score where a photo's distance passes 95% of the val photos', so that
-another kind of picture is answered unknown whatever the mix.
+the validation split: `energy` (the head's doubt, at the run's temperature; it led MSP on the
+held-out classes of most suite sets) sees a photo the head cannot place, `relative_mahalanobis`
+one whose features lie away from every class. Which of the two separates unseen classes of the
+same kind better depends on the photos, so the run chooses their mix (app.models.ood_choice). A
+gate (`combined`) adds to the score where a photo's distance passes 95% of the val photos', so
+that another kind of picture is answered unknown whatever the mix.
 
 The threshold accepts the share of the validation split asked for (95% by default), halfway between
 two of its scores: an image scoring above it is "unknown". NumPy here, for measuring and fitting; the
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 METHODS = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis")
-SHIPPED = "msp+relative_mahalanobis"  # what every export computes: benchmarks/README.md, "None of these"
+SHIPPED = "energy+relative_mahalanobis"  # what every export computes: benchmarks/README.md, "None of these"
 DEFAULT_ACCEPT = 0.95
 KNN_K = 10
 BANK_SIZE = 2048  # training feature vectors kept for knn (measured by benchmarks.ood, not exported)
@@ -199,24 +200,35 @@ def fpr_at_tpr(in_distribution: np.ndarray, out_of_distribution: np.ndarray, tpr
 @dataclass(frozen=True)
 class ShippedScore:
     """Everything the export's score needs: the class distance (relative Mahalanobis) and, per
-    part, its validation mean and standard deviation; plus the threshold."""
+    part, its validation mean and standard deviation, its weight; the gate; the threshold. The
+    head's part is `energy` of the logits at the run's temperature where `energy_head`, else `msp`
+    (runs fitted before energy)."""
 
     distance: ClassDistance
-    msp_mean: float
-    msp_std: float
+    head_mean: float
+    head_std: float
     distance_mean: float
     distance_std: float
     threshold: float
     accept: float
-    msp_weight: float = 1.0  # 2 x (1 - mix) and 2 x mix (app.models.ood_choice); 1 and 1: the even sum
+    head_weight: float = 1.0  # 2 x (1 - mix) and 2 x mix (app.models.ood_choice); 1 and 1: the even sum
     distance_weight: float = 1.0
     gate_at: float = 0.0  # the standardised distance past which the gate adds (GATE_QUANTILE of val)
     gate_weight: float = 0.0  # what each standard deviation past it adds; 0: no gate (runs fitted before it)
+    energy_head: bool = False
+    temperature: float = 1.0  # energy's, the run's calibration temperature
 
-    def __call__(self, probabilities: np.ndarray, features: np.ndarray) -> np.ndarray:
-        z_msp = (msp(probabilities) - self.msp_mean) / self.msp_std
+    def head(self, probabilities: np.ndarray, logits: np.ndarray | None) -> np.ndarray:
+        if not self.energy_head:
+            return msp(probabilities)
+        if logits is None:
+            raise ValueError("this score's head part is energy: it needs the logits")
+        return energy(logits, self.temperature)
+
+    def __call__(self, probabilities: np.ndarray, features: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
+        z_head = (self.head(probabilities, logits) - self.head_mean) / self.head_std
         z_distance = (self.distance(features) - self.distance_mean) / self.distance_std
-        return combined(z_msp, z_distance, self.msp_weight, self.distance_weight, self.gate_at, self.gate_weight)
+        return combined(z_head, z_distance, self.head_weight, self.distance_weight, self.gate_at, self.gate_weight)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         scalars = {k: np.float64(v) for k, v in vars(self).items() if k != "distance"}
@@ -224,17 +236,22 @@ class ShippedScore:
 
     @staticmethod
     def from_arrays(arrays) -> ShippedScore:
-        """Also reads the arrays of a run fitted before the relative distance (plain Mahalanobis:
-        its class means and precision), so its export is rebuilt with the score it was fitted with."""
+        """Also reads the arrays of runs fitted before: the plain Mahalanobis distance (its class
+        means and precision), the head part named msp, no weights or gate, so that their exports are
+        rebuilt with the score they were fitted with."""
         if "means" in arrays:
             distance = class_distance(arrays["means"], arrays["precision"])
-            parts = (float(arrays[k]) for k in ("msp_mean", "msp_std", "mahalanobis_mean", "mahalanobis_std"))
+            names = ("msp_mean", "msp_std", "mahalanobis_mean", "mahalanobis_std")
         else:
             distance = ClassDistance(*(np.asarray(arrays[k], np.float64) for k in ("quadratic", "linear", "constant")))
-            parts = (float(arrays[k]) for k in ("msp_mean", "msp_std", "distance_mean", "distance_std"))
-        weights = (float(arrays[k]) if k in arrays else 1.0 for k in ("msp_weight", "distance_weight"))
-        gate = (float(arrays[k]) if k in arrays else 0.0 for k in ("gate_at", "gate_weight"))
-        return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]), *weights, *gate)
+            head = "head" if "head_mean" in arrays else "msp"
+            names = (f"{head}_mean", f"{head}_std", "distance_mean", "distance_std")
+        parts = (float(arrays[k]) for k in names)
+        optional = {"head_weight": arrays.get("head_weight", arrays.get("msp_weight", 1.0)),
+                    **{k: arrays.get(k, default) for k, default in (("distance_weight", 1.0), ("gate_at", 0.0),
+                       ("gate_weight", 0.0), ("energy_head", 0.0), ("temperature", 1.0))}}  # fmt: skip
+        rest = {k: bool(v) if k == "energy_head" else float(v) for k, v in optional.items()}
+        return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]), **rest)
 
 
 GATE_QUANTILE = 0.95  # of the val photos' standardised distances: where the gate opens
@@ -242,19 +259,19 @@ GATE_WEIGHT = 4.0
 
 
 def combined(
-    z_msp: np.ndarray,
+    z_head: np.ndarray,
     z_distance: np.ndarray,
-    msp_weight: float,
+    head_weight: float,
     distance_weight: float,
     gate_at: float,
     gate_weight: float,
 ) -> np.ndarray:
     """The shipped score from its standardised parts: the weighted sum, plus the gate, which adds
     `gate_weight` per standard deviation of distance past `gate_at`. Whatever the mix, a photo
-    whose features lie beyond nearly every val photo's (a far one: another kind of picture) is
-    answered unknown, while the mix alone ranks photos within the val photos' range."""
+    whose features lie beyond 95% of the val photos' (a far one: another kind of picture) gains
+    on the others, while the mix ranks photos within the val photos' range."""
     gate = gate_weight * np.maximum(z_distance - gate_at, 0.0)
-    return (msp_weight * z_msp + distance_weight * z_distance + gate).astype(np.float32)
+    return (head_weight * z_head + distance_weight * z_distance + gate).astype(np.float32)
 
 
 def fit_shipped(
@@ -264,14 +281,19 @@ def fit_shipped(
     val_probabilities: np.ndarray,
     accept: float = DEFAULT_ACCEPT,
     mix: float = 0.5,
+    val_logits: np.ndarray | None = None,
+    temperature: float = 1.0,
 ) -> ShippedScore:
-    """Feature statistics on the training split; standardisation and threshold on validation.
-    `mix`: the class distance's share of the score (0: MSP alone; 0.5: their plain sum)."""
+    """Feature statistics on the training split; standardisation, gate and threshold on
+    validation. `mix`: the class distance's share (0: the head's part alone; 0.5: the plain
+    sum); with `val_logits` the head's part is energy at `temperature`, else MSP."""
     distance = fit_feature_stats(train_features, train_labels).distance(relative=True)
-    parts = msp(val_probabilities), distance(val_features)
+    head = energy(val_logits, temperature) if val_logits is not None else msp(val_probabilities)
+    parts = head, distance(val_features)
     (m1, s1), (m2, s2) = ((float(x.mean()), float(x.std()) or 1.0) for x in parts)
-    z_msp, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
+    z_head, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
     w1, w2, gate_at = 2 * (1 - mix), 2 * mix, float(np.quantile(z_distance, GATE_QUANTILE))
-    val_scores = combined(z_msp, z_distance, w1, w2, gate_at, GATE_WEIGHT)
-    threshold = threshold_for(val_scores, accept)
-    return ShippedScore(distance, m1, s1, m2, s2, threshold, accept, w1, w2, gate_at, GATE_WEIGHT)
+    threshold = threshold_for(combined(z_head, z_distance, w1, w2, gate_at, GATE_WEIGHT), accept)
+    energy_head = val_logits is not None
+    return ShippedScore(distance, m1, s1, m2, s2, threshold, accept, w1, w2, gate_at, GATE_WEIGHT, energy_head,
+                        temperature)  # fmt: skip

@@ -1,10 +1,10 @@
 """How much of the shipped "none of these" score is the class distance, chosen per data set by
 holding classes out of the run's own features.
 
-The shipped score mixes two standardised parts (app.models.ood): `msp` (the head cannot place
+The shipped score mixes two standardised parts (app.models.ood): `energy` (the head cannot place
 the photo) and `relative_mahalanobis` (its features lie away from every class). Which part
-separates unseen classes better depends on the photos: no one mix was above MSP on every photo
-set measured (benchmarks/README.md, "None of these on every set"). So the run measures it: about
+separates unseen classes better depends on the photos: no one mix was best on every photo set
+measured (benchmarks/README.md, "None of these on every set"). So the run measures it: about
 a third of the classes at a time are held out; a linear probe (the head's stand-in) and the
 feature statistics are fitted on the training rows of the rest; each mix's AUROC of the held-in
 val photos against the held-out classes' photos is averaged over the folds, and the best mix is
@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import softmax
 
 from app.models import ood
 
-MIXES = (0.0, 0.25, 0.5, 0.75, 1.0)  # share of the class distance; 0 = MSP alone, 1 = the distance alone
-EVEN = 0.5  # today's sum of the two parts: kept on ties and where classes are too few to hold any out
-MIN_CLASSES = 3  # holding one out must leave two for a probe to tell apart
+MIXES = (0.0, 0.25, 0.5, 0.75, 1.0)  # share of the class distance; 0 = energy alone, 1 = the distance alone
+FEW_CLASSES_MIX = 0.0  # energy alone (with the gate): where classes are too few to hold any out, and on ties
+MIN_CLASSES = 6  # with fewer, a probe on the two to four left behaves unlike the head (eurosat5's 5 classes)
 FOLDS = 3
 PROBE_ROWS = 4000  # training rows the probe fits on, at most (a seeded sample)
 
@@ -37,24 +38,31 @@ class MixChoice:
                 "reason": self.reason}  # fmt: skip
 
 
-def choose_mix(train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray], seed: int = 0) -> MixChoice:
-    """The mix with the best mean held-out-classes AUROC; `train` and `val` are (features, labels)."""
+def choose_mix(
+    train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray], seed: int = 0, energy_head: bool = True
+) -> MixChoice:
+    """The mix with the best mean held-out-classes AUROC; `train` and `val` are (features, labels);
+    the head's part is energy, or MSP without `energy_head` (what exports shipped before)."""
     classes = np.unique(train[1])
     if len(classes) < MIN_CLASSES:
-        return MixChoice(EVEN, {}, f"{len(classes)} classes: too few to hold one out, so the even mix")
+        return MixChoice(FEW_CLASSES_MIX, {}, f"{len(classes)} classes: too few to hold a third out, so energy alone")
     folds = np.array_split(np.random.default_rng(seed).permutation(classes), min(FOLDS, len(classes)))
-    per_fold = [_fold_aurocs(train, val, held_out, seed) for held_out in folds]
+    per_fold = [_fold_aurocs(train, val, held_out, seed, energy_head) for held_out in folds]
     auroc = {m: float(np.mean([fold[m] for fold in per_fold])) for m in MIXES}
-    best = max(MIXES, key=lambda m: (round(auroc[m], 3), -abs(m - EVEN)))
+    best = max(MIXES, key=lambda m: (round(auroc[m], 3), -m))  # ties: the smaller share of the distance
     reason = (
         f"held out a third of the classes at a time ({len(folds)} folds): mean AUROC {auroc[best]:.3f} at"
-        f" mix {best:g}, MSP alone {auroc[0.0]:.3f}, the even mix {auroc[EVEN]:.3f}"
+        f" mix {best:g}, energy alone {auroc[0.0]:.3f}, the even mix {auroc[0.5]:.3f}"
     )
     return MixChoice(best, auroc, reason)
 
 
 def _fold_aurocs(
-    train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray], held_out: np.ndarray, seed: int
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+    held_out: np.ndarray,
+    seed: int,
+    energy_head: bool,
 ) -> dict[float, float]:
     """Each mix's AUROC: probe and statistics fitted on the held-in training rows; in distribution,
     the held-in val photos; out of it, every photo of the held-out classes."""
@@ -63,20 +71,21 @@ def _fold_aurocs(
     probe = _fit_probe(features, labels, seed)
     distance = ood.fit_feature_stats(features, labels, seed).distance(relative=True)
     unseen = np.concatenate([val[0][~known], train[0][~inside]])
-    parts_known = ood.msp(probe(val[0][known])), distance(val[0][known])
-    parts_unseen = ood.msp(probe(unseen)), distance(unseen)
+    head = ood.energy if energy_head else (lambda logits: ood.msp(softmax(logits, axis=1)))
+    parts_known = head(probe(val[0][known])), distance(val[0][known])
+    parts_unseen = head(probe(unseen)), distance(unseen)
     (m1, s1), (m2, s2) = ((float(p.mean()), float(p.std()) or 1.0) for p in parts_known)
     gate_at = float(np.quantile((parts_known[1] - m2) / s2, ood.GATE_QUANTILE))
 
     def mixed(parts, mix: float) -> np.ndarray:
-        z_msp, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
-        return ood.combined(z_msp, z_distance, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT)
+        z_head, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
+        return ood.combined(z_head, z_distance, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT)
 
     return {m: ood.auroc(mixed(parts_known, m), mixed(parts_unseen, m)) for m in MIXES}
 
 
 def _fit_probe(features: np.ndarray, labels: np.ndarray, seed: int):
-    """A multinomial logistic regression on the L2-normalised features: features → probabilities."""
+    """A multinomial logistic regression on the L2-normalised features: features → logits."""
     from sklearn.linear_model import LogisticRegression
 
     if len(features) > PROBE_ROWS:
@@ -84,4 +93,9 @@ def _fit_probe(features: np.ndarray, labels: np.ndarray, seed: int):
         features, labels = features[keep], labels[keep]
     scale = 16.0  # unit-length features scaled so that an L2 penalty of C = 1 leaves the classes apart
     model = LogisticRegression(C=1.0, max_iter=300).fit(scale * ood.l2_normalise(features), labels)
-    return lambda x: model.predict_proba(scale * ood.l2_normalise(x))
+
+    def logits(x: np.ndarray) -> np.ndarray:
+        found = model.decision_function(scale * ood.l2_normalise(x))
+        return np.stack([np.zeros_like(found), found], axis=1) if found.ndim == 1 else found  # two classes: one column
+
+    return logits

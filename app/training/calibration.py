@@ -128,7 +128,8 @@ def fit_ood_score(
     val, _ = _pooled(ctx, "val", frozen, unchanged)
     logits, _ = validation_logits(ctx, phases)
     choice = choose_mix(train, val, ctx.cfg.seed)
-    score = ood.fit_shipped(train[0], train[1], val[0], softmax(logits / temperature), accept, choice.mix)
+    probabilities = softmax(logits / temperature)
+    score = ood.fit_shipped(train[0], train[1], val[0], probabilities, accept, choice.mix, logits, temperature)
     return score, f"{len(train[0])} {train_from}, {len(val[0])} val photos", choice
 
 

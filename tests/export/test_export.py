@@ -311,10 +311,13 @@ def test_a_model_with_an_ood_score_gives_it_to_phones_too():
 
     image = keras.Input((16, 16, 3), name="image")
     pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="relu")(image))
-    probabilities = keras.layers.Dense(2, activation="softmax")(pooled)
+    logits = keras.layers.Dense(2)(pooled)
+    probabilities = keras.layers.Softmax()(logits)
     rng = np.random.default_rng(0)
-    score = fit_shipped(rng.random((40, 8)), np.arange(40) % 2, rng.random((10, 8)), rng.dirichlet([1, 1], 10))
-    ood_score = OutOfDistributionScore(score)([probabilities, pooled])
+    val_logits = rng.normal(0, 1, (10, 2))
+    score = fit_shipped(rng.random((40, 8)), np.arange(40) % 2, rng.random((10, 8)), rng.dirichlet([1, 1], 10),
+                        val_logits=val_logits)  # fmt: skip
+    ood_score = OutOfDistributionScore(score)([probabilities, pooled, logits])
     model = keras.Model(image, {"probabilities": probabilities, "ood_score": ood_score})
     x, _ = _small_inputs(0)
     runner = Interpreter(model_content=convert(frozen_forward(model, 16), 16, "float32", None)).get_signature_runner(

@@ -30,7 +30,7 @@ def test_the_threshold_accepts_95_percent_of_validation_and_is_in_metrics_and_ex
     found = json.loads((trained_run / "metrics.json").read_text())["ood"]
     version = trained_run / "export" / "shapes" / "1"
     assert layout.read_metadata(version)["ood"] == found
-    assert found["method"] == ood.SHIPPED == "msp+relative_mahalanobis" and found["accept"] == ood.DEFAULT_ACCEPT
+    assert found["method"] == ood.SHIPPED == "energy+relative_mahalanobis" and found["accept"] == ood.DEFAULT_ACCEPT
     # phase 2 trained on phase 1's views: their activations at the cut gave the training features
     assert "train views" in found["fitted_on"] and found["fitted_on"].endswith("val photos")
     assert f"answered unknown above ood_score {found['threshold']:.2f} (95% of val accepted)" in format_result(
@@ -59,7 +59,7 @@ def test_signatures_and_litert_answer_the_same_ood_score_and_unknown(trained_run
 
 
 def test_the_graph_computes_the_score_numpy_fitted(trained_run: Path, demo_images: Path):
-    """The export's score is app.models.ood.ShippedScore's arithmetic on the pooled features."""
+    """The export's score is app.models.ood.ShippedScore's arithmetic on the pooled features and logits."""
     import keras
 
     from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
@@ -71,7 +71,8 @@ def test_the_graph_computes_the_score_numpy_fitted(trained_run: Path, demo_image
     images = [p.read_bytes() for p in sorted((demo_images / "star").glob("star_*"))[:6]]
     pixels = tf.cast(decode_batch(tf.constant(images), finished.image_size, DEFAULT_CROP_FRACTION, 40.0), tf.float32)
     outputs = model(pixels)
-    expected = finished.ood_score()(outputs["probabilities"].numpy(), features(pixels).numpy())
+    logits = keras.Model(model.inputs, model.get_layer("logits").output)(pixels).numpy()
+    expected = finished.ood_score()(outputs["probabilities"].numpy(), features(pixels).numpy(), logits)
     version = trained_run / "export" / "shapes" / "1"
     saved = TFRuntime(version).run("serving_default", {"image_bytes": np.array(images, dtype=object)})
     np.testing.assert_allclose(saved["ood_score"], expected, rtol=1e-3, atol=1e-3)

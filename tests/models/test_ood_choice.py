@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.models.ood_choice import EVEN, MIXES, choose_mix
+from app.models.ood_choice import FEW_CLASSES_MIX, MIN_CLASSES, MIXES, choose_mix
 
 
 def _clusters(rng: np.random.Generator, classes: int, per_class: int, dims: int, off_axis: float):
@@ -19,7 +19,7 @@ def _clusters(rng: np.random.Generator, classes: int, per_class: int, dims: int,
 
 
 def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_distance():
-    """Mix 0 is MSP alone, 1 the distance alone, 0.5 the plain sum the earlier exports shipped;
+    """Mix 0 is the head's part alone (MSP here: no logits given), 1 the distance alone, 0.5 the plain sum;
     each plus the gate: 4 per standard deviation of distance past the val photos' 95th percentile."""
     from app.models import ood
 
@@ -35,7 +35,7 @@ def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_distance():
         score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=mix)
         np.testing.assert_allclose(score(probabilities, val[0]), expected + gate, rtol=1e-4, atol=1e-4)
         again = ood.ShippedScore.from_arrays(score.to_arrays())  # the weights are saved with the run
-        assert (again.msp_weight, again.distance_weight, again.gate_weight) == (2 * (1 - mix), 2 * mix, 4.0)
+        assert (again.head_weight, again.distance_weight, again.gate_weight) == (2 * (1 - mix), 2 * mix, 4.0)
 
 
 def test_with_msp_alone_a_confident_photo_of_another_kind_is_still_unknown():
@@ -55,18 +55,41 @@ def test_with_msp_alone_a_confident_photo_of_another_kind_is_still_unknown():
 
 def test_the_chosen_mix_is_the_best_measured_and_recorded_with_every_mix():
     rng = np.random.default_rng(1)
-    train, val = _clusters(rng, 5, 30, 12, 0.0), _clusters(rng, 5, 10, 12, 0.0)
+    train, val = _clusters(rng, 7, 30, 16, 0.0), _clusters(rng, 7, 10, 16, 0.0)
+    for features, _ in (train, val):  # classes that overlap, so the mixes score differently
+        features += rng.normal(0, 0.4, features.shape).astype(np.float32)
     choice = choose_mix(train, val, seed=3)
+    assert len({round(a, 3) for a in choice.auroc.values()}) > 1
     assert set(choice.auroc) == set(MIXES)
     assert round(choice.auroc[choice.mix], 3) == round(max(choice.auroc.values()), 3)
     recorded = choice.to_dict()
     assert recorded["mix"] == choice.mix and set(recorded["auroc_by_mix"]) == {"0", "0.25", "0.5", "0.75", "1"}
-    assert f"mix {choice.mix:g}" in choice.reason and "MSP alone" in choice.reason
+    assert f"mix {choice.mix:g}" in choice.reason and "energy alone" in choice.reason
 
 
-@pytest.mark.parametrize("classes", [1, 2])
-def test_with_too_few_classes_to_hold_one_out_the_even_mix_stays(classes: int):
+@pytest.mark.parametrize("classes", [2, MIN_CLASSES - 1])
+def test_with_too_few_classes_to_hold_a_third_out_energy_alone_is_shipped(classes: int):
     rng = np.random.default_rng(0)
-    choice = choose_mix(_clusters(rng, classes, 20, 8, 0.0), _clusters(rng, classes, 5, 8, 0.0))
-    assert (choice.mix, choice.auroc) == (EVEN, {})
-    assert choice.reason == f"{classes} classes: too few to hold one out, so the even mix"
+    choice = choose_mix(_clusters(rng, classes, 20, 12, 0.0), _clusters(rng, classes, 5, 12, 0.0))
+    assert (choice.mix, choice.auroc) == (FEW_CLASSES_MIX, {}) == (0.0, {})
+    assert choice.reason == f"{classes} classes: too few to hold a third out, so energy alone"
+
+
+def test_with_logits_the_heads_part_is_energy_at_the_runs_temperature():
+    from app.models import ood
+
+    rng = np.random.default_rng(5)
+    train, val = _clusters(rng, 4, 30, 10, 0.3), _clusters(rng, 4, 10, 10, 0.3)
+    logits = rng.normal(0, 3, (len(val[1]), 4))
+    probabilities = np.exp(logits / 2) / np.exp(logits / 2).sum(axis=1, keepdims=True)
+    score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=0.0, val_logits=logits, temperature=2.0)
+    energy = -2.0 * np.log(np.exp(logits / 2.0).sum(axis=1))
+    z_energy = (energy - energy.mean()) / energy.std()
+    z_distance = ood.fit_feature_stats(*train).distance(relative=True)(val[0])
+    z_distance = (z_distance - z_distance.mean()) / z_distance.std()
+    gate = 4.0 * np.maximum(z_distance - np.quantile(z_distance, 0.95), 0.0)
+    np.testing.assert_allclose(score(probabilities, val[0], logits), 2 * z_energy + gate, rtol=1e-4, atol=1e-4)
+    again = ood.ShippedScore.from_arrays(score.to_arrays())
+    assert again.energy_head and again.temperature == 2.0
+    with pytest.raises(ValueError, match="needs the logits"):
+        score(probabilities, val[0])
