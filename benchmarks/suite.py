@@ -176,7 +176,7 @@ def set_table(runs: list[Run], where: str) -> str:
             f"{seconds / base_seconds:.2f}",
             "-" if name == names[0] else " ".join(f"{d:+.1f}" for d in diffs),
         ])  # fmt: skip
-    return f"{where} ({len(base)} seeds)\n" + format_table(table)
+    return f"{where} ({len(base)} seed{'' if len(base) == 1 else 's'})\n" + format_table(table)
 
 
 def worst_sets(runs: list[Run]) -> str:
