@@ -48,12 +48,10 @@ ASH_KEEP, SCALE_KEEP = 0.10, 0.15  # the share of activations ASH-S keeps; SCALE
 FAR_PHOTOS = 400
 
 
-def pooled_features(paths: list[Path], backbone: str, weights: str, batch: int = 32) -> np.ndarray:
-    """The frozen backbone's pooled features of each photo (the export's eval decode, 224 px)."""
+def features_model(backbone: str, weights: str):
+    """images 0..255 → the frozen backbone's pooled features, at the backbone's own size; built once a set."""
     import keras
-    import tensorflow as tf
 
-    from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
     from app.models.backbones import get_backbone
     from app.models.pretrained import load_backbone
 
@@ -61,12 +59,21 @@ def pooled_features(paths: list[Path], backbone: str, weights: str, batch: int =
     size = spec.default_size
     model, _ = load_backbone(spec, size, weights)
     images = keras.Input((size, size, 3))
-    pooled = keras.Model(images, keras.layers.GlobalAveragePooling2D()(model(spec.normalization_layer()(images))))
+    return keras.Model(images, keras.layers.GlobalAveragePooling2D()(model(spec.normalization_layer()(images))))
+
+
+def pooled_features(paths: list[Path], model, batch: int = 32) -> np.ndarray:
+    """`model`'s features of each photo, decoded as the export decodes."""
+    import tensorflow as tf
+
+    from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
+
+    size = model.input.shape[1]
     decode = tf.function(lambda b: decode_batch(b, size, DEFAULT_CROP_FRACTION, 100.0), autograph=False)
     rows = []
     for start in range(0, len(paths), batch):
         decoded = decode(tf.constant([p.read_bytes() for p in paths[start : start + batch]]))
-        rows.append(pooled(tf.cast(decoded, tf.float32), training=False).numpy())
+        rows.append(model(tf.cast(decoded, tf.float32), training=False).numpy())
     return np.concatenate(rows)
 
 
@@ -158,6 +165,7 @@ def features_of_set(
 def _compute_features(
     shared: Path, name: str, backbone: str, weights: str, splits: tuple[str, ...], sample: int
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    model = features_model(backbone, weights)
     with tempfile.TemporaryDirectory() as tmp:
         cut_folder(shared / "data" / name, Path(tmp), SETS[name], quick=False)
         found = {}
@@ -166,7 +174,7 @@ def _compute_features(
             if sample and len(paths) > sample:
                 keep = np.sort(np.random.default_rng(0).choice(len(paths), sample, replace=False))
                 paths, labels = [paths[i] for i in keep], labels[keep]
-            found[split] = (pooled_features(paths, backbone, weights), labels)
+            found[split] = (pooled_features(paths, model), labels)
             print(f"{name} {backbone} {split}: {len(paths)} photos", file=sys.stderr, flush=True)
     return found
 
