@@ -33,9 +33,8 @@ def run_cli(main: Callable[[], int | None]) -> None:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     finally:
-        # Python's last garbage collections at exit walk every object TensorFlow and Keras made
-        # (half a million after a default fine_tune.py): about 1 s of its wall time, 0.15 s once
-        # they are frozen. The process is ending; atexit handlers still run.
+        # Python's last garbage collections at exit walk every object TensorFlow and Keras made;
+        # frozen, they are skipped. The process is ending; atexit handlers still run.
         gc.freeze()
 
 
@@ -43,9 +42,9 @@ def run_cli(main: Callable[[], int | None]) -> None:
 def lasting_imports() -> Iterator[None]:
     """Around a script's imports of TensorFlow and the app: no garbage collection while they
     load, and what they made frozen after. Importing TensorFlow makes ~400k objects that live
-    until exit and almost no garbage, yet Python's full collections walked them 6 times during
-    the import and again at every later one: 1.5-1.7 s of a short fine_tune.py run, 0.4 s
-    with this. Keras comes first, without scikit-learn (`_import_keras`)."""
+    until exit and almost no garbage, yet Python's full collections walked them several times
+    during the import and again at every later one. Keras comes first, without scikit-learn
+    (`_import_keras`)."""
     gc.disable()
     try:
         _import_keras()

@@ -151,29 +151,6 @@ class FinishedRun:
         """The side-feature columns the model takes besides the image ([] for image-only runs)."""
         return self.state.get("side_features", [])
 
-    def build_model(self, metrics: dict | None = None):
-        """The classifier (images → probabilities) with the run's final weights and temperature,
-        under the global dtype policy; `metrics` stands in for metrics.json (not yet written
-        while a run exports itself)."""
-        metrics = self.metrics if metrics is None else metrics
-        from app.models.backbones import get_backbone
-        from app.models.classifier import build_classifier, served_model
-        from app.models.pretrained import load_backbone
-
-        spec = get_backbone(self.state["backbone"])
-        backbone, _ = load_backbone(spec, self.image_size, "auto" if spec.hub_handle else "none")
-        clf = build_classifier(
-            spec,
-            backbone,
-            len(self.classes),
-            self.image_size,
-            self.config.dropout,
-            self.side_features,
-            self.multi_label,
-        )
-        clf.model.load_weights(str(self.run.final_weights))
-        return served_model(clf, metrics.get("calibration"), self.ood_score(metrics))
-
     def ood_score(self, metrics: dict | None = None):
         """The run's fitted out-of-distribution score (app.models.ood.ShippedScore), if it has one."""
         metrics = self.metrics if metrics is None else metrics

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from app.cli import add_weights_and_seeds, run_cli
+from app.export.rebuild import rebuild_served_model
 from app.table import format_table
 
 PHOTO_SIZE, RADIUS = 256, 0.09
@@ -64,7 +65,7 @@ def pointing_and_cost(run_dir: Path, photos: Path, names: list[str], boxes: dict
     from app.run_dir import RunDir
 
     finished = RunDir(run_dir).load()
-    model = finished.build_model()
+    model = rebuild_served_model(finished)
     maps = gradcam.explainer(model)
     pixels = tf.cast(
         decode_batch(tf.constant([(photos / n).read_bytes() for n in names]), finished.image_size,

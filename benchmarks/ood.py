@@ -25,6 +25,7 @@ import numpy as np
 
 from app.cli import run_cli
 from app.errors import UserError
+from app.export.rebuild import rebuild_served_model
 from app.models import ood
 from app.table import format_table
 
@@ -51,7 +52,7 @@ def run_outputs(run_dir: Path):
     from app.run_dir import RunDir
 
     finished = RunDir(run_dir).load()
-    model = finished.build_model()
+    model = rebuild_served_model(finished)
     probabilities = model.output["probabilities"] if isinstance(model.output, dict) else model.output
     pieces = keras.Model(
         model.inputs, [model.get_layer("pool").output, model.get_layer("logits").output, probabilities]

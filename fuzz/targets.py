@@ -108,7 +108,7 @@ def _allowed_http_error(err: Exception) -> bool:
     """What the server answers with a 4xx: its ApiError, or aiohttp's own HTTP errors."""
     from aiohttp import web
 
-    from app.serving.rest import ApiError
+    from app.serving.tf_json import ApiError
 
     status = err.status if isinstance(err, ApiError | web.HTTPException) else 500
     return 400 <= status < 500
@@ -127,7 +127,8 @@ def _predict_specs():
 
 def _rest_predict() -> Callable[[bytes], None]:
     """`:predict`: the JSON body (first byte: which model's inputs), both of TF Serving's forms."""
-    from app.serving.rest import _json_body, parse_predict
+    from app.serving.rest import _json_body
+    from app.serving.tf_json import parse_predict
 
     requests, specs = _Requests(), _predict_specs()
 

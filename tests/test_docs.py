@@ -71,3 +71,42 @@ def test_every_benchmark_module_and_script_written_exists(document: Path):
 def test_no_module_of_the_package_is_a_benchmark():
     names = [p.relative_to(ROOT).as_posix() for p in (ROOT / "app").rglob("*.py") if "benchmark" in p.name]
     assert names == []
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_path_written_exists(document: Path):
+    """A guide that names `app/training/some_module.py` after a move sends a reader nowhere."""
+    for path in re.findall(r"\b(app/[\w/]+\.(?:py|html))", text_of(document)):
+        assert (ROOT / path).exists(), f"{document.name}: no {path}"
+
+
+# A time, a size or a speed-up in prose: "0.7 s", "12 ms", "750 MB", "2.2x", "3×" after a number.
+MEASURED = re.compile(r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:ms|s|MB|GB|KB)\b|\b\d+(?:\.\d+)?x\b")
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of the module's comments and docstrings."""
+    import ast
+    import io
+    import tokenize
+
+    source = text_of(path)
+    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+             if t.type == tokenize.COMMENT]  # fmt: skip
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+def test_no_measured_figure_in_the_package_s_docstrings_or_comments():
+    """Figures go stale where no benchmark reprints them: they live in benchmarks/README.md."""
+    hits = [
+        f"{path.relative_to(ROOT)}:{line}: {match.group(0)}"
+        for path in sorted((ROOT / "app").rglob("*.py"))
+        for line, text in _prose(path)
+        for match in MEASURED.finditer(text)
+    ]
+    assert hits == []

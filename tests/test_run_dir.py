@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from app.errors import UserError
+from app.export.rebuild import rebuild_served_model
 from app.run_dir import RunDir
 
 
@@ -57,7 +58,9 @@ def test_loading_a_finished_run_rebuilds_the_trained_model(trained_run: Path):
     # The export was written from the in-memory model at the end of training.
     exported = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1")).signatures["predict_images"]
     np.testing.assert_allclose(
-        finished.build_model()(x)["probabilities"].numpy(), exported(images=x)["probabilities"].numpy(), atol=1e-5
+        rebuild_served_model(finished)(x)["probabilities"].numpy(),
+        exported(images=x)["probabilities"].numpy(),
+        atol=1e-5,
     )
 
 
@@ -78,5 +81,5 @@ def test_a_run_without_phase_2_also_leaves_weights_that_rebuild_its_export(tiny_
     run = Path(tiny_config.out)
     x = np.random.default_rng(1).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     exported = tf.saved_model.load(str(run / "export" / "run" / "1")).signatures["predict_images"]
-    rebuilt = RunDir(run).load().build_model()(x)["probabilities"].numpy()
+    rebuilt = rebuild_served_model(RunDir(run).load())(x)["probabilities"].numpy()
     np.testing.assert_allclose(rebuilt, exported(images=x)["probabilities"].numpy(), atol=1e-5)

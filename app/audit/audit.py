@@ -28,8 +28,8 @@ def _image(item: AuditItem) -> dict:
 
 def _without_pretrained_features(scan: Scan) -> str | None:
     """Why near duplicates, likely wrong labels and far-off photos were not looked for: a
-    backbone without pretrained weights sees every photo as alike (similarity 0.999 between
-    plainly different photos), so its findings would be junk that looks like results."""
+    backbone without pretrained weights sees every photo as alike (plainly different photos
+    nearly identical), so its findings would be junk that looks like results."""
     if not scan.weights_used.startswith("none"):
         return None
     return (

@@ -17,8 +17,8 @@ NEIGHBOURS = 5
 TINY_SIDE = 32
 EXTREME_ASPECT = 4.0
 NEAR_CONSTANT_STD = 4.0  # pixel standard deviation (0..255) below which an image is blank
-LOW_DETAIL = 0.75  # mean neighbour difference of gray levels; real photos measured >= 1.2 (cats-dogs, 700)
-FLAT_SHARE = 0.6  # share of one flat colour; real photos measured <= 0.38 (placeholders, screenshots: > 0.75)
+LOW_DETAIL = 0.75  # mean neighbour difference of gray levels; under every real photo measured (benchmarks: Audit)
+FLAT_SHARE = 0.6  # share of one flat colour; above every real photo measured, under placeholders and screenshots
 
 
 def exact_duplicate_groups(pixel_hashes: list[str]) -> list[list[int]]:

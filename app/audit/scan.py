@@ -24,7 +24,7 @@ from app.data.preprocess import EVAL_DECODE, decode_for_eval
 from app.models.backbones import get_backbone
 from app.models.classifier import build_classifier
 from app.models.pretrained import load_pretrained_backbone
-from app.training.feature_cache import load_or_compute, weights_fingerprint
+from app.training.frozen import load_or_compute, weights_fingerprint
 
 THUMBNAIL_SIDE = 112
 BATCH = 32

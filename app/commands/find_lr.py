@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> None:
         from app.config import load_config, parse_set
         from app.data.demo import ensure_demo_records
         from app.errors import UserError
-        from app.training.find_lr import find_lr
+        from app.training.lr_find_job import find_lr
         from app.training.lr_finder import report_dir
 
     if args.steps < 10 or not 0 < args.lr_min < args.lr_max:

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> None:
     if args.explain is not None and RunDir.of_export(version) is None:
         raise UserError(f"--explain: {version} is not inside its run dir; Grad-CAM needs the run's weights")
     with lasting_imports():
-        from app.serving.predict_files import predict_files
+        from app.inference.batch_predict import predict_files
 
     summary = predict_files(
         args.model_dir,

@@ -1,7 +1,8 @@
 """Image size from the header, before any pixel is decoded: the image-bomb guard.
 
-A 2 MB JPEG can decode to 144 megapixels (430 MB of RGB). `header_size` reads height, width and
-the pixel count the decoder would allocate from the first bytes of a JPEG, PNG, GIF, BMP or WebP, with
+A JPEG of a few megabytes can decode to 144 megapixels (three bytes a pixel). `header_size`
+reads height, width and the pixel count the decoder would allocate from the first bytes of a
+JPEG, PNG, GIF, BMP or WebP, with
 TensorFlow ops only, so the same check runs inside the exported serving graph (TF Serving gets
 the protection) and on the host (the local server, batch prediction, evaluation).
 
@@ -191,8 +192,8 @@ def _webp(data: tf.Tensor) -> tf.Tensor:
 def header_fields(encoded: tf.Tensor) -> tf.Tensor:
     """Scalar string of image bytes → int64 [height, width, pixels, code]: code 0 when the header
     was read, else 1 + the index of why not in _REASONS. Raises only on a JPEG header libjpeg
-    cannot read: TensorFlow keeps about 1 KB of every failed call (python -m fuzz image_header
-    grew by 200 MB in 200,000 refused inputs), so the other refusals are values, not errors."""
+    cannot read: TensorFlow keeps a little memory for every failed call (`python -m fuzz
+    image_header` grew steadily on refused inputs), so the other refusals are values, not errors."""
     data = tf.concat([tf.io.decode_raw(encoded, tf.uint8), tf.zeros([_PAD], tf.uint8)], 0)
     head = tf.strings.substr(encoded, 0, 8)
     is_jpeg = tf.strings.substr(head, 0, 3) == b"\xff\xd8\xff"

@@ -16,8 +16,8 @@ import tensorflow as tf
 from app.data import image_header
 
 # For the functions handed to tf.data and tf.function: they use TF's own control flow
-# (tf.cond, tf.switch_case), so AutoGraph's rewrite of their Python source, 20-150 ms each on
-# first use, buys nothing (0.7 s of a default fine_tune.py run, and as much in its export).
+# (tf.cond, tf.switch_case), so AutoGraph's rewrite of their Python source, paid on first use,
+# buys nothing.
 as_written = tf.autograph.experimental.do_not_convert
 
 EVAL_DECODE = "centre crop at DCT scale"  # in the caches' keys: features made by another eval decode are made again
@@ -119,7 +119,7 @@ def _scaled_centre_crop(
     """The centre crop from a 1/`ratio` decode. Its edges fall inside DCT blocks there, so the
     blocks around it are decoded and the exact crop is sampled from them (bilinear: it shrinks by
     less than 2×); snapping to whole blocks instead shifted the picture by up to ratio - 1 pixels,
-    3× the difference to a full decode on a generated 12-megapixel photo."""
+    several times further from a full decode."""
     top, left, side = (tf.cast(window[i], tf.float32) / ratio for i in range(3))
     rows, cols = -(-shape[0] // ratio), -(-shape[1] // ratio)  # libjpeg's scaled size, rounded up
     y0, x0 = tf.cast(tf.floor(top), tf.int32), tf.cast(tf.floor(left), tf.int32)
@@ -224,8 +224,7 @@ def color_jitter(images: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tens
     def factor(s: tf.Tensor) -> tf.Tensor:
         return tf.random.stateless_uniform(batch_shape, s, 1.0 - strength, 1.0 + strength)
 
-    # The mean outside XLA: XLA's CPU code for this reduction took 1.3 ms of the jitter's 3.4 ms
-    # (a batch of 32 at 224, 2 cores); TensorFlow's own took under half that.
+    # The mean outside XLA: XLA's CPU code for this reduction was slower than TensorFlow's own.
     means = tf.reduce_mean(tf.cast(images, tf.float32), axis=[-3, -2, -1])
     return _apply_color_jitter(images, means, factor(s_b), factor(s_c), factor(s_s))
 
@@ -235,8 +234,8 @@ def _apply_color_jitter(
     images: tf.Tensor, means: tf.Tensor, brightness: tf.Tensor, contrast: tf.Tensor, saturation: tf.Tensor
 ) -> tf.Tensor:
     """Brightness, then contrast around the brightened image's mean, then saturation towards its
-    luma, composed into one linear expression of the pixels. XLA fuses it into a single pass
-    (on 2 CPU cores 2.7x faster than the same ops unfused, for a batch of 32 at 224)."""
+    luma, composed into one linear expression of the pixels. XLA fuses it into a single pass,
+    faster than the same ops unfused (benchmarks/README.md, "Input pipeline")."""
     x = tf.cast(images, tf.float32)
     b, c, s = (f[..., None, None, None] for f in (brightness, contrast, saturation))
     gray = tf.reduce_sum(x * tf.constant(LUMA), axis=-1, keepdims=True)

@@ -1,6 +1,6 @@
 """evaluate(): an export on a TFRecord split or an image folder → metrics, figures, HTML report.
 
-The model is called through its serving signature on raw image bytes (app.evaluation.predict),
+The model is called through its serving signature on raw image bytes (app.evaluation.predictions),
 so what is measured is what will be deployed.
 """
 
@@ -25,12 +25,12 @@ from app.evaluation.figures import (
 )
 from app.evaluation.metrics import calibration_effect, compute_metrics
 from app.evaluation.ood import check_ood_source, ood_metrics, ood_scores, plot_ood_histogram
-from app.evaluation.predict import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
+from app.evaluation.predictions import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
 from app.evaluation.report import summary_table, write_html, write_metrics
 from app.export.layout import read_metadata, reports_dir, resolve_model_dir
+from app.inference.runtime import load_runtime
 from app.models.tta import check_tta
 from app.run_dir import RunDir
-from app.serving.runtime import load_runtime
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +103,10 @@ def _figures(metrics: dict, predictions: Predictions, explainer: Future, out: Pa
 def _explainer_in_background(version_dir: Path, executor: ThreadPoolExecutor) -> Future:
     """The Grad-CAM explainer of the mistakes figure, built and traced while the photos are
     predicted: model building and tracing are mostly one thread of Python, so beside the
-    prediction the figure took about 3 s instead of 8.5 s (1,360 12 MP photos, 2 cores)."""
+    prediction they cost the report little of its wall time."""
 
     def build():
-        from app.serving.explain import PhotoExplainer
+        from app.inference.explain import PhotoExplainer
 
         explainer = PhotoExplainer(version_dir)
         explainer.warm_up()

@@ -22,8 +22,8 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.sources import list_files
 from app.errors import UserError
 from app.export.layout import read_metadata
+from app.inference.runtime import LiteRTRuntime, TFRuntime, answers_or_reasons
 from app.models import ood
-from app.serving.runtime import LiteRTRuntime, TFRuntime, answers_or_reasons
 
 
 def check_ood_source(path: str) -> None:
@@ -37,7 +37,7 @@ def check_ood_source(path: str) -> None:
 
 def _encoded(path: str, split: str) -> tuple[int, Iterator[bytes]]:
     if storage.exists(storage.join(path, schema.METADATA_FILE)):
-        from app.evaluation.predict import tfrecord_examples
+        from app.evaluation.predictions import tfrecord_examples
 
         _, total, examples = tfrecord_examples(path, split)
         return total, (example[0] for example in examples)

@@ -2,12 +2,11 @@
 both of its uses: the SavedModel's signatures call it as a function, and the LiteRT converter
 reads it as a GraphDef.
 
-A SavedModel of constants has no checkpoint to trace, write or restore (a whole export of
-MobileNetV2 at 224 with its LiteRT check took 16.4 s with variables and 10.4 s frozen, 2 cores,
-medians of 3). TensorFlow's public `convert_variables_to_constants_v2` freezes in 0.3 s and then
-rebuilds a ConcreteFunction by copying the frozen graph op by op in Python (1.4-2.1 s for
-MobileNetV2's ~2,100 ops on 2 cores); the LiteRT converter, given that function, froze and copied
-it all again. Here the graph is frozen once and imported (in C++) into one new trace.
+A SavedModel of constants has no checkpoint to trace, write or restore, and the export is
+quicker for it (benchmarks/README.md). TensorFlow's public `convert_variables_to_constants_v2`
+freezes quickly and then rebuilds a ConcreteFunction by copying the frozen graph op by op in
+Python; the LiteRT converter, given that function, froze and copied it all again. Here the graph
+is frozen once and imported (in C++) into one new trace.
 """
 
 from __future__ import annotations

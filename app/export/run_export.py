@@ -17,6 +17,7 @@ from app.data.pipeline import dataset_fingerprint
 from app.errors import UserError
 from app.export.frozen import FrozenForward
 from app.export.layout import read_metadata
+from app.export.rebuild import rebuild_served_model
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
 from app.export.tflite import write_litert
 from app.models.tta import check_tta
@@ -91,7 +92,7 @@ def export_run(
     finished = run.load(need_weights=model is None or reduced)
     if model is None or reduced:
         with float32_policy():  # LiteRT's built-in ops run float32 graphs; the weights are float32 already
-            model = finished.build_model(metrics)
+            model = rebuild_served_model(finished, metrics)
     export_dir = Path(export_dir) if export_dir else run.export_root
     name = name or run.export_name
     metadata = build_metadata(finished, metrics or finished.metrics)

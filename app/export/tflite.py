@@ -35,8 +35,8 @@ MODES = ("float32", "float16", "int8")
 REQUIRED_AGREEMENT = {"float32": 1.0, "float16": 0.995, "int8": 0.995}
 FLOAT32_MAX_ABS_DIFF = 1e-4
 # How many val images each check reads (None: all). A float32 conversion error shows on every
-# image, so a sample decides it as well as the whole split, in less time (MobileNetV2 at 224, 2
-# cores: 1.8-1.9 s against 3.4-5.8 s on 200 photos); the smaller types' rare flips are counted on all.
+# image, so a sample decides it as well as the whole split, in less time; the smaller types'
+# rare flips are counted on all.
 PARITY_IMAGES = {"float32": 64, "float16": None, "int8": None}
 
 
@@ -86,8 +86,8 @@ class LiteRTModel:
 def convert(forward: FrozenForward, image_size: int, mode: str, data_dir: str | None) -> bytes:
     """The model's frozen forward pass (`app.export.frozen`), converted from its GraphDef. The
     converter's concrete-function route freezes the function again and copies its graph op by op
-    in Python (2.5 s against 1.0 s for MobileNetV2 at 224 on 2 cores; the same file, with the same
-    dynamic batch dimension); its SavedModel route saves and loads it back twice (3.0 s)."""
+    in Python (the same file, with the same dynamic batch dimension, more slowly); its SavedModel
+    route saves and loads it back twice."""
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(forward.graph_def, name="")

@@ -11,10 +11,10 @@ from tqdm import tqdm
 from app.data.display import open_photo
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.export import layout
+from app.inference.batch_predict import read_batches
+from app.inference.runtime import answers_or_reasons, load_runtime
 from app.review.model import check_reviewable
 from app.review.ranking import SIGNATURE_SIDE, diverse_order, priority, signature
-from app.serving.predict_files import read_batches
-from app.serving.runtime import answers_or_reasons, load_runtime
 
 GUESSES = 3  # classes shown with each photo
 

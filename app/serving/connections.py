@@ -113,7 +113,7 @@ class BoundedRunner(web.AppRunner):
 
 def bounded_runner(app: web.Application, max_connections: int, client_timeout: float, **kwargs) -> BoundedRunner:
     """Idle and header time are aiohttp's keep-alive timer; after an early answer (408, 413) the
-    rest of a body is read and dropped for at most the same time (aiohttp's lingering, 10 s)."""
+    rest of a body is read and dropped for at most the same time (aiohttp's lingering time)."""
     return BoundedRunner(
         app,
         max_connections,

@@ -1,9 +1,9 @@
 """Give memory the server has freed back to the system.
 
 glibc keeps freed memory for reuse, and a heap fragmented by request bodies of megabytes is
-not trimmed by free() alone: in the soak, 400 refused 9 MB uploads sent chunked left the server
-800 MB larger, nearly all of it free. malloc_trim(0) hands it back (36 ms for 340 MB; 0.3 ms
-when there is nothing to give), so the server calls it every few seconds, off the event loop.
+not trimmed by free() alone: in the soak, refused large uploads sent chunked left the server
+much larger, nearly all of it free. malloc_trim(0) hands it back, quickly when there is nothing
+to give, so the server calls it every few seconds, off the event loop.
 Elsewhere than glibc (macOS, musl) this is a no-op.
 """
 

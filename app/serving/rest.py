@@ -19,8 +19,6 @@ headers and too many connections: app.serving.connections).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import threading
 import time
@@ -38,14 +36,15 @@ from aiohttp import web
 from app import safe_json
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
 from app.errors import UserError
+from app.inference.explain import PhotoExplainer, explain_answer
+from app.inference.runtime import tiny_jpeg
 from app.safe_json import JsonLimits, JsonRejected
 from app.serving import multipart
 from app.serving.batcher import Batcher, InferenceError, Overloaded
-from app.serving.explain import PhotoExplainer, explain_answer
 from app.serving.memory import release_free_memory
 from app.serving.metrics import CONTENT_TYPE, ServingMetrics, log_access
-from app.serving.runtime import tiny_jpeg
 from app.serving.store import LoadedModel, ModelStore
+from app.serving.tf_json import ApiError, format_predict, parse_predict, signature_inputs, tensor_info
 
 RETRY_AFTER_SECONDS = 1
 RELEASE_SECONDS = 2.0
@@ -72,12 +71,6 @@ EXPLAINERS_LOCK = web.AppKey("explainers_lock", object)
 INSTANCES = web.RequestKey("instances", int)  # for the access log
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status, self.headers = status, headers or {}
-
-
 def _too_large(limit: int) -> str:
     return f"request body too large (limit {limit} bytes)"
 
@@ -96,100 +89,6 @@ def _model(request: web.Request) -> LoadedModel:
     return model
 
 
-def _signature_inputs(model: LoadedModel, name: str) -> dict[str, tf.TensorSpec]:
-    signatures = model.signatures
-    if name not in signatures:
-        raise ApiError(
-            400, f'Serving signature name: "{name}" not found in signature def (have: {", ".join(sorted(signatures))})'
-        )
-    return signatures[name][0]
-
-
-def _value(spec: tf.TensorSpec, value, where: str):
-    if spec.dtype == tf.string:
-        if value is None:  # JSON null: a missing category (a missing number becomes NaN in _array)
-            return b""
-        if isinstance(value, dict):
-            if set(value) != {"b64"} or not isinstance(value["b64"], str):
-                raise ApiError(400, f'{where}: expected {{"b64": "..."}}')
-            try:
-                return base64.b64decode(value["b64"], validate=True)
-            except (binascii.Error, ValueError):
-                raise ApiError(400, f"{where}: invalid base64") from None
-        if isinstance(value, str):
-            return value.encode()
-        raise ApiError(400, f'{where}: expected a string or {{"b64": ...}}')
-    return value
-
-
-def _array(spec: tf.TensorSpec, values: list, name: str) -> np.ndarray:
-    if spec.dtype == tf.string:
-        return np.array([_value(spec, v, f"{name}[{i}]") for i, v in enumerate(values)], dtype=object)
-    try:
-        with np.errstate(over="raise", invalid="raise"):  # 1e300 as float32 is not inf, 2**31 as int32 not negative
-            array = np.asarray(values, dtype=spec.dtype.as_numpy_dtype)
-    except (TypeError, ValueError, OverflowError, FloatingPointError):
-        raise ApiError(400, f"{name}: expected numbers of type {spec.dtype.name}, within its range") from None
-    if not spec.shape.is_compatible_with(array.shape):
-        raise ApiError(400, f"{name}: shape {list(array.shape)} does not match {spec.shape}")
-    return array
-
-
-def parse_predict(
-    body: dict, specs: dict[str, tf.TensorSpec], max_instances: int
-) -> tuple[dict[str, np.ndarray], bool]:
-    """→ (inputs by name, row format?) from TF Serving's row ("instances") or columnar ("inputs") form."""
-    if ("instances" in body) == ("inputs" in body):
-        raise ApiError(400, 'Request must have exactly one of "instances" (row format) or "inputs" (columnar format)')
-    names = sorted(specs)
-    if "instances" in body:
-        rows = body["instances"]
-        if not isinstance(rows, list) or not rows:
-            raise ApiError(400, '"instances" must be a non-empty list')
-        if len(names) == 1:
-            columns = {names[0]: [r[names[0]] if isinstance(r, dict) and names[0] in r else r for r in rows]}
-        else:
-            if not all(isinstance(r, dict) and set(r) == set(names) for r in rows):
-                raise ApiError(400, f"each instance must be an object with exactly the inputs {names}")
-            columns = {n: [r[n] for r in rows] for n in names}
-    else:
-        inputs = body["inputs"]
-        columns = (
-            inputs
-            if isinstance(inputs, dict) and set(inputs) <= set(names) and inputs
-            else {names[0]: inputs}
-            if len(names) == 1
-            else None
-        )
-        if (
-            columns is None
-            or set(columns) != set(names)
-            or not all(isinstance(v, list) and v for v in columns.values())
-        ):
-            raise ApiError(400, f'"inputs" must give a non-empty list for each of {names}')
-    counts = {len(v) for v in columns.values()}
-    if len(counts) != 1:
-        raise ApiError(400, "all inputs must have the same number of instances")
-    if counts.pop() > max_instances:
-        raise ApiError(400, f"too many instances: at most {max_instances} per request")
-    return {n: _array(specs[n], columns[n], n) for n in names}, "instances" in body
-
-
-def _jsonable(array: np.ndarray) -> list:
-    if array.dtype == object:
-        return [_jsonable(a) if isinstance(a, np.ndarray) else a.decode("utf-8", "replace") for a in array]
-    return array.tolist()
-
-
-def format_predict(outputs: dict[str, np.ndarray], rows: bool) -> dict:
-    if not rows:
-        return {"outputs": {k: _jsonable(v) for k, v in outputs.items()}}
-    n = len(next(iter(outputs.values())))
-    if len(outputs) == 1:
-        return {"predictions": _jsonable(next(iter(outputs.values())))}
-    return {"predictions": [{k: _jsonable(v[i : i + 1])[0] for k, v in outputs.items()} for i in range(n)]}
-
-
 async def _in_client_time(request: web.Request, read: Awaitable[T]) -> T:
     """A body sent slower than the client timeout allows is a 408: a client trickling bytes
     must not hold a connection and a handler for as long as it likes."""
@@ -202,8 +101,8 @@ async def _in_client_time(request: web.Request, read: Awaitable[T]) -> T:
 
 async def _body(request: web.Request) -> bytes:
     """The body, refused (413) as soon as it passes the limit. Kept as a list of the chunks that
-    arrived, not grown in one buffer as aiohttp's request.read() does: 400 bodies of 9 MB sent
-    chunked (no Content-Length to refuse them by) grew the server by 750 MB that way."""
+    arrived, not grown in one buffer as aiohttp's request.read() does: in the soak, large bodies
+    sent chunked (no Content-Length to refuse them by) grew the server that way."""
     limit, chunks, size = request.app[LIMITS].max_body_bytes, [], 0
     async for chunk in request.content.iter_any():
         size += len(chunk)
@@ -274,7 +173,7 @@ async def predict(request: web.Request) -> web.Response:
     model = _model(request)
     body = await _json_body(request)
     signature = body.get("signature_name") or "serving_default"
-    inputs, rows = parse_predict(body, _signature_inputs(model, signature), request.app[LIMITS].max_instances)
+    inputs, rows = parse_predict(body, signature_inputs(model, signature), request.app[LIMITS].max_instances)
     outputs = await _infer(request, model, signature, inputs)
     return web.json_response(format_predict(outputs, rows))
 
@@ -282,7 +181,7 @@ async def predict(request: web.Request) -> web.Response:
 def _side_from_query(request: web.Request, model: LoadedModel) -> dict[str, np.ndarray]:
     """A side-features model's other inputs, from the query string (`?age=54&site=arm`); one
     left out is missing (NaN or ""), as the model's missing-value policy expects."""
-    specs = {k: v for k, v in _signature_inputs(model, "serving_default").items() if k != "image_bytes"}
+    specs = {k: v for k, v in signature_inputs(model, "serving_default").items() if k != "image_bytes"}
     unknown = sorted(set(request.query) - set(specs))
     if unknown:
         raise ApiError(400, f"unknown query parameter(s) {unknown}; this model's side features are {sorted(specs)}")
@@ -342,7 +241,7 @@ async def classify(request: web.Request) -> web.Response:
 
 async def explain(request: web.Request) -> web.Response:
     """Why: the Grad-CAM map of the top class (or of ?class=LABEL) for the image in the body, as
-    :classify takes it (app.serving.explain). Needs the export's run dir, for its weights."""
+    :classify takes it (app.inference.explain). Needs the export's run dir, for its weights."""
     model = _model(request)
     data = await _image_body(request)
     classes = model.metadata().get("classes") or []
@@ -389,22 +288,13 @@ async def status(request: web.Request) -> web.Response:
     )
 
 
-def _tensor_info(spec: tf.TensorSpec) -> dict:
-    dims = [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape]
-    return {
-        "dtype": f"DT_{spec.dtype.name.upper()}",
-        "tensor_shape": {"dim": dims, "unknown_rank": False},
-        "name": spec.name or "",
-    }
-
-
 async def metadata(request: web.Request) -> web.Response:
     model = _model(request)
     defs = {}
     for name, (inputs, outputs) in model.signatures.items():
         defs[name] = {
-            "inputs": {k: _tensor_info(v) for k, v in inputs.items()},
-            "outputs": {k: _tensor_info(v) for k, v in outputs.items()},
+            "inputs": {k: tensor_info(v) for k, v in inputs.items()},
+            "outputs": {k: tensor_info(v) for k, v in outputs.items()},
             "method_name": "tensorflow/serving/predict",
         }
     return web.json_response(
@@ -468,7 +358,7 @@ async def observed(request: web.Request, handler):
 @web.middleware
 async def declared_size_first(request: web.Request, handler):
     """A body whose Content-Length is over the limit is refused before any of it is read: reading
-    8 MB to find out cost the server its memory (400 such requests grew it by 900 MB)."""
+    it to find out cost the server its memory in the soak (benchmarks/README.md, "Soak")."""
     limit = request.app[LIMITS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, _too_large(limit))

@@ -1,6 +1,6 @@
 """The model a server is serving: the newest version under a TF Serving model folder, hot-swapped.
 
-Each version is loaded into the runtime the server was started with (app.serving.runtime);
+Each version is loaded into the runtime the server was started with (app.inference.runtime);
 with `--runtime litert` a new version whose LiteRT check failed is not swapped in (logged).
 
 A background thread polls for new numeric version folders and loads a new one completely
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from app.errors import UserError
 from app.export import layout
-from app.serving.runtime import LiteRTRuntime, TFRuntime, load_runtime
+from app.inference.runtime import LiteRTRuntime, TFRuntime, load_runtime
 
 log = logging.getLogger(__name__)
 

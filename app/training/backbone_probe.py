@@ -90,20 +90,6 @@ def fit_probe(
     return out
 
 
-def split_features(
-    features_model, data: str, split: str, image_size: int, batch_size: int = 32
-) -> tuple[np.ndarray, np.ndarray]:
-    """(pooled features, labels) of every image in `split`, decoded as evaluation decodes them."""
-    import tensorflow as tf
-
-    from app.data.pipeline import make_eval_dataset
-    from app.training.passes import model_outputs
-
-    ds = make_eval_dataset(data, split=split, image_size=image_size, batch_size=batch_size)
-    ds = ds.map(lambda inputs, labels: (inputs["image"] if isinstance(inputs, dict) else inputs, labels))
-    return model_outputs(lambda images, labels: features_model(tf.cast(images, tf.float32), training=False), ds)
-
-
 def probe_backbone(candidate: Candidate, data: str, image_size: int = 0) -> ProbeResult:
     """Build `candidate`, compute its features on every split, fit and score the probe."""
     import keras
@@ -112,6 +98,7 @@ def probe_backbone(candidate: Candidate, data: str, image_size: int = 0) -> Prob
     from app.models.backbones import get_backbone
     from app.models.classifier import build_classifier
     from app.models.pretrained import load_pretrained_backbone
+    from app.training.frozen import split_features
 
     info = load_dataset_info(data)
     spec = get_backbone(candidate.backbone)

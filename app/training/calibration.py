@@ -21,11 +21,8 @@ import math
 import numpy as np
 
 from app.evaluation.metrics import expected_calibration_error, log_loss, reliability_bins, softmax
-from app.models import ood
-from app.models.ood_choice import MixChoice, choose_mix
 from app.training.context import Context
-from app.training.frozen_activations import FrozenActivations
-from app.training.passes import eval_images, model_outputs
+from app.training.frozen import eval_images, model_outputs
 from app.training.phase import KeptPhases
 
 TEMPERATURE_RANGE = (0.05, 20.0)
@@ -105,43 +102,6 @@ def saved_validation_outputs(ctx: Context, phases: KeptPhases) -> tuple[np.ndarr
         with np.load(path) as saved:
             return saved["logits"].astype(np.float64), saved["labels"].astype(np.int32)
     return None
-
-
-def fit_ood_score(
-    ctx: Context,
-    phases: KeptPhases,
-    temperature: float,
-    frozen: FrozenActivations | None = None,
-    accept: float = ood.DEFAULT_ACCEPT,
-) -> tuple[ood.ShippedScore, str, MixChoice]:
-    """The export's out-of-distribution score (app.models.ood.SHIPPED) for the kept weights, what
-    it was fitted on, and its mix of the two parts, chosen by holding classes out of the same
-    features (app.models.ood_choice): feature statistics from the training split, standardisation and
-    threshold from the validation split, where `accept` of the photos pass. The pooled features
-    come from phase 2's activations at its cut where they are in memory (`frozen`: only the layers
-    above the cut run; for training, its augmented views, whose statistics measured the same as
-    the photos' in benchmarks.ood), or phase 1's cached features where phase 2 left the backbone
-    as they were computed with, else from one pass over the split's photos."""
-    phase2 = phases.get(2)
-    unchanged = phase2 is None or phase2.best_epoch == 0  # 0: phase 2 kept phase 1's weights
-    train, train_from = _pooled(ctx, "train", frozen, unchanged)
-    val, _ = _pooled(ctx, "val", frozen, unchanged)
-    logits, _ = validation_logits(ctx, phases)
-    choice = choose_mix(train, val, ctx.cfg.seed)
-    probabilities = softmax(logits / temperature)
-    score = ood.fit_shipped(train[0], train[1], val[0], probabilities, accept, choice.mix, logits, temperature)
-    return score, f"{len(train[0])} {train_from}, {len(val[0])} val photos", choice
-
-
-def _pooled(
-    ctx: Context, split: str, frozen: FrozenActivations | None, upper_unchanged: bool
-) -> tuple[tuple[np.ndarray, np.ndarray], str]:
-    found = frozen.pooled_features(split, upper_unchanged) if frozen is not None else None
-    if found is not None:
-        return found, f"{split} views" if split == "train" else f"{split} photos"
-    features = ctx.clf.features_model
-    outputs = model_outputs(lambda images, labels: features(images, training=False), eval_images(ctx, split))
-    return outputs, f"{split} photos"
 
 
 def calibrate(ctx: Context, phases: KeptPhases | None = None) -> dict:

@@ -43,8 +43,6 @@ class Context:
     weights_used: str
     weights_warning: str | None
     scratch: RunDir | None  # a non-chief worker's private run dir for what it must write; None for the chief
-    cached_phase1: bool  # phase 1 trains the head on cached backbone features (see phase1_mode)
-    phase1_reason: str  # why, for the log
     jit_compile: bool  # XLA-compile the train step (see xla_mode)
     jit_reason: str  # why, for the log
     start: Start | None = None  # where --init-from started it
@@ -98,44 +96,6 @@ def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Str
         verify_shards(info.shard_paths(split))
 
 
-FEATURE_CACHE_LIMIT = 4 * 2**30  # bytes of host memory `cache_features = auto` lets the cache take
-
-
-def feature_cache_bytes(cfg: TrainConfig, info: DatasetInfo, clf: Classifier) -> int:
-    """Host memory of the feature cache's float32 arrays: K views of the train split, one of val."""
-    views = cfg.feature_views if cfg.augment else 1
-    rows = views * info.num_examples("train") + info.num_examples("val")
-    return rows * (clf.features_model.output.shape[-1] + info.side_width) * 4
-
-
-def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes: int) -> tuple[bool, str]:
-    """(train phase 1 on cached features?, why). `auto` caches on a single worker: every image is
-    decoded, augmented and run through the frozen backbone K times in all instead of once per
-    epoch (and the val split once instead of every epoch). On a CPU the backbone is nearly all of
-    phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate)."""
-    views = (
-        f"{cfg.feature_views} augmented view(s) per training image"
-        if cfg.augment
-        else "unaugmented images (augment = false)"
-    )
-    if cfg.cache_features != "auto":
-        cached = cfg.cache_features == "true"
-        return cached, f"cache_features = {cfg.cache_features}" + (f"; {views}" if cached else "")
-    if num_workers(strategy) > 1 or cfg.data_service:
-        return False, "cache_features = auto: several workers or a tf.data service decode every epoch"
-    if cache_bytes > FEATURE_CACHE_LIMIT:
-        return False, (
-            f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB of memory"
-            f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB); set true to cache anyway"
-        )
-    if tf.config.list_physical_devices("GPU"):
-        return True, (
-            "cache_features = auto: on a GPU the CPU's decoding is the bottleneck; each image is decoded once"
-            f" per view, not once per epoch; {views}"
-        )
-    return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {views}"
-
-
 def xla_mode(cfg: TrainConfig) -> tuple[bool, str]:
     """(XLA-compile the train step?, why). `auto` follows Keras' own default: on where a GPU is."""
     if cfg.jit_compile != "auto":
@@ -184,7 +144,6 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     facts["weights"] = backbone.weights_used
     facts[DATASET_FACT] = dataset_fingerprint(cfg.data)  # a resume on other data is refused
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)
-    cached_phase1, phase1_reason = phase1_mode(cfg, strategy, feature_cache_bytes(cfg, info, clf))
     jit_compile, jit_reason = xla_mode(cfg)
     return Context(
         cfg=cfg,
@@ -198,8 +157,6 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
         weights_used=backbone.weights_used,
         weights_warning=backbone.warning,
         scratch=scratch,
-        cached_phase1=cached_phase1,
-        phase1_reason=phase1_reason,
         jit_compile=jit_compile,
         jit_reason=jit_reason,
         start=start,

@@ -1,4 +1,6 @@
-"""What each phase reads: decoded, augmented images, or backbone features computed once.
+"""What a phase reads from images: decoded and augmented here (or on the tf.data service), and
+how batches are spread over replicas. Backbone features and activations computed once are the
+frozen backbone's (app/training/frozen).
 
 Every dataset is built per replica by `distribute_datasets_from_function`, so the same code
 serves one device, several GPUs and several workers.
@@ -6,7 +8,7 @@ serves one device, several GPUs and several workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +18,23 @@ from app.data.pipeline import make_eval_dataset, make_train_dataset
 from app.data.preprocess import color_jitter
 from app.data.service import job_name as service_job_name
 from app.training.context import Context
-from app.training.feature_cache import FeatureCache, load_or_build
-from app.training.frozen_activations import FrozenActivations
-from app.training.passes import distribute, shuffled_batches
 from app.training.phase import PhaseInputs
+
+
+def distribute(ctx: Context, make) -> object:
+    """make(input_context) → per-replica dataset; sharded per worker by TensorFlow's input contexts."""
+    return ctx.strategy.distribute_datasets_from_function(make)
+
+
+def shuffled_batches(ctx: Context, rows: Callable[[], tf.data.Dataset], count: int) -> Iterator:
+    """Endless training batches of `count` rows held in memory (cached features or activations):
+    reshuffled every pass, full batches only."""
+    return iter(
+        distribute(
+            ctx,
+            lambda ic: rows().shuffle(count, seed=ctx.cfg.seed).repeat().batch(ctx.cfg.batch_size, drop_remainder=True),
+        )
+    )
 
 
 def eval_dataset(ctx: Context, split: str) -> object:
@@ -75,32 +90,3 @@ def augmented_sample(ctx: Context, count: int = SAMPLE_IMAGES) -> np.ndarray:
     inputs, _ = next(iter(ds))
     images = inputs["image"] if isinstance(inputs, dict) else inputs
     return color_jitter(images, tf.constant([ctx.cfg.seed, 1]), ctx.augmentation.color_jitter).numpy()
-
-
-def feature_inputs(
-    ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None, frozen: FrozenActivations | None = None
-) -> PhaseInputs:
-    """Cached-features mode: the head trains on backbone features computed once (feature_cache.py).
-    An epoch is as many examples as the training split has images, drawn from the K views of each.
-    A cache built here hands `frozen` (phase 2's input) the activations it needs."""
-    cfg, loaded = ctx.cfg, []
-
-    def cache() -> FeatureCache:
-        if not loaded:  # lazily: a finished phase (seen again on resume) needs no features
-            loaded.append(frozen.phase1_features(on_first_batch) if frozen else load_or_build(ctx, on_first_batch))
-        return loaded[0]
-
-    def dataset(x: np.ndarray, y: np.ndarray, side: np.ndarray | None) -> tf.data.Dataset:
-        return tf.data.Dataset.from_tensor_slices(({"features": x, "side": side} if side is not None else x, y))
-
-    def train_iterator():
-        c = cache()
-        return shuffled_batches(
-            ctx, lambda: dataset(c.train_features, c.train_labels, c.train_side), len(c.train_labels)
-        )
-
-    def val_dataset():
-        c = cache()
-        return distribute(ctx, lambda ic: dataset(c.val_features, c.val_labels, c.val_side).batch(cfg.batch_size))
-
-    return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)

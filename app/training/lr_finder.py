@@ -5,10 +5,9 @@ Each step trains one batch at a learning rate `ratio` times the previous one, fr
 `lr_max`, and records the training loss; the sweep stops early once the smoothed loss exceeds
 `diverge` × its minimum. The suggestion is fastai's "valley" rule (its default since v2.5): the
 longest stretch of the curve over which the smoothed loss keeps falling, and the rate about
-halfway along it. On cats-dogs (20 photos per class, 3 seeds) it landed within 3x of a grid's
-best for the head in 3 of 3 seeds and for phase 2 in 2 of 3, where "the minimum / 10" (fastai
-v1's rule) was 8x too fast for the head (docs/training.md, "Learning rates"). The weights are
-restored after each sweep, so a sweep never changes the model it measured.
+halfway along it; how close it lands to a grid's best, against fastai v1's "the minimum / 10",
+is measured in docs/training.md ("Learning rates"). The weights are restored after each sweep,
+so a sweep never changes the model it measured.
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ from app import storage
 from app.models.classifier import freeze_backbone, unfreeze_top
 from app.training.builders import make_optimizer, make_steps
 from app.training.context import Context
-from app.training.inputs import feature_inputs, image_inputs
+from app.training.frozen import FrozenBackbone
+from app.training.inputs import image_inputs
 
 log = logging.getLogger(__name__)
 RULE = "fastai's valley: halfway along the longest stretch where the smoothed loss keeps falling"
@@ -106,9 +106,10 @@ def sweep(
 
 def head_sweep(ctx: Context, **options) -> Sweep:
     freeze_backbone(ctx.clf)
-    cached = ctx.cached_phase1
+    frozen = FrozenBackbone.phase1_only(ctx)
+    cached = frozen.decision.phase1_cached
     model = ctx.clf.head_model if cached else ctx.clf.logits_model
-    return sweep(ctx, 1, model, feature_inputs(ctx) if cached else image_inputs(ctx, 1), **options)
+    return sweep(ctx, 1, model, frozen.phase1_inputs() if cached else image_inputs(ctx, 1), **options)
 
 
 def finetune_sweep(ctx: Context, **options) -> Sweep:

@@ -150,8 +150,8 @@ def restore_newest_whole(checkpoint: tf.train.Checkpoint, folder) -> str | None:
 class KeptWeights:
     """The weights a phase keeps (its best epoch's, or phase 2's fallback "epoch 0", see `hold`):
     written to the run dir, for resuming, and the last written held in memory too, so that the
-    phase's end puts them back without reading the file (MobileNetV2: Keras' load_weights 0.30 s,
-    set_weights 0.04 s; the cost is one host copy of the weights)."""
+    phase's end puts them back without reading the file (set_weights is far quicker than Keras'
+    load_weights; the cost is one host copy of the weights)."""
 
     def __init__(self, phase: Phase) -> None:
         self.phase = phase
@@ -169,8 +169,8 @@ class KeptWeights:
     def hold(self, epoch: int) -> None:
         """In memory only. Phase 2's "epoch 0", the weights phase 1 left, needs no file: a resumed
         process holds them again before it restores phase 2's checkpoint (the same weights source,
-        which the run state checks, and phase 1's kept weights), and writing the whole model took
-        0.6-1.3 s of every run before its first phase-2 epoch."""
+        which the run state checks, and phase 1's kept weights), and writing the whole model
+        would delay every run's first phase-2 epoch."""
         self._epoch, self._values = epoch, self.phase.model.get_weights()
 
     def restore(self, epoch: int) -> None:

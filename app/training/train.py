@@ -24,11 +24,11 @@ from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import RunDir, check_trained_on, completed_run
 from app.training.builders import finetune_schedule, make_optimizer, make_steps
 from app.training.context import Context, describe_distribution, setup
-from app.training.frozen_activations import FrozenActivations, frozen_activations
-from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, feature_inputs, image_inputs
+from app.training.frozen import FrozenBackbone
+from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
+from app.training.ood_fit import fit_and_record
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
-from app.training.plan import Phase2Plan, plan_phase2
 from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
 
@@ -36,24 +36,18 @@ log = logging.getLogger(__name__)
 
 
 def build_phase(
-    ctx: Context,
-    number: int,
-    baseline: PhaseResult | None = None,
-    frozen: FrozenActivations | None = None,
-    plan: Phase2Plan | None = None,
+    ctx: Context, number: int, baseline: PhaseResult | None = None, frozen: FrozenBackbone | None = None
 ) -> Phase:
-    """Phase 1 (the head; on cached features when ctx.cached_phase1) or phase 2 (the unfrozen top,
-    from phase 1's kept weights, which stay the result unless phase 2 beats `baseline`; validated,
-    and trained on phase 1's cached views, from its frozen layers' output where
-    `frozen_activations` allows and its `plan` chose). Pass both phases the same `frozen`: phase
-    1's feature cache then computes what phase 2 works on."""
+    """Phase 1 (the head; on cached features where the frozen backbone decided so) or phase 2 (the
+    unfrozen top, from phase 1's kept weights, which stay the result unless phase 2 beats
+    `baseline`; validated, and trained on phase 1's views where its plan says so, from the cut).
+    Pass both phases the same `frozen`: phase 1's gather then keeps what phase 2 works on."""
     cfg, clf = ctx.cfg, ctx.clf
-    cached = number == 1 and ctx.cached_phase1
-    if number == 2:
-        frozen = frozen or frozen_activations(ctx)
-        plan = plan or phase2_plan(ctx, frozen)
+    frozen = frozen or FrozenBackbone(ctx)
+    plan = frozen.decision.plan
+    cached = number == 1 and frozen.decision.phase1_cached
     cut = frozen.cut if number == 2 else None
-    on_views = number == 2 and frozen.trains  # the tail trains on the views' activations at the cut
+    on_views = number == 2 and frozen.phase2_on_views  # the tail trains on the views' activations at the cut
     model = clf.head_model if cached else cut.tail if on_views else clf.logits_model
     peak = resolve_rate(ctx, number)  # lr_head / lr_finetune, or the finder's suggestion for "auto"
     rate = peak if number == 1 else finetune_schedule(cfg, peak, ctx.steps_per_epoch, plan.epochs)
@@ -72,9 +66,9 @@ def build_phase(
         if not cached:  # a cached phase 1 hands over its first batch as it builds the cache
             sample(augmented_sample(ctx))
     steps = make_steps(ctx, model, make_optimizer(ctx, rate, model, number), number)
-    inputs = feature_inputs(ctx, sample, frozen) if cached else image_inputs(ctx, number)
+    inputs = frozen.phase1_inputs(sample) if cached else image_inputs(ctx, number)
     if number == 2:
-        inputs = frozen.inputs(inputs)
+        inputs = frozen.phase2_inputs(inputs)
     return Phase(
         spec=spec,
         steps=steps,
@@ -87,25 +81,14 @@ def build_phase(
     )
 
 
-def run_phase1(ctx: Context, frozen: FrozenActivations | None = None) -> PhaseResult:
+def run_phase1(ctx: Context, frozen: FrozenBackbone | None = None) -> PhaseResult:
     freeze_backbone(ctx.clf)
     return run_phase(build_phase(ctx, 1, frozen=frozen))
 
 
-def phase2_plan(ctx: Context, frozen: FrozenActivations) -> Phase2Plan:
-    """What phase 2 will do (app/training/plan.py); `frozen` is told when it chooses images."""
-    plan = plan_phase2(ctx.cfg, frozen.no_views, warm_start=ctx.start is not None)
-    if plan.mode == "images":
-        frozen.train_on_images()
-    return plan
-
-
-def run_phase2(
-    ctx: Context, phase1: PhaseResult | None, frozen: FrozenActivations | None = None, plan: Phase2Plan | None = None
-) -> PhaseResult:
-    frozen = frozen or frozen_activations(ctx)
-    plan = plan or phase2_plan(ctx, frozen)
-    log.info("%s", plan.describe())
+def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenBackbone | None = None) -> PhaseResult:
+    frozen = frozen or FrozenBackbone(ctx)
+    log.info("%s", frozen.decision.plan.describe())
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)
     log.info(
         "phase 2 trains %d backbone layers (%s ... %s); BatchNorm stays frozen",
@@ -113,7 +96,7 @@ def run_phase2(
         trained[0] if trained else "-",
         trained[-1] if trained else "-",
     )
-    return run_phase(build_phase(ctx, 2, phase1, frozen, plan))
+    return run_phase(build_phase(ctx, 2, phase1, frozen))
 
 
 def evaluate_split(ctx: Context, split: str, steps: CompiledSteps | None = None) -> Evaluation:
@@ -142,18 +125,17 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
 def _train(ctx: Context) -> dict:
     """The run after `setup` (step 1), top to bottom: phase 1, phase 2, test, calibrate, export."""
     cfg = ctx.cfg
-    _log_setup(ctx)
-    metrics = _run_facts(ctx)
-    frozen = frozen_activations(ctx)  # phase 2's input, which phase 1's feature cache helps to build
+    frozen = FrozenBackbone(ctx)  # what the frozen backbone does in both phases, decided once
+    _log_setup(ctx, frozen)
+    metrics = _run_facts(ctx, frozen)
     # 2. Phase 1: the new head on the frozen backbone.
     phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
-    # 3. Phase 2: the top of the backbone, planned from what phase 1 left.
+    # 3. Phase 2: the top of the backbone, as planned from the settings (app/training/plan.py).
     phase2 = None
     if cfg.epochs_finetune:
-        plan = phase2_plan(ctx, frozen)
-        metrics["phase2_plan"] = plan.to_dict()
-        phase2 = run_phase2(ctx, phase1, frozen, plan)
+        metrics["phase2_plan"] = frozen.decision.plan.to_dict()
+        phase2 = run_phase2(ctx, phase1, frozen)
     metrics["phase2"] = phase2.to_dict() if phase2 else None
     if "auto" in (cfg.lr_head, cfg.lr_finetune):
         metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
@@ -166,24 +148,26 @@ def _train(ctx: Context) -> dict:
             metrics["calibration"] = _calibrate(ctx, phases)
         ood_score = None
         if not ctx.info.multi_label and cfg.unknown_accept > 0:
-            metrics["ood"], ood_score = _fit_ood_score(ctx, phases, metrics.get("calibration"), frozen)
+            metrics["ood"], ood_score = fit_and_record(ctx, phases, metrics.get("calibration"), frozen)
         if ctx.info.multi_label:
             metrics["thresholds"] = _thresholds(ctx, phases)
         # 6. Export, figures, then metrics.json, which marks the run complete.
         epochs = sum(p.epochs for p in (phase1, phase2) if p)
-        _finish(ctx, metrics, confusion, epochs=epochs, kept=_kept_file(ctx, phases), ood_score=ood_score)
+        kept = _kept_file(ctx, phases, frozen.decision.phase1_cached)
+        _finish(ctx, metrics, confusion, epochs=epochs, kept=kept, ood_score=ood_score)
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
 
 
-def _log_setup(ctx: Context) -> None:
+def _log_setup(ctx: Context, frozen: FrozenBackbone) -> None:
     """What setup chose, one line each: backbone and weights, distribution, phase 1's mode, XLA."""
     if ctx.weights_warning:
         log.warning("WARNING: %s", ctx.weights_warning)
     log.info("backbone %s at %dx%d, weights: %s; precision %s", ctx.clf.spec.name, ctx.image_size, ctx.image_size,
              ctx.weights_used, ctx.policy)  # fmt: skip
     log.info("%s", describe_distribution(ctx))
-    log.info("phase 1 on %s (%s)", "cached backbone features" if ctx.cached_phase1 else "images", ctx.phase1_reason)
+    cached = frozen.decision.phase1_cached
+    log.info("phase 1 on %s (%s)", "cached backbone features" if cached else "images", frozen.decision.phase1_reason)
     log.info("XLA %s (%s)", "on" if ctx.jit_compile else "off", ctx.jit_reason)
     if not ctx.info.multi_label:
         for line in few_photos_warning(ctx.info.counts, ctx.info.classes):
@@ -195,7 +179,7 @@ def _log_setup(ctx: Context) -> None:
     ctx.clf.model.summary(show_trainable=True, line_length=100)
 
 
-def _run_facts(ctx: Context) -> dict:
+def _run_facts(ctx: Context, frozen: FrozenBackbone) -> dict:
     """metrics.json's opening keys: what the run trained, with which weights."""
     return {
         "weights": ctx.weights_used,
@@ -203,12 +187,12 @@ def _run_facts(ctx: Context) -> dict:
         "backbone": ctx.clf.spec.name,
         "image_size": ctx.image_size,
         "classes": ctx.info.classes,
-        "phase1_mode": "features" if ctx.cached_phase1 else "images",
+        "phase1_mode": "features" if frozen.decision.phase1_cached else "images",
         **({"init_from": ctx.start.to_dict()} if ctx.start else {}),
     }
 
 
-def _test(ctx: Context, metrics: dict, kept: PhaseResult | None, frozen: FrozenActivations) -> np.ndarray:
+def _test(ctx: Context, metrics: dict, kept: PhaseResult | None, frozen: FrozenBackbone) -> np.ndarray:
     """The test split's figures into `metrics` (when there is one), and the kept weights' val
     confusion matrix: from the kept phase's validation pass, else one more pass."""
     evaluation = make_steps(ctx, ctx.clf.logits_model, None)
@@ -219,10 +203,9 @@ def _test(ctx: Context, metrics: dict, kept: PhaseResult | None, frozen: FrozenA
     return evaluate_split(ctx, "val", evaluation).confusion_matrix
 
 
-def _evaluate_test(ctx: Context, frozen: FrozenActivations, on_images: CompiledSteps) -> Evaluation:
-    """The test split through the layers above phase 2's cut, where phase 1's cache build kept its
-    photos' activations there (frozen_activations.py: the same logits, up to float rounding),
-    else on images."""
+def _evaluate_test(ctx: Context, frozen: FrozenBackbone, on_images: CompiledSteps) -> Evaluation:
+    """The test split through the layers above phase 2's cut, where phase 1's gather kept its
+    photos' activations there (the same logits, up to float rounding), else on images."""
     test = frozen.test_dataset()
     if test is None:
         return evaluate_split(ctx, "test", on_images)
@@ -247,31 +230,6 @@ def _thresholds(ctx: Context, phases: KeptPhases) -> dict:
         ", ".join(f"{c} {t:.2f}" for c, t in zip(ctx.info.classes, found["thresholds"])),
     )
     return found
-
-
-def _fit_ood_score(
-    ctx: Context, phases: KeptPhases, calibration: dict | None, frozen: FrozenActivations
-) -> tuple[dict, ood.ShippedScore]:
-    """Fits the export's "none of these" score and writes its statistics into the run dir;
-    returns what metrics.json records of it, and the score for the export."""
-    from app.training.calibration import fit_ood_score
-
-    temperature = (calibration or {}).get("temperature", 1.0)
-    score, fitted_on, choice = fit_ood_score(ctx, phases, temperature, frozen, ctx.cfg.unknown_accept)
-    ctx.run.write_ood_score(score)
-    found = {"method": ood.SHIPPED, "accept": score.accept, "threshold": score.threshold, "fitted_on": fitted_on,
-             "mix": choice.to_dict()}  # fmt: skip
-    log.info(
-        'unknown: %s score (distance share %g) over %.4f answers "none of these" (%.0f%% of val accepted);'
-        " fitted on %s; the share: %s",
-        found["method"],
-        choice.mix,
-        found["threshold"],
-        100 * found["accept"],
-        fitted_on,
-        choice.reason,
-    )
-    return found, score
 
 
 def _calibrate(ctx: Context, phases: KeptPhases) -> dict:
@@ -307,12 +265,12 @@ def _sample_writer(ctx: Context, step: int) -> Callable[[np.ndarray], None]:
     return write
 
 
-def _kept_file(ctx: Context, phases: KeptPhases) -> str | None:
+def _kept_file(ctx: Context, phases: KeptPhases, phase1_cached: bool) -> str | None:
     """The file the kept epoch's weights were written to, when it holds the whole model (phase 2's
     always do; a cached phase 1 keeps only the head), else None."""
     number = 2 if phases[2] else 1
     kept = phases[number]
-    if kept is None or (number == 1 and ctx.cached_phase1):
+    if kept is None or (number == 1 and phase1_cached):
         return None
     path = ctx.phase_files.best_to_load(number, kept.best_epoch)
     return path if storage.exists(path) else None
@@ -327,7 +285,7 @@ def _finish(
     ood_score: ood.ShippedScore | None = None,
 ) -> None:
     """The chief's last steps: final weights (a copy of the `kept` epoch's file when there is one:
-    the model holds exactly those weights, and Keras takes 0.5 s to write them again), export,
+    the model holds exactly those weights, and Keras would write them again), export,
     plots, then metrics.json (which marks the run complete)."""
     from app.evaluation.figures import confusion_matrix_figure, figure_png, plot_learning_curves
     from app.export.run_export import export_run
@@ -360,7 +318,7 @@ def train_main(cfg: TrainConfig, overwrite: bool = False) -> dict:
 
 def demo_model_and_data() -> tuple[Path, Path]:
     """(demo run dir, demo TFRecords) for the notebook's defaults; trains the demo model first
-    (about 30 s on 2 CPU cores, as `photoclf train` does) if it is missing."""
+    (as `photoclf train` does) if it is missing."""
     run = RunDir(demo_run_dir())
     if not run.is_complete():
         print(f"No demo model at {run.root}: training it first (photoclf train)", flush=True)

@@ -17,6 +17,7 @@ from conftest import stored_weight_shapes
 from app.data import schema
 from app.data.pipeline import load_dataset_info, make_eval_dataset
 from app.errors import UserError
+from app.export.rebuild import rebuild_served_model
 from app.export.run_export import export_run
 from app.export.saved_model import export_saved_model
 from app.run_dir import RunDir
@@ -86,7 +87,7 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: 
 
 def test_serving_bytes_match_the_eval_pipeline(trained_run: Path, demo_records: Path):
     run = RunDir(trained_run).load()
-    model = run.build_model()
+    model = rebuild_served_model(run)
     serve = tf.saved_model.load(str(trained_run / "export" / "shapes" / "1")).signatures["serving_default"]
     images, labels = _val_bytes(demo_records)
     served = serve(image_bytes=tf.constant(images))
@@ -163,7 +164,7 @@ def test_phone_litert_files_with_parity_in_the_metadata(
     assert json.loads((Path(paths["saved_model"]) / "assets" / "metadata.json").read_text())["litert"][mode] == report
     from app.export.tflite import LiteRTModel
 
-    model = RunDir(trained_run).load().build_model()
+    model = rebuild_served_model(RunDir(trained_run).load())
     x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     lite = LiteRTModel(Path(paths["saved_model"]) / report["file"])(x)["probabilities"]
     np.testing.assert_allclose(lite, model(x)["probabilities"].numpy(), atol=0.05 if mode == "int8" else 0.01)
@@ -295,7 +296,7 @@ def test_a_mixed_precision_run_gets_its_litert_file_like_any_other(tiny_config, 
     assert (Path(metrics["export"]) / lite["file"]).stat().st_size > 10_000
     images = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     served = tf.saved_model.load(metrics["export"]).signatures["predict_images"](images=tf.constant(images))
-    rebuilt = RunDir(Path(tiny_config.out)).load().build_model()(images)  # float32, its temperature and score
+    rebuilt = rebuild_served_model(RunDir(Path(tiny_config.out)).load())(images)  # float32, its temperature and score
     np.testing.assert_allclose(served["probabilities"], rebuilt["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["ood_score"], rebuilt["ood_score"], atol=1e-4)
 

@@ -64,6 +64,6 @@ def test_kill_9_during_export_keeps_the_served_version_and_the_next_export_compl
 def _one_jpeg():
     import numpy as np
 
-    from app.serving.runtime import tiny_jpeg
+    from app.inference.runtime import tiny_jpeg
 
     return np.array([tiny_jpeg()], dtype=object)

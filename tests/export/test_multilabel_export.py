@@ -195,7 +195,7 @@ def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene
 def test_batch_prediction_adds_the_labels_above_threshold_column(multilabel_run):
     import csv
 
-    from app.serving.predict_files import predict_files
+    from app.inference.batch_predict import predict_files
 
     tmp, metrics = multilabel_run
     photos = sorted((tmp / "photos" / "images").glob("*.jpg"))[:3]

@@ -12,8 +12,9 @@ import tensorflow as tf
 
 from app.data.pipeline import make_eval_dataset
 from app.export import layout
+from app.export.rebuild import rebuild_served_model
+from app.inference.runtime import LiteRTRuntime, TFRuntime
 from app.models import ood
-from app.serving.runtime import LiteRTRuntime, TFRuntime
 from app.training.report import format_result
 
 
@@ -66,7 +67,7 @@ def test_the_graph_computes_the_score_numpy_fitted(trained_run: Path, demo_image
     from app.run_dir import RunDir
 
     finished = RunDir(trained_run).load()
-    model = finished.build_model()
+    model = rebuild_served_model(finished)
     features = keras.Model(model.inputs, model.get_layer("pool").output)
     images = [p.read_bytes() for p in sorted((demo_images / "star").glob("star_*"))[:6]]
     pixels = tf.cast(decode_batch(tf.constant(images), finished.image_size, DEFAULT_CROP_FRACTION, 40.0), tf.float32)

@@ -19,7 +19,7 @@ from app.data.writer import write_tfrecords
 from app.errors import UserError
 from app.export.layout import read_metadata
 from app.export.run_export import export_run
-from app.serving.runtime import host_decoder
+from app.inference.runtime import host_decoder
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_the_server_takes_side_features_as_instance_fields_and_query_parameters(
 
 def test_evaluation_feeds_each_record_s_side_features_and_matches_training(side_run):
     from app.evaluation.evaluate import evaluate
-    from app.serving.predict_files import predict_files
+    from app.inference.batch_predict import predict_files
 
     tmp, metrics = side_run
     result = evaluate(metrics["export"], tmp / "records", split="test", report_dir=tmp / "report")
@@ -182,7 +182,7 @@ def test_the_commands_train_a_fused_model_that_serves_what_neither_input_alone_k
     import subprocess
     import sys
 
-    from app.evaluation.predict import tfrecord_examples
+    from app.evaluation.predictions import tfrecord_examples
     from app.serving.batcher import Batcher
     from app.serving.rest import make_app
     from app.serving.store import ModelStore

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.serving import multipart
 from app.serving.multipart import MAX_HEADER_LINE, MAX_PART_HEADERS, MAX_PARTS, MultipartRejected
-from app.serving.rest import ApiError, parse_predict
+from app.serving.tf_json import ApiError, parse_predict
 from fuzz.targets import BOUNDARY, TARGETS
 from tests.structures import BUDGETS, EDGE_NUMBERS, HEADER_NAMES, HEADER_VALUES, JSON_VALUES, budget, nested
 

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from app.evaluation.metrics import calibration_effect, log_loss, softmax, uncalibrated
 from app.export.layout import read_metadata, resolve_model_dir
+from app.export.rebuild import rebuild_served_model
 from app.models.classifier import with_temperature
 from app.run_dir import RunDir
 from app.training.calibration import (
@@ -91,7 +92,7 @@ def test_a_run_fits_t_and_its_export_serves_calibrated_probabilities(trained_run
     assert calibration["val_log_loss_after"] <= calibration["val_log_loss_before"] + 1e-9
     version = resolve_model_dir(trained_run)
     assert read_metadata(version)["calibration"] == calibration
-    served = run.load().build_model()
+    served = rebuild_served_model(run.load())
     logits = keras.Model(served.inputs, served.get_layer("logits").output)
     images = tf.random.stateless_uniform([3, 64, 64, 3], [0, 1], 0, 255)
     exported = tf.saved_model.load(str(version)).signatures["predict_images"](images=images)["probabilities"].numpy()

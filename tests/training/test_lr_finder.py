@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.training.find_lr import find_lr
+from app.training.lr_find_job import find_lr
 from app.training.lr_finder import read_suggestions, report_dir, smooth, suggest
 
 

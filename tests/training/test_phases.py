@@ -11,6 +11,7 @@ import pytest
 from app.config import TrainConfig
 from app.models.classifier import unfreeze_start
 from app.training.context import setup
+from app.training.frozen import FrozenBackbone
 from app.training.train import run_phase1, run_phase2
 
 
@@ -120,8 +121,9 @@ def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_co
     from app.training import phase as phase_module
 
     ctx = setup(tiny_config.replace(unfreeze="blocks:1", lr_finetune=1e-2, warmup_fraction=0.0, epochs_finetune=2))
-    phase1 = run_phase1(ctx)
-    assert ctx.cached_phase1
+    frozen = FrozenBackbone(ctx)
+    phase1 = run_phase1(ctx, frozen)
+    assert frozen.decision.phase1_cached
     start = {v.path: v.numpy().copy() for v in ctx.clf.model.weights}
     trained, train_epoch = [], phase_module._train_epoch
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.run_dir import RunDir
-from app.training.feature_store import FeatureStore, store_root
+from app.training.frozen import FeatureStore, store_root
 
 SPACE = {"kind": "features", "backbone": "b", "weights": "w1", "view": 0}
 
@@ -38,15 +38,17 @@ def test_add_keeps_what_the_space_holds_and_the_first_row_of_a_key(tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []  # written whole, then renamed
 
 
-def test_a_space_keeps_what_computing_a_row_took_for_the_runs_that_read_it(tmp_path: Path):
+def test_a_space_written_with_the_older_seconds_per_row_field_still_reads(tmp_path: Path):
+    """Stores written before the field was dropped hold `seconds_per_row` too: their rows still count."""
     store = FeatureStore(tmp_path)
-    assert store.seconds_per_row(SPACE) == 0.0  # nothing stored: nothing known
-    store.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]), seconds_per_row=0.25)
-    assert FeatureStore(tmp_path).seconds_per_row(SPACE) == 0.25  # another run reads it from the file
-    store.add(SPACE, np.array([3], np.int64), _rows([3]))  # added without a measure: the last one stays
-    assert FeatureStore(tmp_path).seconds_per_row(SPACE) == 0.25
-    store.add(SPACE, np.array([4], np.int64), _rows([4]), seconds_per_row=0.5)
-    assert FeatureStore(tmp_path).seconds_per_row(SPACE) == 0.5
+    store.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]))
+    (path,) = tmp_path.glob("*.npz")
+    with np.load(path) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    with open(path, "wb") as f:
+        np.savez(f, **arrays, seconds_per_row=np.float64(0.25))
+    found, rows = FeatureStore(tmp_path).lookup(SPACE, np.array([2, 3], np.int64))
+    assert found.tolist() == [True, False] and rows.tolist() == _rows([2]).tolist()
 
 
 def test_an_unreadable_space_is_said_and_treated_as_empty_then_replaced(tmp_path: Path, caplog):

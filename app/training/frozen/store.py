@@ -8,11 +8,12 @@ output (pooled features, or activations where phase 2's trained layers begin) of
 with given weights, image size, decode and view.
 
 Layout, ROOT/<space id>.npz: `space` (what decides the rows, JSON), `keys` (int64, sorted,
-unique), `rows` and `seconds_per_row` (what computing a row took, so a run that reads them can
-still count what they cost: phase 2's time cap, when one is set, is a multiple of phase 1's
-cost). Files are replaced atomically; two runs adding to one space at once keep the last one's
+unique) and `rows`. Files are replaced atomically; two runs adding to one space at once keep the last one's
 rows (the other's are computed again when next needed). Past `STORE_LIMIT` bytes the least
 recently used spaces are removed.
+
+`load_or_compute` is the audit's cache of its embeddings: one npz file per audit, with the key
+it was computed for.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -52,59 +54,52 @@ def store_root(setting: str, run: RunDir) -> Path:
 class FeatureStore:
     def __init__(self, root: Path, limit: int = STORE_LIMIT) -> None:
         self.root, self.limit = root, limit
-        self._last_read: dict[Path, tuple[tuple[int, int], np.ndarray, np.ndarray, float]] = {}  # by (mtime, size)
+        self._last_read: dict[Path, tuple[tuple[int, int], np.ndarray, np.ndarray]] = {}  # by (mtime, size)
 
     def lookup(self, space: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(found [N] bool, rows [found.sum(), ...] for the found keys, in `keys`' order) from
         `space`; rows is None when the space holds none of them."""
         with contextlib.suppress(FileNotFoundError):
             os.utime(self._path(space))  # recently used: pruned last (before reading, so `add` finds it read)
-        stored_keys, rows, _ = self._read(space)
+        stored_keys, rows = self._read(space)
         if stored_keys is None or not len(stored_keys):
             return np.zeros(len(keys), bool), None
         where = np.minimum(np.searchsorted(stored_keys, keys), len(stored_keys) - 1)
         found = stored_keys[where] == keys
         return found, (rows[where[found]] if found.any() else None)
 
-    def seconds_per_row(self, space: dict) -> float:
-        """What computing one of the space's rows took (0 where unknown)."""
-        return self._read(space)[2]
-
-    def add(self, space: dict, keys: np.ndarray, rows: np.ndarray, seconds_per_row: float = 0.0) -> None:
-        """Add rows (keyed like `lookup`'s) to `space`, keeping what it holds; `seconds_per_row`:
-        what computing them took (the space keeps the last one measured)."""
+    def add(self, space: dict, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Add rows (keyed like `lookup`'s) to `space`, keeping what it holds."""
         if not len(keys):
             return
-        old_keys, old_rows, old_seconds = self._read(space)
+        old_keys, old_rows = self._read(space)
         if old_keys is not None:
             keys, rows = np.concatenate([old_keys, keys]), np.concatenate([old_rows, rows])
         unique_keys, first = np.unique(keys, return_index=True)
         path = self._path(space)
         self.root.mkdir(parents=True, exist_ok=True)
         with storage.atomic_path(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, space=json.dumps(space, sort_keys=True), keys=unique_keys, rows=rows[first],
-                     seconds_per_row=np.float64(seconds_per_row or old_seconds))  # fmt: skip
+            np.savez(f, space=json.dumps(space, sort_keys=True), keys=unique_keys, rows=rows[first])
         self._prune(keep=path)
 
-    def _read(self, space: dict) -> tuple[np.ndarray | None, np.ndarray | None, float]:
-        """The space's (keys, rows, seconds per row), or (None, None, 0) when it has no file or
-        one that cannot be read (said once; its rows are computed again and the file replaced)."""
+    def _read(self, space: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The space's (keys, rows), or (None, None) when it has no file or one that cannot be read
+        (said once; its rows are computed again and the file replaced)."""
         path = self._path(space)
         if not path.exists():
-            return None, None, 0.0
+            return None, None
         try:
             stamp = (path.stat().st_mtime_ns, path.stat().st_size)
             if path in self._last_read and self._last_read[path][0] == stamp:
                 return self._last_read[path][1:]  # read by `lookup`, again by `add`: once from disk
             with np.load(path) as stored:
                 if json.loads(str(stored["space"])) != json.loads(json.dumps(space)):
-                    return None, None, 0.0  # two spaces whose names collide: the other is replaced
-                seconds = float(stored["seconds_per_row"]) if "seconds_per_row" in stored else 0.0
-                self._last_read[path] = (stamp, stored["keys"], stored["rows"], seconds)
+                    return None, None  # two spaces whose names collide: the other is replaced
+                self._last_read[path] = (stamp, stored["keys"], stored["rows"])
                 return self._last_read[path][1:]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             log.warning("feature store: %s cannot be read (%s); its rows are computed again", path, err)
-            return None, None, 0.0
+            return None, None
 
     def _path(self, space: dict) -> Path:
         digest = hashlib.sha256(json.dumps(space, sort_keys=True).encode()).hexdigest()[:24]
@@ -122,3 +117,28 @@ class FeatureStore:
                 path.unlink(missing_ok=True)
                 log.info("feature store: removed %s (least recently used; the store keeps %d GiB)", path,
                          self.limit // 2**30)  # fmt: skip
+
+
+def weights_fingerprint(model) -> str:
+    """sha256 of the backbone's weight values: the same file replaced in place is a change too."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
+    return digest.hexdigest()
+
+
+def load_or_compute(
+    path: Path, key: dict, compute: Callable[[], dict[str, np.ndarray]], what: str
+) -> dict[str, np.ndarray]:
+    """Arrays stored in `path` (npz) with the `key` they were computed for: reused when the key
+    matches, recomputed (and stored atomically) when it does not. The audit's embeddings use it."""
+    if path.exists():
+        with np.load(path) as stored:
+            if json.loads(str(stored["key"])) == key:
+                log.info("%s: reusing %s", what, path)
+                return {name: stored[name] for name in stored.files if name != "key"}
+        log.info("%s: %s was made for other data or settings; recomputing it", what, path)
+    arrays = compute()
+    with storage.atomic_path(path) as tmp:
+        np.savez(tmp, key=json.dumps(key), **arrays)
+    return arrays

@@ -1,4 +1,5 @@
-"""Backbone features for phase 1, computed once per photo and view, and kept across runs.
+"""Phase 1's features and the activations at phase 2's cut, gathered in one pass over the
+photos and kept in the feature store by photo content.
 
 Phase 1 trains only the head on a frozen backbone, so the backbone's output for a given input
 image never changes. Computing it once for each of K augmented views of every training image
@@ -8,25 +9,21 @@ validation split is computed once, unaugmented.
 
 Each view is seeded by the photo's content and the view's seed (`pipeline.make_keyed_dataset`),
 so a photo has the same views in every dataset it is in, and its rows are kept in the feature
-store (feature_store.py) by content key: a resumed run, a run over a dataset that grew, or one
-that renamed photos computes only the photos the store has not seen. Where phase 2's trained
-layers begin at a cut (frozen_activations.py), the store also keeps the activations there: they
-come from the frozen layers below it, the same in a run started from an earlier run's
-fine-tuned weights (`--init-from`), which then runs only the layers above the cut for photos
-the earlier run saw. In memory the cache takes K x N x D x 4 bytes (MobileNetV2: D = 1280;
-10,000 images x 4 views ≈ 200 MB); float16 would halve that but flushes the tiny activations of
-a randomly initialised backbone to 0.
+store (store.py) by content key: a resumed run, a run over a dataset that grew, or one that
+renamed photos computes only the photos the store has not seen. Where phase 2's trained layers
+begin at a cut, the store also keeps the activations there: they come from the frozen layers
+below it, the same in a run started from an earlier run's fine-tuned weights (`--init-from`),
+which then runs only the layers above the cut for photos the earlier run saw. In memory the
+features take K x N x D x 4 bytes (MobileNetV2: D = 1280); float16 would halve that but flushes
+the tiny activations of a randomly initialised backbone to 0.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import keras
@@ -34,68 +31,18 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from app import storage
 from app.data.pipeline import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.training.context import Context
-from app.training.feature_store import FeatureStore, store_root
-from app.training.passes import model_outputs, one_stream, views
+from app.training.frozen.passes import model_outputs, one_stream, views
+from app.training.frozen.rows import ActivationRows, Phase1Features
+from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
 
 if TYPE_CHECKING:
     from app.models.classifier import FrozenCut
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 3  # bump when what is stored changes
-
-
-@dataclass(frozen=True)
-class ActivationRows:
-    """Activations at phase 2's cut, with their side features (if any) and labels, row for row;
-    `keys`: each row's photo content key, where the rows came from the cache build."""
-
-    activations: np.ndarray
-    side: np.ndarray | None
-    labels: np.ndarray
-    keys: np.ndarray | None = None
-
-    def dataset(self) -> tf.data.Dataset:
-        features = {"activations": self.activations, "side": self.side} if self.side is not None else self.activations
-        return tf.data.Dataset.from_tensor_slices((features, self.labels))
-
-
-@dataclass(frozen=True)
-class FeatureCache:
-    train_features: np.ndarray  # [K * N, D] float32: K views of each training image
-    train_labels: np.ndarray  # [K * N] int32
-    val_features: np.ndarray  # [M, D] float32
-    val_labels: np.ndarray  # [M] int32
-    train_side: np.ndarray | None = None  # [K * N, F] the side features of each row, when the dataset has them
-    val_side: np.ndarray | None = None  # [M, F]
-
-
-def weights_fingerprint(model) -> str:
-    """sha256 of the backbone's weight values: the same file replaced in place is a change too."""
-    digest = hashlib.sha256()
-    for weight in model.weights:
-        digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
-    return digest.hexdigest()
-
-
-def load_or_compute(
-    path: Path, key: dict, compute: Callable[[], dict[str, np.ndarray]], what: str
-) -> dict[str, np.ndarray]:
-    """Arrays stored in `path` (npz) with the `key` they were computed for: reused when the key
-    matches, recomputed (and stored atomically) when it does not. The audit's embeddings use it."""
-    if path.exists():
-        with np.load(path) as stored:
-            if json.loads(str(stored["key"])) == key:
-                log.info("%s: reusing %s", what, path)
-                return {name: stored[name] for name in stored.files if name != "key"}
-        log.info("%s: %s was made for other data or settings; recomputing it", what, path)
-    arrays = compute()
-    with storage.atomic_path(path) as tmp:
-        np.savez(tmp, key=json.dumps(key), **arrays)
-    return arrays
 
 
 @dataclass(frozen=True)
@@ -120,16 +67,10 @@ class PartRows:
 
 @dataclass(frozen=True)
 class Gathered:
-    cache: FeatureCache
+    features: Phase1Features
     val_activations: ActivationRows | None  # at the cut, when one was given
     train_activations: ActivationRows | None  # ... and the views' too were asked for
     test_activations: ActivationRows | None  # ... and the test photos' too were asked for
-    stored_seconds: float = 0.0  # what the rows read from the store took to compute, where it knows
-
-
-def load_or_build(ctx: Context, on_first_batch: Callable[[np.ndarray], None] | None = None) -> FeatureCache:
-    """Phase 1's features, from the store where it has them, computed (and added) where not."""
-    return gather(ctx, on_first_batch).cache
 
 
 def gather(
@@ -151,18 +92,17 @@ def gather(
     start = time.perf_counter()
     counts = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch)
     above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
-    took = f"; they took {counts['stored_seconds']:.0f}s to compute" if counts["stored_seconds"] else ""
     test = f", {len(tables['test']['key'])} test photos (activations only)" if "test" in tables else ""
     log.info(
         "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos%s): %d from the feature store"
-        " (%s%s)%s, %d computed; %.1fs",
+        " (%s)%s, %d computed; %.1fs",
         sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]), test,
-        counts["stored"], store.root, took, above, counts["computed"], time.perf_counter() - start,
+        counts["stored"], store.root, above, counts["computed"], time.perf_counter() - start,
     )  # fmt: skip
-    cache = _cache(parts, tables)
+    features = _phase1_features(parts, tables)
     if cut is None:
-        return Gathered(cache, None, None, None, counts["stored_seconds"])
-    return Gathered(cache, *_activation_rows(parts, cache, tables), counts["stored_seconds"])
+        return Gathered(features, None, None, None)
+    return Gathered(features, *_activation_rows(parts, features, tables))
 
 
 def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_activations: bool) -> list[Part]:
@@ -216,31 +156,22 @@ def _fill(
     stored = [_lookup(store, spaces, rows) for rows in parts]
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
-    stored_seconds = sum(int((~missing).sum()) * store.seconds_per_row(spaces.features(rows.part))
-                         for rows, (missing, _) in zip(parts, stored) if rows.part.keeps_features)  # fmt: skip
-    start = time.perf_counter()
     computed = _full_pass(ctx, parts, full, cut, on_first_batch)
     computed_rows = sum(int(m.sum()) for m in full)
-    per_row = (time.perf_counter() - start) / computed_rows if computed_rows else 0.0
     upper = 0
     for rows, (missing_feat, missing_act), new in zip(parts, stored, computed):
         if rows.part.keeps_activations:
             rows.activations = _merged(rows.keys, rows.activations, missing_act, new["keys"], new["activations"])
-            store.add(spaces.activations(rows.part), new["keys"], new["activations"], per_row)
+            store.add(spaces.activations(rows.part), new["keys"], new["activations"])
             above = missing_feat & ~missing_act  # stored activations, no stored features
             if above.any():
                 new = _joined(new, _above_cut(ctx, cut, rows.keys[above], rows.activations[above]))
                 upper += int(above.sum())
         if rows.part.keeps_features:
             rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
-            store.add(spaces.features(rows.part), new["keys"], new["features"], per_row)
+            store.add(spaces.features(rows.part), new["keys"], new["features"])
     total = sum(len(rows.keys) for rows in parts)
-    return {
-        "computed": computed_rows,
-        "upper": upper,
-        "stored": total - computed_rows - upper,
-        "stored_seconds": stored_seconds,
-    }
+    return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper}
 
 
 def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.ndarray, np.ndarray]:
@@ -339,11 +270,11 @@ def _merged(
     return out
 
 
-def _cache(parts: list[PartRows], tables: dict[str, dict]) -> FeatureCache:
+def _phase1_features(parts: list[PartRows], tables: dict[str, dict]) -> Phase1Features:
     train = [rows for rows in parts if rows.part.split == "train"]
     val = next(rows for rows in parts if rows.part.split == "val")
     repeat = lambda column: None if column is None else np.concatenate([column] * len(train))  # noqa: E731
-    return FeatureCache(
+    return Phase1Features(
         train_features=np.concatenate([rows.features for rows in train]),
         train_labels=repeat(tables["train"]["label"]),
         val_features=val.features,
@@ -354,7 +285,7 @@ def _cache(parts: list[PartRows], tables: dict[str, dict]) -> FeatureCache:
 
 
 def _activation_rows(
-    parts: list[PartRows], cache: FeatureCache, tables: dict[str, dict]
+    parts: list[PartRows], features: Phase1Features, tables: dict[str, dict]
 ) -> tuple[ActivationRows, ActivationRows | None, ActivationRows | None]:
     """The activations at phase 2's cut: the val part's, every view's when phase 2 may train on
     them, and the test part's when it was gathered."""
@@ -363,10 +294,10 @@ def _activation_rows(
     if any(rows.part.split == "train" and rows.part.keeps_activations for rows in parts):
         activations = np.concatenate([rows.activations for rows in parts if rows.part.split == "train"])
         keys = np.concatenate([rows.keys for rows in parts if rows.part.split == "train"])
-        train = ActivationRows(activations, cache.train_side, cache.train_labels, keys)
+        train = ActivationRows(activations, features.train_side, features.train_labels, keys)
     test = next((ActivationRows(rows.activations, tables["test"]["side"], tables["test"]["label"], rows.keys)
                  for rows in parts if rows.part.split == "test"), None)  # fmt: skip
-    return ActivationRows(val.activations, cache.val_side, cache.val_labels, val.keys), train, test
+    return ActivationRows(val.activations, features.val_side, features.val_labels, val.keys), train, test
 
 
 def keep_features(ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, features: np.ndarray) -> None:
@@ -374,13 +305,10 @@ def keep_features(ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, fe
     the cache's views of its photos, one view after another, as the cache build orders them;
     "val") to the feature store. The "none of these" fit computes them for the kept weights after
     phase 2; a run started from this one (`--init-from`) has those weights, finds them, and runs
-    none of its old photos through the layers above the cut (1.4 s of a warm-started flowers17
-    run)."""
+    none of its old photos through the layers above the cut."""
     parts = [part for part in _parts(ctx, cut, False, False) if part.split == split]
     chunks = np.split(np.arange(len(keys)), len(parts))
     store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
-    spaces = _Spaces(
-        ctx, None
-    )  # features depend on the whole backbone's weights only: the layers below the cut need no hash
+    spaces = _Spaces(ctx, None)  # features depend on the whole backbone's weights only: no hash below the cut
     for part, rows in zip(parts, chunks):
         store.add(spaces.features(part), keys[rows], features[rows])

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from app.errors import UserError
-from app.serving.predict_files import list_inputs, predict_files
-from app.serving.runtime import TFRuntime
+from app.inference.batch_predict import list_inputs, predict_files
+from app.inference.runtime import TFRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 BOMB = b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", 50_000, 50_000) + bytes(13)
@@ -110,7 +110,7 @@ def test_explain_writes_an_overlay_and_a_map_of_the_photo_s_size_for_each_predic
 ):
     from PIL import Image
 
-    from app.serving.explain import explained_paths
+    from app.inference.explain import explained_paths
 
     out = tmp_path / "why"
     predict_files(trained_run, str(photos), tmp_path / "p.csv", runtime="litert", explain=out)

@@ -2,7 +2,7 @@
 
 It evaluates exactly what will be deployed: raw encoded bytes in, the export's own
 preprocessing and pixel limit, `serving_default` out, through the runtime chosen
-(app.serving.runtime: the SavedModel by default, or its checked LiteRT file). Only labels,
+(app.inference.runtime: the SavedModel by default, or its checked LiteRT file). Only labels,
 probabilities and a handful of the most confident mistakes are kept, never the images, so any
 dataset size fits in memory.
 """
@@ -26,7 +26,7 @@ from app.data.pipeline import load_dataset_info
 from app.data.sources import class_dirs, list_files
 from app.errors import UserError
 from app.export import layout
-from app.serving.runtime import answers_or_reasons, load_runtime
+from app.inference.runtime import answers_or_reasons, load_runtime
 
 # encoded image, dataset label id (multi-label: a tuple of ids), filename, side features ({} if none)
 Example = tuple[bytes, int | tuple[int, ...], str, dict]

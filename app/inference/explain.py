@@ -18,9 +18,10 @@ from app import storage
 from app.data.display import open_photo
 from app.data.preprocess import DEFAULT_CROP_FRACTION
 from app.errors import UserError
+from app.export.rebuild import rebuild_served_model
+from app.inference.runtime import host_decoder
 from app.models import gradcam
 from app.run_dir import RunDir
-from app.serving.runtime import host_decoder
 
 OVERLAY, CAM = ".overlay.png", ".cam.npy"
 
@@ -39,7 +40,7 @@ class PhotoExplainer:
         run = RunDir.of_export(version)
         if run is None:
             raise UserError(f"--explain: {version} is not inside its run dir; Grad-CAM needs the run's weights")
-        self.maps = gradcam.explainer(run.load().build_model())
+        self.maps = gradcam.explainer(rebuild_served_model(run.load()))
         self.decode = host_decoder(version)
         self.out = out
 

@@ -1,7 +1,7 @@
 """Batch prediction for unlabelled photos: a folder, a glob or a list of paths → CSV or JSONL.
 
 What a user does with a new folder of photos (evaluate.py needs labels). Files are read ahead
-on a thread and run in batches through the runtime chosen (app.serving.runtime); a file that
+on a thread and run in batches through the runtime chosen (app.inference.runtime); a file that
 cannot be read, is not an image or is over the pixel limit gets a row with its reason and never
 stops the run. The output is written to a temp name and renamed when complete.
 """
@@ -24,7 +24,7 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export import layout
-from app.serving.runtime import above_threshold, answers_or_reasons, load_runtime
+from app.inference.runtime import above_threshold, answers_or_reasons, load_runtime
 
 FORMATS = ("csv", "jsonl")
 
@@ -105,7 +105,7 @@ def _rows(
 def _explainer(version: Path, explain: str | Path | None):
     if explain is None:
         return None
-    from app.serving.explain import PhotoExplainer
+    from app.inference.explain import PhotoExplainer
 
     return PhotoExplainer(version, Path(explain))
 
@@ -177,7 +177,7 @@ def predict_files(
     fmt: str | None = None,
     explain: str | Path | None = None,
 ) -> PredictionSummary:
-    """`explain`: a folder for a Grad-CAM map of each photo's top label (app.serving.explain)."""
+    """`explain`: a folder for a Grad-CAM map of each photo's top label (app.inference.explain)."""
     output = Path(output)
     fmt = fmt or ("jsonl" if output.suffix.lower() in (".jsonl", ".json") else "csv")
     if fmt not in FORMATS:

@@ -1,4 +1,5 @@
-"""The phase-1 feature cache: K augmented views, kept in the run dir, reused on resume, rebuilt on change."""
+"""Phase 1's features: K augmented views, gathered once, kept in the feature store, reused on resume,
+computed again on change; and the decision whether phase 1 trains on them."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ from conftest import stored_weight_shapes
 
 from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
-from app.training.context import FEATURE_CACHE_LIMIT, feature_cache_bytes, phase1_mode, setup
-from app.training.feature_cache import gather, load_or_build
-from app.training.passes import model_outputs, one_stream
+from app.training.context import setup
+from app.training.frozen import FEATURE_CACHE_LIMIT, FrozenBackbone, model_outputs, phase1_bytes, phase1_mode
+from app.training.frozen.gather import gather
+from app.training.frozen.passes import one_stream
 from app.training.train import run_phase1
+
+
+def load_or_build(ctx, on_first_batch=None):
+    """Phase 1's features alone, as a learning-rate sweep gathers them."""
+    return FrozenBackbone.phase1_only(ctx).phase1_features(on_first_batch)
 
 
 def _train_counts(ctx) -> np.ndarray:
@@ -76,12 +83,12 @@ def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline
     for view in range(3):  # each block of n rows is one pass over the training split
         assert (np.bincount(cache.train_labels[view * n : (view + 1) * n], minlength=4) == _train_counts(ctx)).all()
     # What `auto` weighs against its memory limit is what the cache holds.
-    assert feature_cache_bytes(ctx.cfg, ctx.info, ctx.clf) == cache.train_features.nbytes + cache.val_features.nbytes
+    assert phase1_bytes(ctx) == cache.train_features.nbytes + cache.val_features.nbytes
     plain_ctx = setup(cached_config.replace(augment=False, out=cached_config.out + "-plain"))
     plain = load_or_build(plain_ctx)
     assert plain.train_features.shape == (n, width)  # augment = false: one unaugmented view
     plain_bytes = plain.train_features.nbytes + plain.val_features.nbytes
-    assert feature_cache_bytes(plain_ctx.cfg, plain_ctx.info, plain_ctx.clf) == plain_bytes
+    assert phase1_bytes(plain_ctx) == plain_bytes
     # Validation features are the backbone on the eval pipeline, the same in both.
     images, labels = zip(*make_eval_dataset(ctx.cfg.data, split="val", image_size=64, batch_size=64))
     expected = ctx.clf.features_model(np.concatenate(images), training=False).numpy()
@@ -108,9 +115,8 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
     samples = []
     again_ctx = setup(cached_config)
     gathered = gather(again_ctx, on_first_batch=samples.append)  # the same command again: a resume
-    again = gathered.cache
+    again = gathered.features
     assert f"{rows} from the feature store" in caplog.text and ", 0 computed" in caplog.text
-    assert gathered.stored_seconds > 0  # what the first run spent computing them, for the log
     (sample,) = samples  # TensorBoard's sample is still what the backbone got: the first photos' first view
     np.testing.assert_allclose(
         ctx.clf.features_model(sample, training=False).numpy(),
@@ -182,11 +188,11 @@ def test_cached_phase1_checkpoints_only_the_head_and_trains_it(cached_config: Tr
 
 
 def test_auto_caches_on_a_cpu_and_says_why(tiny_config: TrainConfig):
-    ctx = setup(tiny_config)
-    assert tiny_config.cache_features == "auto" and ctx.cached_phase1
-    assert "on a CPU" in ctx.phase1_reason and "2 augmented view(s)" in ctx.phase1_reason
-    off = setup(tiny_config.replace(cache_features="false", out=tiny_config.out + "-off"))
-    assert not off.cached_phase1 and off.phase1_reason == "cache_features = false"
+    decision = FrozenBackbone(setup(tiny_config)).decision
+    assert tiny_config.cache_features == "auto" and decision.phase1_cached
+    assert "on a CPU" in decision.phase1_reason and "2 augmented view(s)" in decision.phase1_reason
+    off = FrozenBackbone(setup(tiny_config.replace(cache_features="false", out=tiny_config.out + "-off"))).decision
+    assert not off.phase1_cached and off.phase1_reason == "cache_features = false"
 
 
 def test_auto_caches_on_a_gpu_too_unless_the_cache_would_not_fit_in_memory(tiny_config: TrainConfig, monkeypatch):

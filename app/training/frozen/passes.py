@@ -1,15 +1,15 @@
 """What a frozen backbone is shown, and running a model over it: the unaugmented splits, one
-stream of several parts, per-replica datasets.
+stream of several parts, and the pooled features of a split.
 
-Phase 1's feature cache, phase 2's activations below its cut, calibration and the backbone probe
-all pass images through frozen layers; they share these. (The training split's augmented views
-are seeded by each photo's content: `pipeline.make_keyed_dataset`.)
+Phase 1's feature cache, phase 2's activations below its cut, the "none of these" fit and the
+backbone probe all pass images through frozen layers; they share these. (The training split's
+augmented views are seeded by each photo's content: `pipeline.make_keyed_dataset`.)
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +35,16 @@ def _float_images(ds: tf.data.Dataset) -> tf.data.Dataset:
     return ds.map(as_written(lambda inputs, labels: (map_image(inputs, lambda x: tf.cast(x, tf.float32)), labels)))
 
 
+def split_features(
+    features_model, data: str, split: str, image_size: int, batch_size: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pooled features, labels) of every photo of `split`, decoded as evaluation decodes them:
+    the one place a split's photos run through a whole frozen backbone outside the feature store."""
+    images = _float_images(make_eval_dataset(data, split=split, image_size=image_size, batch_size=batch_size))
+    images = images.map(lambda inputs, labels: (inputs["image"] if isinstance(inputs, dict) else inputs, labels))
+    return model_outputs(lambda x, labels: features_model(x, training=False), images)
+
+
 def model_outputs(
     call: Callable,
     dataset: tf.data.Dataset,
@@ -46,8 +56,7 @@ def model_outputs(
     `on_first_batch` gets the first batch's images.
 
     `call` is traced once, for any batch size: traced per shape, a split's last, smaller batch
-    traced the backbone a second time (MobileNetV2 at 224: 2.3-2.6 s of a cache build on 2 cores,
-    and no faster per batch with the static shape)."""
+    would trace the backbone a second time, for no faster batches."""
     call = tf.function(call, input_signature=list(dataset.element_spec), autograph=False)
     outputs, labels = [], []
     for inputs, y in dataset:
@@ -67,27 +76,10 @@ def _integers(t: tf.Tensor) -> np.ndarray:
 
 def one_stream(parts: list[tf.data.Dataset]) -> tf.data.Dataset:
     """The parts' batches one after another, each as (inputs, (labels, index of its part)). One
-    stream keeps the input busy across the parts' boundaries; with a pass per part, the backbone
-    waited while each new pipeline started. The cache came out the same, built in a median of
-    12.6 s instead of 17.75 s (cats-dogs, K = 2, 8 alternating rounds)."""
+    stream keeps the input busy across the parts' boundaries, where a pass per part left the
+    backbone waiting while each new pipeline started."""
 
     def tagged(index: int, part: tf.data.Dataset) -> tf.data.Dataset:
         return part.map(as_written(lambda inputs, labels: (inputs, (labels, tf.fill(tf.shape(labels)[:1], index)))))
 
     return functools.reduce(tf.data.Dataset.concatenate, [tagged(i, part) for i, part in enumerate(parts)]).prefetch(2)
-
-
-def distribute(ctx: Context, make) -> object:
-    """make(input_context) → per-replica dataset; sharded per worker by TensorFlow's input contexts."""
-    return ctx.strategy.distribute_datasets_from_function(make)
-
-
-def shuffled_batches(ctx: Context, rows: Callable[[], tf.data.Dataset], count: int) -> Iterator:
-    """Endless training batches of `count` rows held in memory (cached features or activations):
-    reshuffled every pass, full batches only."""
-    return iter(
-        distribute(
-            ctx,
-            lambda ic: rows().shuffle(count, seed=ctx.cfg.seed).repeat().batch(ctx.cfg.batch_size, drop_remainder=True),
-        )
-    )

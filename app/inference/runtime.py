@@ -4,8 +4,8 @@ Both give the SavedModel's signatures (serving_default, serving_keyed, predict_i
 same outputs, so the server, evaluation and batch prediction choose a runtime with one flag:
 
 - `tf`: the SavedModel, exactly what TF Serving runs.
-- `litert`: `litert/model_<mode>.tflite` with XNNPACK (MobileNetV2 at 224: 2.6 ms per image on
-  2 CPU cores here, the server 2.2x the throughput of TensorFlow's). Images are decoded on the host
+- `litert`: `litert/model_<mode>.tflite` with XNNPACK (on a CPU several times TensorFlow's
+  throughput: benchmarks/README.md, "Serving"). Images are decoded on the host
   by `app.data.preprocess.decode_batch`, the function inside the SavedModel's graph, so there is
   one preprocessing. Refused, saying why, when the export's parity check failed or is missing.
 - `auto`: LiteRT when its float32 file is there and passed its check, else TensorFlow; TensorFlow
@@ -207,7 +207,7 @@ def missing_side_inputs(runtime: TFRuntime | LiteRTRuntime, count: int) -> dict[
 
 
 def warm_up(runtime: TFRuntime | LiteRTRuntime) -> None:
-    """One call before the first request, which would otherwise pay for tracing (~1 s)."""
+    """One call before the first request, which would otherwise pay for tracing."""
     runtime.run(
         "serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object), **missing_side_inputs(runtime, 1)}
     )

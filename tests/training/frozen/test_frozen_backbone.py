@@ -1,5 +1,5 @@
-"""Phase 2 validates, and trains on phase 1's cached views, from activations computed once below
-its trained layers, with the same results as working on images."""
+"""The frozen backbone's door: phase 2 validates, and trains on phase 1's cached views, from
+activations computed once below its trained layers, with the same results as working on images."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import tensorflow as tf
 from app.config import TrainConfig
 from app.data.pipeline import make_keyed_dataset, record_table
 from app.models.classifier import unfreeze_top
-from app.training import feature_cache, frozen_activations, train
+from app.training import ood_fit, train
 from app.training.context import setup
+from app.training.frozen import FrozenBackbone, decide, gather, model_outputs
+from app.training.frozen import backbone as door
 from app.training.inputs import eval_dataset
-from app.training.passes import model_outputs
-from app.training.train import build_phase, phase2_plan, run_phase1, run_phase2
+from app.training.train import build_phase, run_phase1, run_phase2
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_validation_on_activations_equals_validation_on_images(data: str, tiny_c
 
 
 @pytest.mark.parametrize("data", ["images", "images_and_side_features"])
-def test_phase1s_feature_cache_hands_phase2_its_activations(
+def test_phase1s_gather_hands_phase2_its_activations(
     data: str,
     tiny_config: TrainConfig,
     side_records: Path,
@@ -70,12 +71,12 @@ def test_phase1s_feature_cache_hands_phase2_its_activations(
     """Phase 1's cache runs every val photo through the backbone; phase 2 then computes nothing."""
     cfg = _config(data, tiny_config, side_records).replace(cache_features="true")
     ctx = setup(cfg)
-    frozen = frozen_activations.frozen_activations(ctx)
-    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+    frozen = FrozenBackbone(ctx)
+    with caplog.at_level(logging.INFO, logger="app.training.frozen"):
         phase1 = run_phase1(ctx, frozen)
-    assert "computed once, as phase 1's feature cache was built" in caplog.text
+    assert "computed once, as phase 1's features were gathered" in caplog.text
     unfreeze_top(ctx.clf, cfg.unfreeze)
-    monkeypatch.setattr(frozen_activations, "_activations", lambda *_: pytest.fail("phase 2 computed them again"))
+    monkeypatch.setattr(door, "_activations", lambda *_: pytest.fail("phase 2 computed them again"))
     phase = build_phase(ctx, 2, phase1, frozen)
     phase.inputs.train_iterator()
     _assert_same_validation(ctx, phase)
@@ -98,7 +99,7 @@ def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, c
     cfg = tiny_config.replace(lr_finetune=1e-2, warmup_fraction=0.0)
     ctx = setup(cfg)
     phase1 = run_phase1(ctx)
-    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+    with caplog.at_level(logging.INFO, logger="app.training.frozen"):
         run_phase2(ctx, phase1)
     assert "phase 2 validates from block_2_relu" in caplog.text
     phase = build_phase(ctx, 2, phase1)
@@ -128,8 +129,8 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     views give when made again; phase 2's train step then runs only the layers above the cut."""
     cfg = tiny_config.replace(cache_features="true", feature_views=2)
     ctx = setup(cfg)
-    frozen = frozen_activations.frozen_activations(ctx)
-    assert frozen.trains
+    frozen = FrozenBackbone(ctx)
+    assert frozen.decision.keeps_views and frozen.phase2_on_views
     phase1 = run_phase1(ctx, frozen)
     again, labels = _views_activations(ctx, frozen.cut)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
@@ -139,7 +140,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     unfreeze_top(ctx.clf, cfg.unfreeze)
     phase = build_phase(ctx, 2, phase1, frozen)
     assert phase.steps.model.name == "tail" and phase.val_steps is None and phase.model is ctx.clf.model
-    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+    with caplog.at_level(logging.INFO, logger="app.training.frozen"):
         batch, batch_labels = next(phase.inputs.train_iterator())
     assert "phase 2 trains from block_2_relu too, on phase 1's cached views: 50 activations" in caplog.text
     assert batch.shape == (cfg.batch_size, *frozen.cut.lower.output.shape[1:]) and batch.dtype == tf.float32
@@ -154,9 +155,9 @@ def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainCo
     starts."""
     cfg = tiny_config.replace(cache_features="true")
     ctx = setup(cfg)
-    phase1 = run_phase1(ctx)  # its own FrozenActivations: phase 2's below holds nothing
+    phase1 = run_phase1(ctx, FrozenBackbone.phase1_only(ctx))  # no cut: phase 2's door below holds nothing
     unfreeze_top(ctx.clf, cfg.unfreeze)
-    frozen = frozen_activations.frozen_activations(ctx)
+    frozen = FrozenBackbone(ctx)
     phase = build_phase(ctx, 2, phase1, frozen)
     with caplog.at_level(logging.INFO):
         phase.inputs.train_iterator()
@@ -174,11 +175,11 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     process: a fresh FrozenActivations) runs nothing through the backbone to get them back."""
     cfg = tiny_config.replace(cache_features="true")
     ctx = setup(cfg)
-    built = frozen_activations.frozen_activations(ctx)
+    built = FrozenBackbone(ctx)
     phase1 = run_phase1(ctx, built)
     unfreeze_top(ctx.clf, cfg.unfreeze)
-    frozen = frozen_activations.frozen_activations(ctx)
-    monkeypatch.setattr(feature_cache, "_extractor", lambda *_: pytest.fail("the backbone ran again"))
+    frozen = FrozenBackbone(ctx)
+    monkeypatch.setattr(gather, "_extractor", lambda *_: pytest.fail("the backbone ran again"))
     with caplog.at_level(logging.INFO):
         build_phase(ctx, 2, phase1, frozen).inputs.train_iterator()
     assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
@@ -193,16 +194,16 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
     above the cut and the pretrained ones below: the stored activations still hold, and the
     features come from the layers above alone, the same as from the whole backbone."""
     ctx = setup(tiny_config.replace(cache_features="true"))
-    frozen_activations.frozen_activations(ctx).phase1_features()  # stores the activations at the cut
+    FrozenBackbone(ctx).phase1_features()  # stores the activations at the cut
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)  # the layers phase 2 would have changed
     for layer in ctx.clf.backbone.layers:
         if layer.name in trained:
             layer.set_weights([w * 1.5 for w in layer.get_weights()])
     with caplog.at_level(logging.INFO):
-        above = frozen_activations.frozen_activations(ctx).phase1_features()
+        above = FrozenBackbone(ctx).phase1_features()
     assert "61 through the layers above block_2_relu only, 0 computed" in caplog.text
     monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(tmp_path / "empty"))
-    whole = frozen_activations.frozen_activations(ctx).phase1_features()  # every row through the backbone
+    whole = FrozenBackbone(ctx).phase1_features()  # every row through the backbone
     scale = np.abs(whole.train_features).max()
     np.testing.assert_allclose(above.train_features, whole.train_features, rtol=1e-4, atol=1e-5 * scale)
     np.testing.assert_allclose(above.val_features, whole.val_features, rtol=1e-4, atol=1e-5 * scale)
@@ -222,12 +223,12 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
 def test_phase2_trains_on_images_when_asked_or_without_cached_views(setting: dict, why: str, tiny_config: TrainConfig):
     cfg = tiny_config.replace(**setting)
     ctx = setup(cfg)
-    frozen = frozen_activations.frozen_activations(ctx)
+    frozen = FrozenBackbone(ctx)
     phase1 = run_phase1(ctx, frozen)
-    plan = phase2_plan(ctx, frozen)
-    assert (plan.mode, plan.reason) == ("images", why) and not frozen.trains
+    plan = frozen.decision.plan
+    assert (plan.mode, plan.reason) == ("images", why) and not frozen.phase2_on_views
     unfreeze_top(ctx.clf, cfg.unfreeze)
-    phase = build_phase(ctx, 2, phase1, frozen, plan)
+    phase = build_phase(ctx, 2, phase1, frozen)
     assert phase.steps.model is ctx.clf.logits_model and phase.val_steps.model.name == "tail"
     images, _ = next(phase.inputs.train_iterator())
     assert images.dtype == tf.uint8 and images.shape[1:] == (64, 64, 3)
@@ -238,12 +239,12 @@ def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
 ):
     """The val activations fit, the training views' do not: validation from the cut, training on images."""
     ctx = setup(tiny_config)
-    split = frozen_activations.frozen_activations(ctx).cut
-    val_bytes = frozen_activations._bytes(ctx, split, "val")
-    monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", val_bytes)
-    frozen = frozen_activations.frozen_activations(ctx)
-    assert frozen.cut is not None and not frozen.trains
-    assert frozen.no_views.startswith("the views' activations would take")
+    split = FrozenBackbone(ctx).cut
+    val_bytes = decide._bytes(ctx, split, "val")
+    monkeypatch.setattr(decide, "FEATURE_CACHE_LIMIT", val_bytes)
+    frozen = FrozenBackbone(ctx)
+    assert frozen.cut is not None and not frozen.decision.keeps_views and not frozen.phase2_on_views
+    assert frozen.decision.no_views.startswith("the views' activations would take")
 
 
 def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
@@ -253,17 +254,17 @@ def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
     cut with the kept weights; their features go to the store, so a run with those weights (one
     started from this run, --init-from) finds every row and runs no layer at all."""
     ctx = setup(tiny_config.replace(cache_features="true", phase2_mode="views"))
-    frozen = frozen_activations.frozen_activations(ctx)
+    frozen = FrozenBackbone(ctx)
     frozen.phase1_features()
     for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
         weight.assign(weight * 1.5 + 0.01)
-    train_features, _ = frozen.pooled_features("train")
-    val_features, _ = frozen.pooled_features("val")
+    train_features, *_ = frozen.pooled_features("train")
+    val_features, *_ = frozen.pooled_features("val")
 
-    monkeypatch.setattr(feature_cache, "_extractor", lambda *_: pytest.fail("the backbone ran"))
-    monkeypatch.setattr(feature_cache, "_above_cut", lambda *_: pytest.fail("the layers above the cut ran"))
+    monkeypatch.setattr(gather, "_extractor", lambda *_: pytest.fail("the backbone ran"))
+    monkeypatch.setattr(gather, "_above_cut", lambda *_: pytest.fail("the layers above the cut ran"))
     with caplog.at_level(logging.INFO):
-        again = frozen_activations.frozen_activations(ctx).phase1_features()
+        again = FrozenBackbone(ctx).phase1_features()
     assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
     assert "0 through the layers above block_2_relu only, 0 computed" in caplog.text
     np.testing.assert_array_equal(again.train_features, train_features)
@@ -273,8 +274,8 @@ def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
 def test_validation_stays_on_images_when_the_activations_would_not_fit(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", 1000)
-    with caplog.at_level(logging.INFO, logger="app.training.frozen_activations"):
+    monkeypatch.setattr(decide, "FEATURE_CACHE_LIMIT", 1000)
+    with caplog.at_level(logging.INFO, logger="app.training.frozen"):
         _, phase = _phase2_after_phase1(tiny_config)
     assert phase.val_steps is None and phase.validation is phase.steps
     assert "phase 2 validates on images: the val activations at block_2_relu would take" in caplog.text
@@ -287,14 +288,14 @@ def test_after_phase2_on_images_the_views_activations_still_give_the_training_fe
     pass over every training photo."""
     cfg = tiny_config.replace(phase2_mode="auto", cache_features="true")
     ctx = setup(cfg)
-    frozen = frozen_activations.frozen_activations(ctx)
+    frozen = FrozenBackbone(ctx)
     run_phase1(ctx, frozen)
-    assert frozen.trains  # phase 1's cache build kept the views' activations ...
-    assert phase2_plan(ctx, frozen).mode == "images" and not frozen.trains  # ... and phase 2 trains on images
+    assert frozen.decision.keeps_views  # phase 1's gather kept the views' activations ...
+    assert frozen.decision.plan.mode == "images" and not frozen.phase2_on_views  # ... phase 2 trains on images
     for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
         weight.assign(weight * 1.5 + 0.01)
 
-    pooled, labels = frozen.pooled_features("train")
+    pooled, labels, _ = frozen.pooled_features("train")
     table = record_table(cfg.data, "train")
     made_again = []
     for view in range(2):
@@ -312,10 +313,10 @@ def test_the_test_split_is_read_through_the_layers_above_the_cut_with_the_figure
     after training then runs only the layers above (trained since), with the loss, accuracy and
     confusion matrix a pass over the decoded photos gives."""
     ctx = setup(tiny_config.replace(cache_features="true"))
-    frozen = frozen_activations.frozen_activations(ctx)
-    assert frozen.tests
+    frozen = FrozenBackbone(ctx)
+    assert frozen.decision.keeps_test
     run_phase1(ctx, frozen)
-    assert len(frozen.test.labels) == ctx.info.num_examples("test") > 0
+    assert len(frozen._test.labels) == ctx.info.num_examples("test") > 0
     for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
         weight.assign(weight * 1.5 + 0.01)
     on_images = train.evaluate_split(ctx, "test")
@@ -332,13 +333,13 @@ def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ):
     ctx = setup(tiny_config.replace(cache_features="true"))
-    cut = frozen_activations.frozen_activations(ctx).cut
-    held = frozen_activations._bytes(ctx, cut, "val") + 2 * frozen_activations._bytes(ctx, cut, "train")
-    monkeypatch.setattr(frozen_activations, "FEATURE_CACHE_LIMIT", held)  # the views fit, the test photos do not
-    frozen = frozen_activations.frozen_activations(ctx)
-    assert frozen.trains and not frozen.tests
+    cut = FrozenBackbone(ctx).cut
+    held = decide._bytes(ctx, cut, "val") + 2 * decide._bytes(ctx, cut, "train")
+    monkeypatch.setattr(decide, "FEATURE_CACHE_LIMIT", held)  # the views fit, the test photos do not
+    frozen = FrozenBackbone(ctx)
+    assert frozen.decision.keeps_views and not frozen.decision.keeps_test
     frozen.phase1_features()
-    assert frozen.test is None  # train._evaluate_test then decodes the test photos
+    assert frozen.test_dataset() is None  # train._evaluate_test then decodes the test photos
 
 
 def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_features(
@@ -347,10 +348,8 @@ def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_f
     """Phase 2 did not run (or kept none of its epochs): the layers above the cut hold the weights
     phase 1's cache was built with, so the out-of-distribution fit takes that cache's pooled
     features, the ones the layers above the cut would give, and runs no layer."""
-    from app.training import calibration
-
     ctx = setup(tiny_config.replace(cache_features="true", phase2_mode="views"))
-    frozen = frozen_activations.frozen_activations(ctx)
+    frozen = FrozenBackbone(ctx)
     phase1 = run_phase1(ctx, frozen)
     through_upper = frozen.pooled_features("train")
     assert through_upper is not None
@@ -360,7 +359,7 @@ def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_f
     np.testing.assert_allclose(frozen.pooled_features("val", upper_unchanged=True)[0],
                                frozen.pooled_features("val")[0], rtol=1e-4, atol=1e-4)  # fmt: skip
 
-    monkeypatch.setattr(frozen_activations, "model_outputs", lambda *_: pytest.fail("a layer ran"))
-    monkeypatch.setattr(calibration, "model_outputs", lambda *_: pytest.fail("a pass over photos ran"))
-    _, fitted_on, _ = calibration.fit_ood_score(ctx, {1: phase1, 2: None}, 1.0, frozen)
+    monkeypatch.setattr(door, "model_outputs", lambda *_: pytest.fail("a layer ran"))
+    monkeypatch.setattr(door, "split_features", lambda *_: pytest.fail("a pass over photos ran"))
+    _, fitted_on, _ = ood_fit.fit_ood_score(ctx, {1: phase1, 2: None}, 1.0, frozen)
     assert fitted_on == f"{len(cached[1])} train views, {ctx.info.num_examples('val')} val photos"

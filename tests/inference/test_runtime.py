@@ -16,7 +16,8 @@ import tensorflow as tf
 from app.data import schema
 from app.data.pipeline import load_dataset_info
 from app.errors import UserError
-from app.serving.runtime import LiteRTRuntime, TFRuntime, litert_refusal, load_runtime
+from app.export.rebuild import rebuild_served_model
+from app.inference.runtime import LiteRTRuntime, TFRuntime, litert_refusal, load_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +78,7 @@ def test_a_failed_parity_check_is_refused_and_auto_falls_back_to_tensorflow(vers
 def test_auto_prefers_tensorflow_when_a_gpu_is_visible(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
     version = trained_run / "export" / "shapes" / "1"
     assert load_runtime(version, "auto").name == "litert"  # no GPU here, parity passed
-    monkeypatch.setattr("app.serving.runtime._gpu_visible", lambda: "a GPU is visible, and TensorFlow runs on it")
+    monkeypatch.setattr("app.inference.runtime._gpu_visible", lambda: "a GPU is visible, and TensorFlow runs on it")
     assert load_runtime(version, "auto").name == "tf"
 
 
@@ -121,7 +122,7 @@ def test_a_phone_sized_jpeg_gets_the_same_answer_from_every_path(trained_run: Pa
     served = TFRuntime(version).run("serving_default", inputs)["probabilities"]
     lite = load_runtime(version, "litert").run("serving_default", inputs)["probabilities"]
     pixels = decode_for_eval(tf.constant(data), run.image_size)[None]
-    in_memory = run.build_model()(pixels, training=False)["probabilities"].numpy()
+    in_memory = rebuild_served_model(run)(pixels, training=False)["probabilities"].numpy()
     np.testing.assert_allclose(lite, served, atol=1e-4)
     np.testing.assert_allclose(in_memory, served, atol=1e-4)
     assert lite.argmax() == served.argmax() == in_memory.argmax()

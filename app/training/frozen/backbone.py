@@ -1,0 +1,195 @@
+"""The one door to what the frozen backbone produces in a run: phase 1's inputs, phase 2's
+inputs, the test split's activations and the pooled features of a split.
+
+Phase 2 trains only the top of the backbone. Below its first trained layer nothing trains and
+BatchNorm runs on its pretrained statistics, so a given input image has the same activation
+there in every epoch: the layers below the cut are a fixed function, as the whole backbone is
+in phase 1. So:
+
+- Validation: each val image's activation at the cut is computed once, and each epoch runs only
+  the layers above it (`classifier.cut_at_trained`): the same logits, up to float rounding.
+- Test: phase 1's gather runs the test photos' eval decode through the frozen layers in the same
+  pass (stored by content like the rest), and the test split is read once, by the kept weights,
+  through the layers above.
+- Training on the views (a warm start, or `phase2_mode = views`): phase 2 trains on the
+  activations of the same K augmented views of each training image that phase 1's features come
+  from; the gather keeps them as it passes. A cold start trains phase 2 on fresh crops
+  (app/training/plan.py), and the views' activations, when kept, serve the "none of these" fit:
+  the layers below the cut do not train, so they still hold.
+
+What is done is decided once (decide.py) when the door is made; nothing about it changes
+during the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from app.data.pipeline import map_image
+from app.models.classifier import FrozenCut
+from app.training.context import Context
+from app.training.frozen.decide import Decision, decide
+from app.training.frozen.gather import gather, keep_features
+from app.training.frozen.passes import eval_images, model_outputs, split_features
+from app.training.frozen.rows import ActivationRows, Phase1Features
+from app.training.inputs import distribute, shuffled_batches
+from app.training.phase import PhaseInputs
+
+log = logging.getLogger(__name__)
+
+
+class FrozenBackbone:
+    def __init__(self, ctx: Context, decision: Decision | None = None) -> None:
+        self.ctx = ctx
+        self.decision = decision or decide(ctx)
+        self._phase1: Phase1Features | None = None  # phase 1's features, once gathered
+        self._val: ActivationRows | None = None  # the val photos' activations at the cut
+        self._train: ActivationRows | None = None  # the training views' (when kept)
+        self._test: ActivationRows | None = None  # the test photos' (when kept)
+
+    @classmethod
+    def phase1_only(cls, ctx: Context) -> FrozenBackbone:
+        """A door for phase 1's inputs alone, no activations at a cut: a learning-rate sweep."""
+        decision = decide(ctx)
+        return cls(ctx, dataclasses.replace(decision, cut=None, keeps_views=False, keeps_test=False))
+
+    @property
+    def cut(self) -> FrozenCut | None:
+        return self.decision.cut
+
+    @property
+    def phase2_on_views(self) -> bool:
+        return self.decision.phase2_on_views
+
+    def phase1_features(self, on_first_batch: Callable[[np.ndarray], None] | None = None) -> Phase1Features:
+        """Phase 1's features, gathered (from the store where it has them) in one pass with the
+        activations at the cut that the decision keeps; once per door."""
+        if self._phase1 is None:
+            d = self.decision
+            got = gather(self.ctx, on_first_batch, d.cut, d.keeps_views, d.keeps_test)
+            self._phase1 = got.features
+            if d.cut is not None:
+                self._val, self._train, self._test = got.val_activations, got.train_activations, got.test_activations
+                _log_val(d.cut, self._val, "as phase 1's features were gathered")
+        return self._phase1
+
+    def phase1_inputs(self, on_first_batch: Callable[[np.ndarray], None] | None = None) -> PhaseInputs:
+        """The head's input on cached features: an epoch is as many rows as the training split
+        has images, drawn from the K views of each. Gathered when the phase first needs them: a
+        finished phase, seen again on resume, needs none."""
+
+        def dataset(x: np.ndarray, y: np.ndarray, side: np.ndarray | None) -> tf.data.Dataset:
+            return tf.data.Dataset.from_tensor_slices(({"features": x, "side": side} if side is not None else x, y))
+
+        def train_iterator():
+            f = self.phase1_features(on_first_batch)
+            return shuffled_batches(self.ctx, lambda: dataset(f.train_features, f.train_labels, f.train_side),
+                                    len(f.train_labels))  # fmt: skip
+
+        def val_dataset():
+            f = self.phase1_features(on_first_batch)
+            batch = self.ctx.cfg.batch_size
+            return distribute(self.ctx, lambda ic: dataset(f.val_features, f.val_labels, f.val_side).batch(batch))
+
+        return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
+
+    def phase2_inputs(self, on_images: PhaseInputs) -> PhaseInputs:
+        """Phase 2's input: validation on the activations at the cut where there is one, training
+        on the views' activations where the plan says so, else `on_images`."""
+        if self.cut is None:
+            return on_images
+
+        def val_dataset():
+            self._gather_for_phase2()
+            return self._distributed(self._val)
+
+        def train_iterator():
+            self._gather_for_phase2()  # before the first epoch starts, so its log line comes before the epoch's
+            if not self.phase2_on_views:
+                return on_images.train_iterator()
+            _log_views(self.cut, self._train)
+            return shuffled_batches(self.ctx, self._train.dataset, len(self._train.labels))
+
+        return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
+
+    def test_dataset(self) -> object | None:
+        """The test photos' activations at the cut, batched as validation's are; None where the
+        gather did not keep them (the test split then runs on images)."""
+        return None if self._test is None else self._distributed(self._test)
+
+    def pooled_features(self, split: str, upper_unchanged: bool = False) -> tuple[np.ndarray, np.ndarray, str]:
+        """(pooled features, labels, what they are) of the current weights for `split`: from the
+        activations at the cut in memory ("train": the views), only the layers above running, and
+        kept in the store for a run started from these weights; phase 1's own features where
+        `upper_unchanged` (the layers above the cut hold the weights they were gathered with);
+        else one pass over the split's photos."""
+        rows = self._train if split == "train" else self._val
+        named = f"{split} views" if split == "train" else f"{split} photos"
+        if self.cut is None or rows is None:
+            ctx = self.ctx
+            features, labels = split_features(ctx.clf.features_model, ctx.cfg.data, split, ctx.image_size,
+                                              ctx.cfg.batch_size)  # fmt: skip
+            return features, labels, f"{split} photos"
+        if upper_unchanged and self._phase1 is not None:
+            f = self._phase1
+            return (f.train_features, f.train_labels, named) if split == "train" else (
+                f.val_features, f.val_labels, named)  # fmt: skip
+        batches = tf.data.Dataset.from_tensor_slices((rows.activations, rows.labels)).batch(self.ctx.cfg.batch_size)
+        upper = self.cut.upper
+        features, labels = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
+        if rows.keys is not None:
+            keep_features(self.ctx, self.cut, split, rows.keys, features)
+        return features, labels, named
+
+    def _distributed(self, rows: ActivationRows) -> object:
+        batch = self.ctx.cfg.batch_size
+        return distribute(self.ctx, lambda ic: rows.dataset().batch(batch))
+
+    def _gather_for_phase2(self) -> None:
+        """What phase 2 reads, where phase 1 did not gather it in this process (a resumed run):
+        the views from the store (or computed again, the same), else the val activations alone."""
+        if self._val is not None and (self._train is not None or not self.phase2_on_views):
+            return
+        if self.phase2_on_views:
+            self.phase1_features()
+            return
+        start = time.perf_counter()
+        self._val = _activations(self.cut, eval_images(self.ctx, "val"))
+        _log_val(self.cut, self._val, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
+
+
+def _activations(cut: FrozenCut, images: tf.data.Dataset) -> ActivationRows:
+    """Every image's activation at the cut (with its side features and label), in dataset order."""
+    outputs, labels = model_outputs(
+        lambda inputs, labels: map_image(inputs, lambda x: cut.lower(x, training=False)), images
+    )
+    x, side = (outputs["image"], outputs["side"]) if isinstance(outputs, dict) else (outputs, None)
+    return ActivationRows(x, side, labels)
+
+
+def _log_val(cut: FrozenCut, val: ActivationRows, when: str) -> None:
+    log.info(
+        "phase 2 validates from %s: the layers below it are frozen, so the %d val images' activations there"
+        " (%.1f MB) were computed once, %s; each epoch runs only the layers above",
+        cut.layer,
+        len(val.labels),
+        val.activations.nbytes / 1e6,
+        when,
+    )
+
+
+def _log_views(cut: FrozenCut, train: ActivationRows) -> None:
+    """Said as phase 2 starts on the views, not when the gather kept them: the plan may pick images."""
+    log.info(
+        "phase 2 trains from %s too, on phase 1's cached views: %d activations (%.1f MB), one per view of"
+        " each training image",
+        cut.layer,
+        len(train.labels),
+        train.activations.nbytes / 1e6,
+    )

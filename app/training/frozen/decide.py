@@ -1,0 +1,124 @@
+"""What the frozen backbone does in a run, decided once from the context before any photo runs:
+whether phase 1 trains on cached features, where phase 2's cut is, which activations there are
+kept, and phase 2's plan. Every memory limit is applied here, and every choice says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from app.config import TrainConfig
+from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
+from app.training.context import Context
+from app.training.frozen.passes import views
+from app.training.plan import Phase2Plan, plan_phase2
+from app.training.strategy import num_workers
+
+log = logging.getLogger(__name__)
+FEATURE_CACHE_LIMIT = 4 * 2**30  # bytes of host memory `cache_features = auto` lets the rows in memory take
+
+
+@dataclass(frozen=True)
+class Decision:
+    phase1_cached: bool  # phase 1 trains the head on pooled features computed once per view
+    phase1_reason: str  # why, for the log
+    cut: FrozenCut | None  # where phase 2's trained layers begin, when working from there pays
+    keeps_views: bool  # the training views' activations at the cut are gathered with phase 1's features
+    keeps_test: bool  # ... and the test photos' too, so the test split runs only the layers above
+    no_views: str | None  # why phase 2 cannot train on the views; None where it can
+    plan: Phase2Plan
+
+    @property
+    def phase2_on_views(self) -> bool:
+        return self.cut is not None and self.plan.mode == "views"
+
+
+def decide(ctx: Context) -> Decision:
+    cached, reason = phase1_mode(ctx.cfg, ctx.strategy, phase1_bytes(ctx))
+    cut, keeps_views, keeps_test, no_views = _cut(ctx, cached)
+    plan = plan_phase2(ctx.cfg, no_views, warm_start=ctx.start is not None)
+    return Decision(cached, reason, cut, keeps_views, keeps_test, no_views, plan)
+
+
+def phase1_bytes(ctx: Context) -> int:
+    """Host memory of phase 1's float32 features: K views of the train split, one of val."""
+    rows = views(ctx) * ctx.info.num_examples("train") + ctx.info.num_examples("val")
+    return rows * (ctx.clf.features_model.output.shape[-1] + ctx.info.side_width) * 4
+
+
+def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes: int) -> tuple[bool, str]:
+    """(train phase 1 on cached features?, why). `auto` caches on a single worker: every image is
+    decoded, augmented and run through the frozen backbone K times in all instead of once per
+    epoch (and the val split once instead of every epoch). On a CPU the backbone is nearly all of
+    phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate)."""
+    shown = (
+        f"{cfg.feature_views} augmented view(s) per training image"
+        if cfg.augment
+        else "unaugmented images (augment = false)"
+    )
+    if cfg.cache_features != "auto":
+        cached = cfg.cache_features == "true"
+        return cached, f"cache_features = {cfg.cache_features}" + (f"; {shown}" if cached else "")
+    if num_workers(strategy) > 1 or cfg.data_service:
+        return False, "cache_features = auto: several workers or a tf.data service decode every epoch"
+    if cache_bytes > FEATURE_CACHE_LIMIT:
+        return False, (
+            f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB of memory"
+            f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB); set true to cache anyway"
+        )
+    if tf.config.list_physical_devices("GPU"):
+        return True, (
+            "cache_features = auto: on a GPU the CPU's decoding is the bottleneck; each image is decoded once"
+            f" per view, not once per epoch; {shown}"
+        )
+    return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {shown}"
+
+
+def _cut(ctx: Context, phase1_cached: bool) -> tuple[FrozenCut | None, bool, bool, str | None]:
+    """(phase 2's cut, keep the views' activations, keep the test photos', why no views). A cut
+    where working from it is possible and worth it: one worker (several would each hold every
+    activation), a val split, a single tensor at the cut, and the activations within the memory
+    limit."""
+    has_val = ctx.info.num_examples("val")
+    if num_workers(ctx.strategy) > 1 or not has_val or not ctx.cfg.epochs_finetune:
+        return None, False, False, "several workers" if has_val else "no val"
+    start = unfreeze_start(ctx.clf, ctx.cfg.unfreeze)
+    cut = cut_at_trained(ctx.clf, start)
+    if cut is None:
+        why = (
+            "it trains the whole backbone"
+            if start <= 1
+            else "no single activation separates its frozen layers from the trained ones"
+        )
+        log.info("phase 2 validates on images: %s", why)
+        return None, False, False, why
+    val_bytes, train_bytes = _bytes(ctx, cut, "val"), _bytes(ctx, cut, "train") * views(ctx)
+    if val_bytes > FEATURE_CACHE_LIMIT:
+        why = f"the val activations at {cut.layer} would take {val_bytes / 2**30:.1f} GiB"
+        log.info("phase 2 validates on images: %s", why)
+        return None, False, False, why
+    keeps_views, why = _keeps_views(ctx, phase1_cached, val_bytes + train_bytes)
+    test_bytes = _bytes(ctx, cut, "test")
+    keeps_test = 0 < test_bytes <= FEATURE_CACHE_LIMIT - val_bytes - (train_bytes if keeps_views else 0)
+    return cut, keeps_views, keeps_test, (None if keeps_views else why)
+
+
+def _keeps_views(ctx: Context, phase1_cached: bool, total_bytes: int) -> tuple[bool, str]:
+    if not phase1_cached:
+        return False, "phase 1 trained on images, so there are no cached views (cache_features)"
+    if ctx.cfg.phase2_mode == "images":
+        return False, "phase2_mode = images"
+    if total_bytes > FEATURE_CACHE_LIMIT:
+        return False, (
+            f"the views' activations would take {total_bytes / 2**30:.1f} GiB"
+            f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB)"
+        )
+    return True, ""
+
+
+def _bytes(ctx: Context, cut: FrozenCut, split: str) -> int:
+    return ctx.info.num_examples(split) * int(np.prod(cut.lower.output.shape[1:])) * 4
