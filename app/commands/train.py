@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> None:
     cfg = load_config(args.config, overrides)
     check_paths_exist(cfg)
     with lasting_imports():
+        from app.training.demo_run import train_main
         from app.training.report import format_result
-        from app.training.train import train_main
 
     metrics = train_main(cfg, overwrite=args.overwrite)
     print(format_result(metrics))

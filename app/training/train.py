@@ -10,18 +10,16 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
 from app import storage
 from app.config import TrainConfig
-from app.data.demo import demo_run_dir, ensure_demo_records
 from app.data.pipeline import dataset_fingerprint
 from app.data.summary import few_photos_warning
 from app.models import ood
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
-from app.run_dir import RunDir, check_trained_on, completed_run
+from app.run_dir import check_trained_on, completed_run
 from app.training.builders import finetune_schedule, make_optimizer, make_steps
 from app.training.context import Context, describe_distribution, setup
 from app.training.frozen import FrozenBackbone
@@ -307,20 +305,3 @@ def _finish(
             description="validation split, kept weights; rows: true class",
         )
     ctx.run.write_metrics(metrics)
-
-
-def train_main(cfg: TrainConfig, overwrite: bool = False) -> dict:
-    """`train`, with `data=""` meaning the built-in demo (generated on first use)."""
-    if not cfg.data:
-        cfg = cfg.replace(data=str(ensure_demo_records()))
-    return train(cfg, overwrite)
-
-
-def demo_model_and_data() -> tuple[Path, Path]:
-    """(demo run dir, demo TFRecords) for the notebook's defaults; trains the demo model first
-    (as `photoclf train` does) if it is missing."""
-    run = RunDir(demo_run_dir())
-    if not run.is_complete():
-        print(f"No demo model at {run.root}: training it first (photoclf train)", flush=True)
-        train_main(TrainConfig(out=str(run.root)))
-    return run.root, ensure_demo_records()
