@@ -16,19 +16,11 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 
 from app import storage
 from app.data import schema
-from app.data.preprocess import (
-    DEFAULT_CROP_FRACTION,
-    Augment,
-    as_written,
-    color_jitter,
-    decode_for_eval,
-    decode_random_crop,
-)
+from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, as_written, decode_for_eval, decode_random_crop
 from app.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -77,7 +69,7 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     meta = storage.read_json_object(meta_path)
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")
-    _check_fields(meta, meta_path)
+    schema.check_dataset_json(meta, meta_path)
     return DatasetInfo(
         root,
         meta["classes"],
@@ -101,38 +93,6 @@ def photo_index(info: DatasetInfo) -> list[tuple[str, str, str]]:
             for name, label in zip(parsed[schema.FILENAME].numpy(), parsed[schema.LABEL].numpy()):
                 found.append((split, name.decode(), info.classes[int(label)]))
     return found
-
-
-_TEXTS, _NUMBERS = (list, str), (dict, str, int)
-DATASET_FIELDS = {  # dataset.json's keys as this module reads them: (required, shape)
-    "classes": (True, _TEXTS),
-    "counts": (True, (dict, str, _NUMBERS)),
-    "shards": (True, (dict, str, _TEXTS)),
-    "shard_records": (False, _NUMBERS),
-    "side_features": (False, (list, dict)),
-    "examples": (False, _NUMBERS),
-}
-
-
-def _conforms(value, shape) -> bool:
-    """`shape`: a type, or (list, item shape), or (dict, key type, value shape)."""
-    if not isinstance(shape, tuple):
-        return isinstance(value, shape) and not (shape is int and isinstance(value, bool))
-    if shape[0] is list:
-        return isinstance(value, list) and all(_conforms(v, shape[1]) for v in value)
-    return isinstance(value, dict) and all(isinstance(k, shape[1]) and _conforms(v, shape[2]) for k, v in value.items())
-
-
-def _check_fields(meta: dict, meta_path: str) -> None:
-    """A dataset.json edited by hand or cut short: one line naming the key, not a KeyError later."""
-    for key, (required, shape) in DATASET_FIELDS.items():
-        if key not in meta:
-            if required:
-                raise UserError(f"{meta_path}: no '{key}'; write the dataset again with photoclf convert")
-        elif not _conforms(meta[key], shape):
-            raise UserError(f"{meta_path}: '{key}' is not what photoclf convert writes")
-    if meta.get("task", "single_label") not in ("single_label", "multi_label"):
-        raise UserError(f"{meta_path}: 'task' must be single_label or multi_label, got {meta['task']!r}")
 
 
 def map_image(inputs, fn):
@@ -320,7 +280,7 @@ def _decoded(
     return examples.map(fn, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
-def _train_decoder(image_size: int, augment: Augment):
+def train_decoder(image_size: int, augment: Augment):
     """(encoded, seed) → image: random-resized crop + flip, or eval decoding (+ optional flip)."""
     if augment.random_crop:
         return lambda encoded, seed: decode_random_crop(encoded, image_size, seed, augment)
@@ -379,11 +339,7 @@ def make_train_dataset(
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image
     ds = tf.data.Dataset.zip(ds, seeds)
     ds = _decoded(
-        ds,
-        _train_decoder(image_size, augment or Augment()),
-        strict=strict,
-        deterministic=deterministic,
-        counter=counter,
+        ds, train_decoder(image_size, augment or Augment()), strict=strict, deterministic=deterministic, counter=counter
     )
     ds = ds.batch(batch_size, drop_remainder=repeat)
     ds = ds.map(as_written(lambda e: (model_inputs(e), e["label"])))
@@ -426,84 +382,8 @@ def make_eval_dataset(
     return ds.map(as_written(lambda e: (model_inputs(e), e["label"]))).prefetch(AUTOTUNE)
 
 
-def content_keys(encoded: tf.Tensor) -> tf.Tensor:
-    """int64 [N] keys of N encoded photos: FarmHash64 of their bytes, so a photo has one key under
-    any name, in any shard or dataset (64 bits: a collision among a million photos has odds of
-    about 3 in 100 million)."""
-    return tf.bitcast(tf.fingerprint(encoded), tf.int64)
-
-
-def record_table(data_dir: str | Path, split: str) -> dict[str, object]:
-    """Every photo of `split` in stored order, not decoded: {"key": int64 [N], "label": [N, ...],
-    "side": float32 [N, F] or None}. The rows of `make_keyed_dataset` are matched to these by key;
-    photos the training pipeline would skip (not a complete JPEG) are skipped here too."""
-    info = load_dataset_info(data_dir)
-    files = info.shard_paths(split)
-    verify_shards(files)
+def read_records(files: list[str], info: DatasetInfo) -> tf.data.Dataset:
+    """Every complete photo's parsed record in `files`, in stored order, one file at a time: the
+    order app.data.keyed matches rows by."""
     records = _records(_shard_files(files, None), strict=False, deterministic=True, cycle_length=1)
-    ds = _parse(records, None, info, complete_only=True)
-    names = ["key", "label", *(["side"] if info.side_width else [])]
-    ds = ds.batch(1024).map(as_written(lambda e: {**e, "key": content_keys(e["encoded"])}))
-    columns: dict[str, list] = {name: [] for name in names}
-    for batch in ds:
-        for name in names:
-            columns[name].append(batch[name].numpy())
-    if not columns["key"]:
-        return {"key": np.zeros([0], np.int64), "label": np.zeros([0], np.int32), "side": None}
-    return {"side": None} | {name: np.concatenate(parts) for name, parts in columns.items()}
-
-
-def make_keyed_dataset(
-    data_dir: str | Path,
-    *,
-    split: str,
-    image_size: int,
-    batch_size: int,
-    wanted: np.ndarray,
-    view_seed: int | None = None,
-    augment: Augment | None = None,
-) -> tf.data.Dataset:
-    """Batches of (float32 images 0..255, int64 content keys) of the photos of `split` whose keys
-    are in `wanted`, in stored order; the others are read but not decoded.
-
-    With `view_seed`, each photo gets the training augmentation (crop, flip, colour jitter)
-    seeded by its content key and the view: the same photo gets the same view in any dataset,
-    whatever its name or position, so a view computed once can be looked up by key. Without,
-    the eval decode (`decode_for_eval`)."""
-    info = load_dataset_info(data_dir)
-    files = info.shard_paths(split)
-    records = _records(_shard_files(files, None), strict=False, deterministic=True, cycle_length=1)
-    ds = _parse(records, None, info, complete_only=True)
-    ds = ds.map(as_written(lambda e: {**e, "key": content_keys(e["encoded"][None])[0]}))
-    wanted_keys = np.sort(wanted)
-    ds = ds.filter(as_written(lambda e: _is_in(e["key"], wanted_keys))) if len(wanted) else ds.take(0)
-    decode = _keyed_decoder(image_size, view_seed, augment or Augment())
-    ds = ds.map(as_written(lambda e: (decode(e["encoded"], e["key"]), e["key"])), num_parallel_calls=AUTOTUNE)
-    return ds.batch(batch_size).prefetch(AUTOTUNE)
-
-
-def _is_in(key: tf.Tensor, sorted_keys: np.ndarray) -> tf.Tensor:
-    """Whether `key` is one of `sorted_keys`, by binary search (a lookup table would be a resource
-    that a SavedModel export in the same process then complains about)."""
-    keys = tf.constant(sorted_keys, tf.int64)
-    at = tf.minimum(tf.searchsorted(keys, key[None])[0], len(sorted_keys) - 1)
-    return tf.equal(keys[at], key)
-
-
-def _keyed_decoder(image_size: int, view_seed: int | None, augment: Augment):
-    """(encoded, key) → float32 image: the eval decode, or the training augmentation seeded by
-    (view_seed, key): the pipeline's crop and flip, then the colour jitter the train step applies."""
-    if view_seed is None:
-        return lambda encoded, key: tf.cast(decode_for_eval(encoded, image_size), tf.float32)
-    decode = _train_decoder(image_size, augment)
-
-    def view(encoded: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
-        crop_seed, jitter_seed = tf.unstack(
-            tf.random.experimental.stateless_split(tf.stack([tf.constant(view_seed, tf.int64), key]), 2)
-        )
-        image = decode(encoded, crop_seed)
-        if augment.color_jitter <= 0:
-            return tf.cast(image, tf.float32)
-        return color_jitter(image, jitter_seed, augment.color_jitter)
-
-    return view
+    return _parse(records, None, info, complete_only=True)

@@ -10,6 +10,8 @@ import re
 
 import tensorflow as tf
 
+from app.errors import UserError
+
 SCHEMA_VERSION = 1
 METADATA_FILE = "dataset.json"
 
@@ -87,3 +89,35 @@ def feature_spec(side_width: int = 0, multi_label: bool = False) -> dict:
 def parse_batch(serialized: tf.Tensor, side_width: int = 0, multi_label: bool = False) -> dict[str, tf.Tensor]:
     """Parse a batch (vector) of serialized Examples in one op: much cheaper than per record."""
     return tf.io.parse_example(serialized, feature_spec(side_width, multi_label))
+
+
+_TEXTS, _NUMBERS = (list, str), (dict, str, int)
+DATASET_FIELDS = {  # dataset.json's keys as app.data.pipeline reads them: (required, shape)
+    "classes": (True, _TEXTS),
+    "counts": (True, (dict, str, _NUMBERS)),
+    "shards": (True, (dict, str, _TEXTS)),
+    "shard_records": (False, _NUMBERS),
+    "side_features": (False, (list, dict)),
+    "examples": (False, _NUMBERS),
+}
+
+
+def _conforms(value, shape) -> bool:
+    """`shape`: a type, or (list, item shape), or (dict, key type, value shape)."""
+    if not isinstance(shape, tuple):
+        return isinstance(value, shape) and not (shape is int and isinstance(value, bool))
+    if shape[0] is list:
+        return isinstance(value, list) and all(_conforms(v, shape[1]) for v in value)
+    return isinstance(value, dict) and all(isinstance(k, shape[1]) and _conforms(v, shape[2]) for k, v in value.items())
+
+
+def check_dataset_json(meta: dict, meta_path: str) -> None:
+    """A dataset.json edited by hand or cut short: one line naming the key, not a KeyError later."""
+    for key, (required, shape) in DATASET_FIELDS.items():
+        if key not in meta:
+            if required:
+                raise UserError(f"{meta_path}: no '{key}'; write the dataset again with photoclf convert")
+        elif not _conforms(meta[key], shape):
+            raise UserError(f"{meta_path}: '{key}' is not what photoclf convert writes")
+    if meta.get("task", "single_label") not in ("single_label", "multi_label"):
+        raise UserError(f"{meta_path}: 'task' must be single_label or multi_label, got {meta['task']!r}")

@@ -7,7 +7,7 @@ image never changes. Computing it once for each of K augmented views of every tr
 forward passes per image in all, where training on images costs one per image per epoch. The
 validation split is computed once, unaugmented.
 
-Each view is seeded by the photo's content and the view's seed (`pipeline.make_keyed_dataset`),
+Each view is seeded by the photo's content and the view's seed (`app.data.keyed.make_keyed_dataset`),
 so a photo has the same views in every dataset it is in, and its rows are kept in the feature
 store (store.py) by content key: a resumed run, a run over a dataset that grew, or one that
 renamed photos computes only the photos the store has not seen. Where phase 2's trained layers
@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from app.data.pipeline import make_keyed_dataset, record_table
+from app.data.keyed import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.training.context import Context
 from app.training.frozen.passes import model_outputs, one_stream, views

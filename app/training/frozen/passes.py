@@ -3,7 +3,7 @@ stream of several parts, and the pooled features of a split.
 
 Phase 1's feature cache, phase 2's activations below its cut, the "none of these" fit and the
 backbone probe all pass images through frozen layers; they share these. (The training split's
-augmented views are seeded by each photo's content: `pipeline.make_keyed_dataset`.)
+augmented views are seeded by each photo's content: `app.data.keyed.make_keyed_dataset`.)
 """
 
 from __future__ import annotations

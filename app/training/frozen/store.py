@@ -3,7 +3,7 @@
 A frozen backbone maps a given photo (and a given augmented view of it) to the same output in
 every run, so a run over a dataset that grew, or one started from an earlier run, needs the
 backbone only for photos it has not seen. The store keeps those outputs by content key
-(`pipeline.content_keys`: the photo's bytes, not its name) in spaces: one file per kind of
+(`app.data.keyed.content_keys`: the photo's bytes, not its name) in spaces: one file per kind of
 output (pooled features, or activations where phase 2's trained layers begin) of one backbone
 with given weights, image size, decode and view.
 

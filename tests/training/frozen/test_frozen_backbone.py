@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from app.config import TrainConfig
-from app.data.pipeline import make_keyed_dataset, record_table
+from app.data.keyed import make_keyed_dataset, record_table
 from app.models.classifier import unfreeze_top
 from app.training import ood_fit, train
 from app.training.context import setup
