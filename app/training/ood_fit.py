@@ -27,13 +27,13 @@ def fit_ood_score(
     """The shipped score for the kept weights, what it was fitted on, and its mix."""
     phase2 = phases.get(2)
     unchanged = phase2 is None or phase2.best_epoch == 0  # 0: phase 2 kept phase 1's weights
-    *train, train_from = frozen.pooled_features("train", unchanged)
-    *val, _ = frozen.pooled_features("val", unchanged)
+    train_x, train_y, train_from = frozen.pooled_features("train", unchanged)
+    val_x, val_y, _ = frozen.pooled_features("val", unchanged)
     logits, _ = validation_logits(ctx, phases)
-    choice = choose_mix(tuple(train), tuple(val), ctx.cfg.seed)
+    choice = choose_mix((train_x, train_y), (val_x, val_y), ctx.cfg.seed)
     probabilities = softmax(logits / temperature)
-    score = ood.fit_shipped(train[0], train[1], val[0], probabilities, accept, choice.mix, logits, temperature)
-    return score, f"{len(train[0])} {train_from}, {len(val[0])} val photos", choice
+    score = ood.fit_shipped(train_x, train_y, val_x, probabilities, accept, choice.mix, logits, temperature)
+    return score, f"{len(train_x)} {train_from}, {len(val_x)} val photos", choice
 
 
 def fit_and_record(

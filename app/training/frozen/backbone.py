@@ -23,7 +23,6 @@ during the run.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -56,8 +55,7 @@ class FrozenBackbone:
     @classmethod
     def phase1_only(cls, ctx: Context) -> FrozenBackbone:
         """A door for phase 1's inputs alone, no activations at a cut: a learning-rate sweep."""
-        decision = decide(ctx)
-        return cls(ctx, dataclasses.replace(decision, cut=None, keeps_views=False, keeps_test=False))
+        return cls(ctx, decide(ctx, phase2=False))
 
     @property
     def cut(self) -> FrozenCut | None:

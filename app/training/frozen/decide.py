@@ -37,9 +37,10 @@ class Decision:
         return self.cut is not None and self.plan.mode == "views"
 
 
-def decide(ctx: Context) -> Decision:
+def decide(ctx: Context, phase2: bool = True) -> Decision:
+    """`phase2=False`: phase 1's inputs alone (a learning-rate sweep), so no cut is built."""
     cached, reason = phase1_mode(ctx.cfg, ctx.strategy, phase1_bytes(ctx))
-    cut, keeps_views, keeps_test, no_views = _cut(ctx, cached)
+    cut, keeps_views, keeps_test, no_views = _cut(ctx, cached) if phase2 else (None, False, False, "phase 1 alone")
     plan = plan_phase2(ctx.cfg, no_views, warm_start=ctx.start is not None)
     return Decision(cached, reason, cut, keeps_views, keeps_test, no_views, plan)
 
