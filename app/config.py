@@ -68,6 +68,13 @@ class TrainConfig:
         " --init-from run computes only new photos): auto = $PHOTOCLF_CACHE_DIR or ~/.cache/photoclf;"
         " run = inside the run dir only; or a folder",
     )
+    forward_runtime: str = _key(
+        "auto",
+        "what runs the frozen backbone's passes that train nothing (phase 1's features, the activations"
+        " at phase 2's cut): auto (OpenVINO, float32 or bfloat16, where it agrees with TensorFlow on the"
+        " first batch and is faster; see docs/training.md) | tensorflow | openvino",
+        choices=("auto", "tensorflow", "openvino"),
+    )
     # phase 2: top of the backbone unfrozen
     epochs_finetune: int = _key(10, "phase-2 epochs, top of the backbone unfrozen", flag=True)
     lr_finetune: float = _key(

@@ -129,6 +129,7 @@ def _train(ctx: Context) -> dict:
     # 2. Phase 1: the new head on the frozen backbone.
     phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
+    metrics["forward_runtime"] = frozen.forward.as_dict() if frozen.forward else None
     # 3. Phase 2: the top of the backbone, as planned from the settings (app/training/plan.py).
     phase2 = None
     if cfg.epochs_finetune:

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import map_image
+from app.inference.host_forward import Choice
 from app.models.classifier import FrozenCut
 from app.training.context import Context
 from app.training.frozen.decide import Decision, decide
@@ -51,6 +52,7 @@ class FrozenBackbone:
         self._val: ActivationRows | None = None  # the val photos' activations at the cut
         self._train: ActivationRows | None = None  # the training views' (when kept)
         self._test: ActivationRows | None = None  # the test photos' (when kept)
+        self.forward: Choice | None = None  # the runtime of the gather's pass, when it ran one
 
     @classmethod
     def phase1_only(cls, ctx: Context) -> FrozenBackbone:
@@ -71,7 +73,7 @@ class FrozenBackbone:
         if self._phase1 is None:
             d = self.decision
             got = gather(self.ctx, on_first_batch, d.cut, d.keeps_views, d.keeps_test)
-            self._phase1 = got.features
+            self._phase1, self.forward = got.features, got.forward
             if d.cut is not None:
                 self._val, self._train, self._test = got.val_activations, got.train_activations, got.test_activations
                 _log_val(d.cut, self._val, "as phase 1's features were gathered")
@@ -132,7 +134,7 @@ class FrozenBackbone:
         if self.cut is None or rows is None:
             ctx = self.ctx
             features, labels = split_features(ctx.clf.features_model, ctx.cfg.data, split, ctx.image_size,
-                                              ctx.cfg.batch_size)  # fmt: skip
+                                              ctx.cfg.batch_size, ctx.cfg.forward_runtime)  # fmt: skip
             return features, labels, f"{split} photos"
         if upper_unchanged and self._phase1 is not None:
             f = self._phase1
@@ -142,7 +144,8 @@ class FrozenBackbone:
         upper = self.cut.upper
         features, labels = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
         if rows.keys is not None:
-            keep_features(self.ctx, self.cut, split, rows.keys, features)
+            precision = self.forward.precision if self.forward else "f32"
+            keep_features(self.ctx, self.cut, split, rows.keys, features, precision)
         return features, labels, named
 
     def _distributed(self, rows: ActivationRows) -> object:

@@ -33,8 +33,9 @@ from tqdm import tqdm
 
 from app.data.keyed import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
+from app.inference.host_forward import Choice, HostForward, expected_precision
 from app.training.context import Context
-from app.training.frozen.passes import model_outputs, one_stream, views
+from app.training.frozen.passes import forward_outputs, model_outputs, one_stream, views
 from app.training.frozen.rows import ActivationRows, Phase1Features
 from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
 
@@ -71,6 +72,7 @@ class Gathered:
     val_activations: ActivationRows | None  # at the cut, when one was given
     train_activations: ActivationRows | None  # ... and the views' too were asked for
     test_activations: ActivationRows | None  # ... and the test photos' too were asked for
+    forward: Choice | None  # the runtime the missing rows ran on; None when the store had them all
 
 
 def gather(
@@ -90,7 +92,7 @@ def gather(
     parts = [PartRows(part, tables[part.split]["key"]) for part in parts]
     store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
     start = time.perf_counter()
-    counts = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch)
+    counts, forward = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch)
     above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
     test = f", {len(tables['test']['key'])} test photos (activations only)" if "test" in tables else ""
     log.info(
@@ -101,8 +103,8 @@ def gather(
     )  # fmt: skip
     features = _phase1_features(parts, tables)
     if cut is None:
-        return Gathered(features, None, None, None)
-    return Gathered(features, *_activation_rows(parts, features, tables))
+        return Gathered(features, None, None, None, forward)
+    return Gathered(features, *_activation_rows(parts, features, tables), forward)
 
 
 def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_activations: bool) -> list[Part]:
@@ -119,10 +121,12 @@ def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_ac
 
 class _Spaces:
     """What decides a part's stored rows: features depend on the whole backbone's weights,
-    activations at the cut only on the frozen layers below it."""
+    activations at the cut only on the frozen layers below it; rows from a bfloat16 pass are
+    kept apart from float32 ones (`precision`)."""
 
-    def __init__(self, ctx: Context, cut: FrozenCut | None) -> None:
+    def __init__(self, ctx: Context, cut: FrozenCut | None, precision: str = "f32") -> None:
         self.ctx = ctx
+        self.precision = precision
         self.common = {
             "version": CACHE_VERSION,
             "decode": EVAL_DECODE,
@@ -142,21 +146,25 @@ class _Spaces:
                 "cut": self.cut_layer}  # fmt: skip
 
     def _view(self, part: Part) -> dict:
+        precision = {} if self.precision == "f32" else {"precision": self.precision}  # f32 keeps older stores' keys
         if part.view_seed is None:
-            return {"view": "eval"}
-        return {"view": part.view_seed, "augment": repr(self.ctx.augmentation)}
+            return {"view": "eval", **precision}
+        return {"view": part.view_seed, "augment": repr(self.ctx.augmentation), **precision}
 
 
 def _fill(
     ctx: Context, store: FeatureStore, spaces: _Spaces, parts: list[PartRows], cut: FrozenCut | None, on_first_batch
-) -> dict[str, int]:
+) -> tuple[dict[str, int], Choice | None]:
     """Every part's features (and activations where it keeps them): looked up, then the missing
     ones run through the layers above the cut (activations stored) or the whole backbone; what
-    was computed is added to the store."""
+    was computed is added to the store, under the precision it ran in."""
+    total = sum(len(rows.keys) for rows in parts)
+    spaces.precision = expected_precision(ctx.cfg.forward_runtime, total)
     stored = [_lookup(store, spaces, rows) for rows in parts]
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
-    computed = _full_pass(ctx, parts, full, cut, on_first_batch)
+    computed, choice = _full_pass(ctx, parts, full, cut, total, on_first_batch)
+    spaces.precision = choice.precision if choice else spaces.precision
     computed_rows = sum(int(m.sum()) for m in full)
     upper = 0
     for rows, (missing_feat, missing_act), new in zip(parts, stored, computed):
@@ -170,8 +178,7 @@ def _fill(
         if rows.part.keeps_features:
             rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
             store.add(spaces.features(rows.part), new["keys"], new["features"])
-    total = sum(len(rows.keys) for rows in parts)
-    return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper}
+    return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper}, choice
 
 
 def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.ndarray, np.ndarray]:
@@ -187,10 +194,16 @@ def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.nd
 
 
 def _full_pass(
-    ctx: Context, parts: list[PartRows], wanted: list[np.ndarray], cut: FrozenCut | None, on_first_batch
-) -> list[dict[str, np.ndarray]]:
+    ctx: Context,
+    parts: list[PartRows],
+    wanted: list[np.ndarray],
+    cut: FrozenCut | None,
+    gather_rows: int,
+    on_first_batch,
+) -> tuple[list[dict[str, np.ndarray]], Choice | None]:
     """For each part, {"keys", "features"(, "activations")} of the photos `wanted` marks, from
-    one stream over every part's missing photos through the backbone."""
+    one stream over every part's missing photos through the backbone, and the runtime that ran
+    it (`gather_rows`: the whole gather's, which the runtime's choice and the store's keys go by)."""
     keeps = [rows.part.keeps_activations for rows in parts]
     streams = [_stream(ctx, rows, rows.keys[want]) for rows, want in zip(parts, wanted)]
     total = sum(int(w.sum()) for w in wanted)
@@ -199,12 +212,13 @@ def _full_pass(
         if on_first_batch is not None and len(parts[0].keys):  # the sample still shows what the backbone got
             images, _ = next(iter(_stream(ctx, parts[0], parts[0].keys[: ctx.cfg.batch_size])))
             on_first_batch(images.numpy())
-        return [dict(empty) for _ in parts]
+        return [dict(empty) for _ in parts], None
+    forward = host_forward(ctx, cut, any(keeps), gather_rows)
     others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
     desc = f"Caching features ({views(ctx)} view(s) of train, {others})"
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
-        outputs, (keys, part) = model_outputs(_extractor(ctx, cut, keeps), one_stream(streams), bar, on_first_batch)
-    features = outputs["features"] if isinstance(outputs, dict) else outputs
+        outputs, (keys, part) = forward_outputs(forward, one_stream(streams), bar, on_first_batch, _trim(keeps))
+    features = outputs["features"]
     kept_parts = part[np.asarray(keeps)[part]]  # the part of each row of the activations (kept parts only)
     out = []
     for index, keep in enumerate(keeps):
@@ -213,7 +227,7 @@ def _full_pass(
         if keep:
             rows["activations"] = outputs["activations"][kept_parts == index]
         out.append(rows)
-    return out
+    return out, forward.choice
 
 
 def _stream(ctx: Context, rows: PartRows, keys: np.ndarray) -> tf.data.Dataset:
@@ -223,22 +237,31 @@ def _stream(ctx: Context, rows: PartRows, keys: np.ndarray) -> tf.data.Dataset:
                               wanted=np.unique(keys), view_seed=part.view_seed, augment=ctx.augmentation)  # fmt: skip
 
 
-def _extractor(ctx: Context, cut: FrozenCut | None, keeps: list[bool]) -> Callable:
-    """One batch's pooled features; with phase 2's `cut`, computed through it, and a dict that
-    also holds the activations at the cut for the parts that keep them (none for the others).
-    One pass gives both, and one model is traced, not two."""
-    if cut is None or not any(keeps):
-        return lambda images, keys_and_part: ctx.clf.features_model(images, training=False)
-    none = tf.zeros([0, *cut.lower.output.shape[1:]], cut.lower.output.dtype)
-    keeps = tf.constant(keeps)
+def host_forward(ctx: Context, cut: FrozenCut | None, keeps_activations: bool, rows: int) -> HostForward:
+    """The frozen pass on this host's runtime: a batch's pooled features and, with phase 2's `cut`
+    where some part keeps them, the activations there, computed through it: one pass gives both,
+    and one model is converted, not two."""
+    shape = (ctx.image_size, ctx.image_size, 3)
+    if cut is None or not keeps_activations:
+        extract = lambda images: {"features": ctx.clf.features_model(images, training=False)}  # noqa: E731
+    else:
 
-    def extract(images, keys_and_part) -> dict[str, tf.Tensor]:
-        activations = cut.lower(images, training=False)
-        features = tf.cast(cut.upper(activations, training=False), tf.float32)
-        kept = tf.cond(tf.gather(keeps, keys_and_part[1][0]), lambda: activations, lambda: none)
-        return {"features": features, "activations": kept}
+        def extract(images):
+            activations = cut.lower(images, training=False)
+            return {"features": tf.cast(cut.upper(activations, training=False), tf.float32), "activations": activations}
 
-    return extract
+    return HostForward(extract, shape, ctx.cfg.forward_runtime, rows)
+
+
+def _trim(keeps: list[bool]) -> Callable:
+    """Drops a batch's activations where its part does not keep them (a batch is of one part)."""
+
+    def trim(outputs: dict[str, np.ndarray], keys_and_part) -> dict[str, np.ndarray]:
+        if "activations" in outputs and not keeps[int(keys_and_part[1][0])]:
+            return {**outputs, "activations": outputs["activations"][:0]}
+        return outputs
+
+    return trim
 
 
 def _above_cut(ctx: Context, cut: FrozenCut, keys: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
@@ -300,15 +323,20 @@ def _activation_rows(
     return ActivationRows(val.activations, features.val_side, features.val_labels, val.keys), train, test
 
 
-def keep_features(ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, features: np.ndarray) -> None:
+def keep_features(
+    ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, features: np.ndarray, precision: str = "f32"
+) -> None:
     """Add the pooled features of the backbone's current weights for `split`'s rows ("train":
     the cache's views of its photos, one view after another, as the cache build orders them;
     "val") to the feature store. The "none of these" fit computes them for the kept weights after
     phase 2; a run started from this one (`--init-from`) has those weights, finds them, and runs
-    none of its old photos through the layers above the cut."""
+    none of its old photos through the layers above the cut. `precision`: that of the pass that
+    computed the activations they come from."""
     parts = [part for part in _parts(ctx, cut, False, False) if part.split == split]
     chunks = np.split(np.arange(len(keys)), len(parts))
     store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
-    spaces = _Spaces(ctx, None)  # features depend on the whole backbone's weights only: no hash below the cut
+    spaces = _Spaces(
+        ctx, None, precision
+    )  # features depend on the whole backbone's weights only: no hash below the cut
     for part, rows in zip(parts, chunks):
         store.add(spaces.features(part), keys[rows], features[rows])

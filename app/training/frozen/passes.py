@@ -15,8 +15,9 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from app.data.pipeline import make_eval_dataset, map_image
+from app.data.pipeline import load_dataset_info, make_eval_dataset, map_image
 from app.data.preprocess import as_written
+from app.inference.host_forward import HostForward, Outputs
 from app.training.context import Context
 
 
@@ -36,13 +37,39 @@ def _float_images(ds: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def split_features(
-    features_model, data: str, split: str, image_size: int, batch_size: int = 32
+    features_model, data: str, split: str, image_size: int, batch_size: int = 32, runtime: str = "auto"
 ) -> tuple[np.ndarray, np.ndarray]:
     """(pooled features, labels) of every photo of `split`, decoded as evaluation decodes them:
-    the one place a split's photos run through a whole frozen backbone outside the feature store."""
+    the one place a split's photos run through a whole frozen backbone outside the feature store.
+    `runtime`: app.inference.host_forward's choice."""
     images = _float_images(make_eval_dataset(data, split=split, image_size=image_size, batch_size=batch_size))
-    images = images.map(lambda inputs, labels: (inputs["image"] if isinstance(inputs, dict) else inputs, labels))
-    return model_outputs(lambda x, labels: features_model(x, training=False), images)
+    rows = load_dataset_info(data).num_examples(split)
+    forward = HostForward(lambda x: features_model(x, training=False), (image_size, image_size, 3), runtime, rows)
+    return forward_outputs(forward, images)
+
+
+def forward_outputs(
+    forward: HostForward,
+    dataset: tf.data.Dataset,
+    bar: tqdm | None = None,
+    on_first_batch: Callable[[np.ndarray], None] | None = None,
+    trim: Callable[[Outputs, object], Outputs] | None = None,
+) -> tuple[object, object]:
+    """(outputs, labels) as `model_outputs` gives them, of a frozen pass on the host's runtime
+    (`forward`) over the images of every batch (side features do not enter a backbone). `trim`
+    drops what a batch's caller does not keep, as it goes, so it is never held for the pass."""
+    outputs, labels = [], []
+    for inputs, y in dataset:
+        images = (inputs["image"] if isinstance(inputs, dict) else inputs).numpy()
+        if on_first_batch is not None and not outputs:
+            on_first_batch(images)
+        y = tf.nest.map_structure(_integers, y)
+        out = forward(images)
+        outputs.append(trim(out, y) if trim is not None else out)
+        labels.append(y)
+        if bar is not None:
+            bar.update(len(tf.nest.flatten(y)[0]))
+    return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))
 
 
 def model_outputs(

@@ -179,7 +179,7 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     phase1 = run_phase1(ctx, built)
     unfreeze_top(ctx.clf, cfg.unfreeze)
     frozen = FrozenBackbone(ctx)
-    monkeypatch.setattr(gather, "_extractor", lambda *_: pytest.fail("the backbone ran again"))
+    monkeypatch.setattr(gather, "host_forward", lambda *_: pytest.fail("the backbone ran again"))
     with caplog.at_level(logging.INFO):
         build_phase(ctx, 2, phase1, frozen).inputs.train_iterator()
     assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
@@ -261,7 +261,7 @@ def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
     train_features, *_ = frozen.pooled_features("train")
     val_features, *_ = frozen.pooled_features("val")
 
-    monkeypatch.setattr(gather, "_extractor", lambda *_: pytest.fail("the backbone ran"))
+    monkeypatch.setattr(gather, "host_forward", lambda *_: pytest.fail("the backbone ran"))
     monkeypatch.setattr(gather, "_above_cut", lambda *_: pytest.fail("the layers above the cut ran"))
     with caplog.at_level(logging.INFO):
         again = FrozenBackbone(ctx).phase1_features()

@@ -15,6 +15,7 @@ from conftest import stored_weight_shapes
 
 from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
+from app.inference import host_forward
 from app.training.context import setup
 from app.training.frozen import FEATURE_CACHE_LIMIT, FrozenBackbone, model_outputs, phase1_bytes, phase1_mode
 from app.training.frozen.gather import gather
@@ -132,6 +133,31 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
     assert f"{rows} from the feature store" in caplog.text and f", {n} computed" in caplog.text  # only view 4
     np.testing.assert_array_equal(more_views.train_features[: 3 * n], first.train_features)
     assert not np.allclose(more_views.train_features[3 * n :], first.train_features[:n])  # a view of its own
+
+
+def test_openvino_gathers_tensorflow_s_features_and_bfloat16_rows_are_stored_apart(
+    cached_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """The gather's pass on OpenVINO gives TensorFlow's features (float32), says so and records it;
+    rows computed in bfloat16 are kept apart in the store, so a float32 run never reads them."""
+    caplog.set_level(logging.INFO)
+    by_tf = gather(setup(cached_config.replace(forward_runtime="tensorflow", out=cached_config.out + "-tf")))
+    assert (by_tf.forward.runtime, by_tf.forward.precision) == ("tensorflow", "f32")
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("f32",))
+    store = str(Path(cached_config.out).parent / "store-ov")  # apart from the TensorFlow run's rows
+    float32 = cached_config.replace(forward_runtime="openvino", feature_store=store, out=cached_config.out + "-f32")
+    by_ov = gather(setup(float32))
+    assert (by_ov.forward.runtime, by_ov.forward.precision) == ("openvino", "f32")
+    assert "forward passes: openvino f32" in caplog.text
+    scale = np.abs(by_tf.features.train_features).max()
+    np.testing.assert_allclose(by_ov.features.train_features, by_tf.features.train_features, atol=1e-4 * scale)
+    np.testing.assert_allclose(by_ov.features.val_features, by_tf.features.val_features, atol=1e-4 * scale)
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("bf16",))
+    bfloat16 = float32.replace(out=cached_config.out + "-bf16")
+    assert gather(setup(bfloat16)).forward.precision == "bf16"  # the float32 rows are not bfloat16's
+    caplog.clear()
+    assert gather(setup(bfloat16)).forward is None and ", 0 computed" in caplog.text  # ... and kept apart
+    assert gather(setup(float32.replace(out=cached_config.out + "-again"))).forward is None  # the f32 rows too
 
 
 def _split_folder(images: Path, out: Path) -> Path:

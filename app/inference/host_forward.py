@@ -1,0 +1,212 @@
+"""Forward passes that train nothing, on the runtime this host runs fastest with the same answers.
+
+The frozen backbone's passes (phase 1's features, the activations at phase 2's cut, a split's
+pooled features for the backbone probe and "none of these") change no weight, so they need not
+run through TensorFlow. OpenVINO converts the same tf.function and compiles it for this CPU:
+float32, and bfloat16 where the CPU has bfloat16 instructions (OpenVINO reports "BF16").
+
+`auto` decides on the first batch of the pass, the run's own photos: every candidate is run on it
+beside TensorFlow (the parity gate: each output's cosine similarity per row, mean and lowest),
+those that pass are timed on it, and the fastest is used; the log says which and why, and
+`HostForward.choice` keeps the figures for metrics.json. TensorFlow stays the fallback: OpenVINO
+not installed, a GPU visible (OpenVINO's CPU plugin would leave it idle), a pass too small for
+converting to pay, or no candidate passing. Measured speeds: benchmarks/README.md, "Runtimes".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import tensorflow as tf
+
+from app.errors import UserError
+
+RUNTIMES = ("auto", "tensorflow", "openvino")
+MIN_ROWS = 1024  # auto keeps TensorFlow below this: converting costs as much as a few hundred rows' passes
+COSINE_MEAN = 0.995  # the parity gate: every output's mean cosine similarity to TensorFlow's on the probe ...
+COSINE_LOWEST = 0.98  # ... and its lowest row's
+log = logging.getLogger(__name__)
+
+Outputs = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run the pass, as tried on the probe batch."""
+
+    runtime: str  # tensorflow | openvino
+    precision: str  # f32 | bf16
+    ms_per_row: float | None = None
+    cosine_mean: float | None = None  # the lowest over the outputs; None for TensorFlow itself
+    cosine_lowest: float | None = None
+    passed: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.runtime} {self.precision}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    runtime: str
+    precision: str
+    why: str
+    tried: tuple[Candidate, ...] = field(default=())
+
+    def as_dict(self) -> dict:
+        return {"runtime": self.runtime, "precision": self.precision, "why": self.why,
+                "tried": [asdict(c) for c in self.tried]}  # fmt: skip
+
+
+def openvino_precisions() -> tuple[str, ...]:
+    """The precisions OpenVINO can run fast on this host's CPU; () without OpenVINO or with a GPU."""
+    if tf.config.list_physical_devices("GPU"):
+        return ()
+    try:
+        import openvino
+    except ImportError:
+        return ()
+    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return ("f32", "bf16") if "BF16" in capabilities else ("f32",)
+
+
+def expected_precision(runtime: str, rows: int) -> str:
+    """The precision a pass of `rows` rows will most likely run in, before any photo is seen: the
+    feature store keys rows by it (the rows actually computed are stored under what ran)."""
+    if runtime == "tensorflow" or (runtime == "auto" and rows < MIN_ROWS):
+        return "f32"
+    return "bf16" if "bf16" in openvino_precisions() else "f32"
+
+
+class HostForward:
+    """`fn` (a float32 batch, e.g. images 0..255 [N, H, W, 3] → a tensor or a dict of tensors) as
+    a host call on numpy batches, on the runtime chosen at its first batch. `rows`: how many rows the pass will
+    run (auto keeps TensorFlow for small passes)."""
+
+    def __init__(self, fn: Callable, input_shape: tuple[int, ...], runtime: str = "auto", rows: int = 0) -> None:
+        if runtime not in RUNTIMES:
+            raise UserError(f"forward_runtime: {runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if runtime == "openvino" and not openvino_precisions():
+            raise UserError("forward_runtime = openvino: " + _no_openvino())
+        signature = [tf.TensorSpec([None, *input_shape], tf.float32)]
+        self._tf = tf.function(fn, input_signature=signature, autograph=False)
+        self.runtime, self.rows = runtime, rows
+        self.choice: Choice | None = None
+        self._run: Callable[[np.ndarray], Outputs] | None = None
+        self._single = False  # fn returns one tensor, not a dict
+
+    def __call__(self, images: np.ndarray) -> np.ndarray | Outputs:
+        images = np.ascontiguousarray(images, np.float32)
+        if self._run is None:
+            self._decide(images)
+        outputs = self._run(images)
+        return outputs["output"] if self._single else outputs
+
+    def _tensorflow(self, images: np.ndarray) -> Outputs:
+        outputs = self._tf(tf.constant(images))
+        if isinstance(outputs, dict):
+            return {name: value.numpy().astype(np.float32, copy=False) for name, value in outputs.items()}
+        self._single = True
+        return {"output": outputs.numpy().astype(np.float32, copy=False)}
+
+    def _decide(self, probe: np.ndarray) -> None:
+        precisions = openvino_precisions()
+        reason = _keeps_tensorflow(self.runtime, self.rows, precisions)
+        if reason:
+            self.choice, self._run = Choice("tensorflow", "f32", reason), self._tensorflow
+        else:
+            self.choice, self._run = self._measured(probe, precisions)
+        log.info("forward passes: %s %s (%s)", self.choice.runtime, self.choice.precision, self.choice.why)
+
+    def _measured(self, probe: np.ndarray, precisions: tuple[str, ...]) -> tuple[Choice, Callable]:
+        reference = self._tensorflow(probe)  # traces; the timed call below does not
+        runs = {("tensorflow", "f32"): self._tensorflow}
+        tried = [Candidate("tensorflow", "f32", _ms_per_row(self._tensorflow, probe))]
+        model = _converted(self._tf)
+        for precision in precisions:
+            run = _compiled(model, precision, self._single)
+            outputs = run(probe)
+            similar = [_cosines(outputs[name], reference[name]) for name in reference]
+            mean, lowest = min(float(c.mean()) for c in similar), min(float(c.min()) for c in similar)
+            passed = mean >= COSINE_MEAN and lowest >= COSINE_LOWEST
+            ms = _ms_per_row(run, probe) if passed else None
+            tried.append(Candidate("openvino", precision, ms, round(mean, 5), round(lowest, 5), passed))
+            runs["openvino", precision] = run
+        usable = [c for c in tried if c.passed and (self.runtime == "auto" or c.runtime == "openvino")]
+        if not usable:
+            why = "no OpenVINO precision agreed with TensorFlow on the first batch: " + _said(tried)
+            return Choice("tensorflow", "f32", why, tuple(tried)), self._tensorflow
+        best = min(usable, key=lambda c: c.ms_per_row)
+        why = f"fastest agreeing on the first batch of {len(probe)} photos: " + _said(tried)
+        return Choice(best.runtime, best.precision, why, tuple(tried)), runs[best.runtime, best.precision]
+
+
+def _keeps_tensorflow(runtime: str, rows: int, precisions: tuple[str, ...]) -> str:
+    """Why the pass runs on TensorFlow without trying anything else, or "" when it tries."""
+    if runtime == "tensorflow":
+        return "forward_runtime = tensorflow"
+    if not precisions:
+        return _no_openvino()
+    if runtime == "auto" and rows < MIN_ROWS:
+        return f"{rows} rows: too few for converting to OpenVINO to pay (auto tries it from {MIN_ROWS})"
+    return ""
+
+
+def _no_openvino() -> str:
+    if tf.config.list_physical_devices("GPU"):
+        return "a GPU is visible to TensorFlow, and OpenVINO would run on the CPU"
+    return "the openvino package is not installed (pip install openvino)"
+
+
+def _converted(tf_function):
+    import openvino
+
+    return openvino.convert_model(tf_function)
+
+
+def _compiled(model, precision: str, single: bool) -> Callable[[np.ndarray], Outputs]:
+    """The model compiled for this CPU: one stream using every core, as the passes call it one
+    batch at a time."""
+    import openvino
+
+    compiled = openvino.Core().compile_model(
+        model, "CPU", {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+    )
+    names = ["output"] if single else [output.get_any_name() for output in compiled.outputs]
+    request = compiled.create_infer_request()
+
+    def run(images: np.ndarray) -> Outputs:
+        results = request.infer(images)
+        return {name: np.array(results[output], np.float32) for name, output in zip(names, compiled.outputs)}
+
+    return run
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row; rows that are zero in both count as equal."""
+    a, b = a.reshape(len(a), -1).astype(np.float64), b.reshape(len(b), -1).astype(np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.where(norms > 0, (a * b).sum(1) / np.maximum(norms, 1e-30), 1.0)
+
+
+def _ms_per_row(run: Callable[[np.ndarray], Outputs], probe: np.ndarray) -> float:
+    """The faster of two timed calls (each run has had its first, untimed call on the probe)."""
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        run(probe)
+        times.append(time.perf_counter() - start)
+    return round(min(times) * 1000 / len(probe), 3)
+
+
+def _said(tried: list[Candidate]) -> str:
+    parts = []
+    for c in tried:
+        speed = f"{c.ms_per_row:.2f} ms/row" if c.ms_per_row is not None else "not timed"
+        parity = "" if c.cosine_mean is None else f", cosine mean {c.cosine_mean:.4f} lowest {c.cosine_lowest:.4f}"
+        parts.append(f"{c.name} {speed}{parity}{'' if c.passed else ' (failed the parity gate)'}")
+    return "; ".join(parts)
