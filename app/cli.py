@@ -76,9 +76,10 @@ def add_export_run_flags(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
     parser.add_argument(
         "--runtime",
-        choices=["auto", "tf", "litert"],
+        choices=["auto", "tf", "litert", "openvino"],
         default="auto",
-        help="auto: the export's LiteRT file when its parity check passed, else TensorFlow (default auto)",
+        help="auto: the fastest, timed as it loads, of TensorFlow and the export's LiteRT file and OpenVINO IR"
+        " whose parity checks passed (default auto)",
     )
 
 

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from app.audit.items import AuditInput
 from app.data.preprocess import EVAL_DECODE, decode_for_eval
+from app.inference.host_forward import HostForward, expected_precision
 from app.models.backbones import get_backbone
 from app.models.classifier import build_classifier
 from app.models.pretrained import load_pretrained_backbone
@@ -68,9 +69,15 @@ def _describe(pixels: np.ndarray) -> tuple[str, float, float, float]:
 
 
 def scan_images(
-    audit_input: AuditInput, cache: Path, backbone: str = "mobilenet_v2", weights: str = "auto", image_size: int = 0
+    audit_input: AuditInput,
+    cache: Path,
+    backbone: str = "mobilenet_v2",
+    weights: str = "auto",
+    image_size: int = 0,
+    forward_runtime: str = "auto",
 ) -> Scan:
-    """Everything the finders need, in one pass; the backbone runs only when `cache` is stale."""
+    """Everything the finders need, in one pass; the backbone runs only when `cache` is stale, on
+    the host's fastest agreeing runtime (`forward_runtime`: app.inference.host_forward)."""
     spec = get_backbone(backbone)
     size = image_size or spec.default_size
     pretrained = load_pretrained_backbone(spec, size, weights)
@@ -82,16 +89,21 @@ def scan_images(
         "image_size": size,
         "decode": EVAL_DECODE,
     }
+    precision = expected_precision(forward_runtime, len(audit_input.items))
+    key.update({} if precision == "float32" else {"precision": precision})  # float32 keeps older caches' keys
     cols: dict[str, list] = {
         k: [] for k in ("indices", "hashes", "heights", "widths", "stds", "detail", "flat", "thumbs")
     }
 
     def embed() -> dict[str, np.ndarray]:
-        return {"embeddings": _pass(audit_input, cols, features, size, with_embeddings=True)}
+        forward = HostForward(lambda x: features(x, training=False), (size, size, 3), forward_runtime,
+                              len(audit_input.items))  # fmt: skip
+        batches = _pass(audit_input, cols, forward, size, with_embeddings=True)
+        return {"embeddings": _normalised(batches, features.output_shape[-1])}
 
     arrays = load_or_compute(cache, key, embed, "audit embeddings")
     if not cols["indices"]:  # the embeddings came from the cache: the cheap part of the pass still runs
-        _pass(audit_input, cols, features, size, with_embeddings=False)
+        _pass(audit_input, cols, None, size, with_embeddings=False)
     return Scan(
         np.array(cols["indices"], np.int64),
         cols["hashes"],
@@ -107,14 +119,14 @@ def scan_images(
     )
 
 
-def _pass(audit_input: AuditInput, cols: dict[str, list], features, size: int, with_embeddings: bool) -> np.ndarray:
-    """Read every image once: fill `cols`; return the L2-normalised embeddings (if asked)."""
-    # traced once for any batch size: the last, smaller batch would trace the backbone again
-    extract = tf.function(
-        lambda images: features(tf.cast(images, tf.float32), training=False),
-        autograph=False,
-        input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8)],
-    )
+def _pass(
+    audit_input: AuditInput, cols: dict[str, list], forward: HostForward | None, size: int, with_embeddings: bool
+) -> list[np.ndarray]:
+    """Read every image once: fill `cols`; return the batches of `forward`'s embeddings (if asked)."""
+
+    def extract(images: list[tf.Tensor]) -> np.ndarray:
+        return forward(tf.stack(images).numpy().astype(np.float32))
+
     batches, pending = [], []
     total = len(audit_input.items)
     with tqdm(total=total, unit="img", desc="Embedding" if with_embeddings else "Reading", dynamic_ncols=True) as bar:
@@ -127,12 +139,12 @@ def _pass(audit_input: AuditInput, cols: dict[str, list], features, size: int, w
             if with_embeddings:
                 pending.append(decode_for_eval(jpeg, size))
                 if len(pending) == BATCH:
-                    batches.append(extract(tf.stack(pending)).numpy()), pending.clear()
+                    batches.append(extract(pending)), pending.clear()
             bar.update(1)
         if pending:
-            batches.append(extract(tf.stack(pending)).numpy())
+            batches.append(extract(pending))
         bar.update(total - bar.n)  # unreadable files count as done
-    return _normalised(batches, features.output_shape[-1])
+    return batches
 
 
 def _normalised(batches: list[np.ndarray], dim: int) -> np.ndarray:

@@ -45,9 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-seconds", type=float, default=2.0, help="how often to look for new versions (default 2)")
     p.add_argument(
         "--runtime",
-        choices=["auto", "tf", "litert"],
+        choices=["auto", "tf", "litert", "openvino"],
         default="auto",
-        help="auto: LiteRT when the export's LiteRT file passed its parity check, else TensorFlow (default auto)",
+        help="auto: the fastest, timed as it loads, of TensorFlow and the export's LiteRT file and OpenVINO IR"
+        " whose parity checks passed (default auto)",
     )
     p.add_argument(
         "--litert-model",

@@ -22,7 +22,7 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.sources import list_files
 from app.errors import UserError
 from app.export.layout import read_metadata
-from app.inference.runtime import LiteRTRuntime, TFRuntime, answers_or_reasons
+from app.inference.runtime import HostRuntime, TFRuntime, answers_or_reasons
 from app.models import ood
 
 
@@ -45,7 +45,7 @@ def _encoded(path: str, split: str) -> tuple[int, Iterator[bytes]]:
     return len(files), (f.read_bytes() for f in files)
 
 
-def ood_scores(runtime: TFRuntime | LiteRTRuntime, path: str, split: str, tta: str, batch_size: int = 32) -> np.ndarray:
+def ood_scores(runtime: TFRuntime | HostRuntime, path: str, split: str, tta: str, batch_size: int = 32) -> np.ndarray:
     """The export's ood_score of every photo under `path` it can decode (the others are skipped)."""
     limit = float(read_metadata(runtime.version).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     total, images = _encoded(path, split)

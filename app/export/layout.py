@@ -6,6 +6,7 @@
         assets/metadata.json                 backbone, input size, classes, training metrics, LiteRT parity, ...,
                                              and every other file's size and SHA-256 ("files")
         litert/model_<mode>.tflite           float32 always (the CPU runtime); float16/int8 on request
+        openvino/model.xml, model.bin        OpenVINO IR (decoded pixels in); its precision is chosen as it loads
     EXPORT_DIR/NAME-reports/                 evaluation reports of an export outside any run dir
     EXPORT_DIR/NAME/.incomplete-V-PID-*      an export being written by process PID (servers skip it;
                                              the next export removes it once PID is gone)
@@ -109,6 +110,11 @@ def tflite_model_path(version: Path, mode: str) -> Path:
     """Inside the version folder, so a version's LiteRT files appear and disappear with it
     (TF Serving ignores the extra folder)."""
     return Path(version) / "litert" / f"model_{mode}.tflite"
+
+
+def openvino_model_path(version: Path) -> Path:
+    """The OpenVINO IR's .xml (its weights: the .bin beside it), inside the version folder."""
+    return Path(version) / "openvino" / "model.xml"
 
 
 def labels_path(version: Path) -> Path:

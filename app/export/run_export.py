@@ -17,6 +17,7 @@ from app.data.pipeline import dataset_fingerprint
 from app.errors import UserError
 from app.export.frozen import FrozenForward
 from app.export.layout import read_metadata
+from app.export.openvino_ir import write_openvino
 from app.export.rebuild import rebuild_served_model
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
 from app.export.tflite import write_litert
@@ -75,8 +76,9 @@ def export_run(
     max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
     tta: str = "none",
 ) -> dict:
-    """Returns {"saved_model": path, "litert": {mode: {file, passed, top1_agreement, ...}}}: the
-    float32 LiteRT file always, plus `tflite` (float16/int8) when asked. With `model` (the
+    """Returns {"saved_model": path, "litert": {mode: {file, passed, top1_agreement, ...}},
+    "openvino": {file, precision: {passed, ...}}}: the float32 LiteRT file always, plus `tflite`
+    (float16/int8) when asked, and the OpenVINO IR checked in each precision the host runs. With `model` (the
     in-memory model at the end of training) nothing is rebuilt from the run dir's weights, unless
     it computes in reduced precision: the export is rebuilt in float32 from its final weights,
     so a mixed-precision run gets its LiteRT files too."""
@@ -98,10 +100,11 @@ def export_run(
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
-    def litert(staged: Path, forward: FrozenForward) -> dict:
-        return write_litert(
-            forward, staged, finished.image_size, finished.config.data, modes, tta, len(finished.side_features)
-        )
+    def files_beside(staged: Path, forward: FrozenForward) -> dict:
+        """The LiteRT files and the OpenVINO IR, each with its parity check."""
+        data, size = finished.config.data, finished.image_size
+        litert = write_litert(forward, staged, size, data, modes, tta, len(finished.side_features))
+        return {**litert, **write_openvino(forward, staged, size, data, tta)}
 
     path = export_saved_model(
         model,
@@ -114,9 +117,10 @@ def export_run(
         top_k=top_k,
         max_megapixels=max_megapixels,
         tta=tta,
-        finish=litert,
+        finish=files_beside,
         side_features=finished.side_features,
         thresholds=metadata.get("thresholds"),
         unknown_threshold=(metadata.get("ood") or {}).get("threshold"),
     )
-    return {"saved_model": str(path), "litert": read_metadata(path)["litert"]}
+    metadata = read_metadata(path)
+    return {"saved_model": str(path), "litert": metadata["litert"], "openvino": metadata["openvino"]}

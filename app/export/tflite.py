@@ -21,23 +21,14 @@ import tensorflow as tf
 from app import storage
 from app.data.pipeline import make_eval_dataset
 from app.errors import UserError
-from app.export import layout
+from app.export import layout, parity
 from app.export.frozen import FrozenForward
 from app.export.saved_model import tensorflow_log_level
-from app.models.tta import with_tta
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_IMAGES = 100
 MODES = ("float32", "float16", "int8")
-# What a mode must reach on the validation split to be served: float32 is the same arithmetic in
-# another order, so every top-1 agrees; the smaller types may flip a near tie in 200.
-REQUIRED_AGREEMENT = {"float32": 1.0, "float16": 0.995, "int8": 0.995}
-FLOAT32_MAX_ABS_DIFF = 1e-4
-# How many val images each check reads (None: all). A float32 conversion error shows on every
-# image, so a sample decides it as well as the whole split, in less time; the smaller types'
-# rare flips are counted on all.
-PARITY_IMAGES = {"float32": 64, "float16": None, "int8": None}
 
 
 def cpu_threads() -> int:
@@ -146,60 +137,11 @@ def _set_mode(converter: tf.compat.v1.lite.TFLiteConverter, mode: str, data_dir:
         converter.representative_dataset = representative
 
 
-def _correct(probabilities: np.ndarray, labels: np.ndarray) -> int:
-    """Right answers: the top class, or (multi-hot labels) every label right at 0.5."""
-    if labels.ndim == 2:
-        return int(((probabilities >= 0.5) == (labels > 0.5)).all(axis=1).sum())
-    return int((probabilities.argmax(-1) == labels).sum())
-
-
 def parity_report(
     tflite_model: bytes, saved_model_dir: Path, data_dir: str, image_size: int, mode: str, tta: str = "none"
 ) -> dict:
-    """Top-1 agreement, largest probability difference and both accuracies on the val split, or
-    on its first PARITY_IMAGES[mode] (with the export's TTA applied around the LiteRT file, as its
-    runtime applies it)."""
-    predict = tf.saved_model.load(str(saved_model_dir)).signatures["predict_images"]
-    lite_model = LiteRTModel(tflite_model)
-    agree = correct_tflite = correct_saved = total = 0
-    max_diff = max_ood_diff = 0.0
-    for inputs, labels in _val_batches(data_dir, image_size, PARITY_IMAGES[mode]):
-        images, side = (inputs["image"], inputs["side"]) if isinstance(inputs, dict) else (inputs, None)
-        saved_outputs = predict(images=tf.cast(images, tf.float32), **({"side": side} if side is not None else {}))
-        saved = saved_outputs["probabilities"].numpy()
-        side_values = None if side is None else side.numpy()
-        lite_outputs = with_tta(lambda x, side_values=side_values: lite_model(x, side_values), images.numpy(), tta)
-        lite = lite_outputs["probabilities"]
-        if "ood_score" in saved_outputs and "ood_score" in lite_outputs:
-            diff = np.abs(saved_outputs["ood_score"].numpy() - lite_outputs["ood_score"]).max()
-            max_ood_diff = max(max_ood_diff, float(diff))
-        labels = labels.numpy()
-        max_diff = max(max_diff, float(np.abs(saved - lite).max()))
-        agree += int((saved.argmax(-1) == lite.argmax(-1)).sum())
-        correct_saved += _correct(saved, labels)
-        correct_tflite += _correct(lite, labels)
-        total += len(labels)
-    agreement = agree / max(total, 1)
-    passed = (
-        total > 0 and agreement >= REQUIRED_AGREEMENT[mode] and (mode != "float32" or max_diff <= FLOAT32_MAX_ABS_DIFF)
-    )
-    return {
-        "images": total,
-        "top1_agreement": agreement,
-        "max_abs_diff": max_diff,
-        "max_abs_diff_ood_score": max_ood_diff,
-        "passed": passed,
-        "required_agreement": REQUIRED_AGREEMENT[mode],
-        "tflite_accuracy": correct_tflite / max(total, 1),
-        "saved_model_accuracy": correct_saved / max(total, 1),
-    }
-
-
-def _val_batches(data_dir: str, image_size: int, limit: int | None):
-    """The val split in batches of 32; a sample is decoded up front, so that LiteRT's threads
-    do not share the cores with tf.data's decoding (which made the check's time bimodal)."""
-    batches = make_eval_dataset(data_dir, split="val", image_size=image_size, batch_size=32)
-    return batches if limit is None else list(batches.unbatch().take(limit).batch(32))
+    """The LiteRT file's parity check (app/export/parity.py)."""
+    return parity.parity_report(LiteRTModel(tflite_model), saved_model_dir, data_dir, image_size, mode, tta)
 
 
 def write_litert(

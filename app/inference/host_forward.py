@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.errors import UserError
+from app.export.openvino_ir import HINTS, host_precisions
 
 RUNTIMES = ("auto", "tensorflow", "openvino")
 MIN_ROWS = 1024  # auto keeps TensorFlow below this: converting costs as much as a few hundred rows' passes
@@ -39,7 +40,7 @@ class Candidate:
     """One way to run the pass, as tried on the probe batch."""
 
     runtime: str  # tensorflow | openvino
-    precision: str  # f32 | bf16
+    precision: str  # float32 | bfloat16
     ms_per_row: float | None = None
     cosine_mean: float | None = None  # the lowest over the outputs; None for TensorFlow itself
     cosine_lowest: float | None = None
@@ -64,22 +65,15 @@ class Choice:
 
 def openvino_precisions() -> tuple[str, ...]:
     """The precisions OpenVINO can run fast on this host's CPU; () without OpenVINO or with a GPU."""
-    if tf.config.list_physical_devices("GPU"):
-        return ()
-    try:
-        import openvino
-    except ImportError:
-        return ()
-    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    return ("f32", "bf16") if "BF16" in capabilities else ("f32",)
+    return () if tf.config.list_physical_devices("GPU") else host_precisions()
 
 
 def expected_precision(runtime: str, rows: int) -> str:
     """The precision a pass of `rows` rows will most likely run in, before any photo is seen: the
     feature store keys rows by it (the rows actually computed are stored under what ran)."""
     if runtime == "tensorflow" or (runtime == "auto" and rows < MIN_ROWS):
-        return "f32"
-    return "bf16" if "bf16" in openvino_precisions() else "f32"
+        return "float32"
+    return "bfloat16" if "bfloat16" in openvino_precisions() else "float32"
 
 
 class HostForward:
@@ -117,15 +111,15 @@ class HostForward:
         precisions = openvino_precisions()
         reason = _keeps_tensorflow(self.runtime, self.rows, precisions)
         if reason:
-            self.choice, self._run = Choice("tensorflow", "f32", reason), self._tensorflow
+            self.choice, self._run = Choice("tensorflow", "float32", reason), self._tensorflow
         else:
             self.choice, self._run = self._measured(probe, precisions)
         log.info("forward passes: %s %s (%s)", self.choice.runtime, self.choice.precision, self.choice.why)
 
     def _measured(self, probe: np.ndarray, precisions: tuple[str, ...]) -> tuple[Choice, Callable]:
         reference = self._tensorflow(probe)  # traces; the timed call below does not
-        runs = {("tensorflow", "f32"): self._tensorflow}
-        tried = [Candidate("tensorflow", "f32", _ms_per_row(self._tensorflow, probe))]
+        runs = {("tensorflow", "float32"): self._tensorflow}
+        tried = [Candidate("tensorflow", "float32", _ms_per_row(self._tensorflow, probe))]
         model = _converted(self._tf)
         for precision in precisions:
             run = _compiled(model, precision, self._single)
@@ -139,7 +133,7 @@ class HostForward:
         usable = [c for c in tried if c.passed and (self.runtime == "auto" or c.runtime == "openvino")]
         if not usable:
             why = "no OpenVINO precision agreed with TensorFlow on the first batch: " + _said(tried)
-            return Choice("tensorflow", "f32", why, tuple(tried)), self._tensorflow
+            return Choice("tensorflow", "float32", why, tuple(tried)), self._tensorflow
         best = min(usable, key=lambda c: c.ms_per_row)
         why = f"fastest agreeing on the first batch of {len(probe)} photos: " + _said(tried)
         return Choice(best.runtime, best.precision, why, tuple(tried)), runs[best.runtime, best.precision]
@@ -174,7 +168,7 @@ def _compiled(model, precision: str, single: bool) -> Callable[[np.ndarray], Out
     import openvino
 
     compiled = openvino.Core().compile_model(
-        model, "CPU", {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+        model, "CPU", {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
     )
     names = ["output"] if single else [output.get_any_name() for output in compiled.outputs]
     request = compiled.create_infer_request()

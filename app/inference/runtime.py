@@ -1,20 +1,24 @@
-"""What runs an export: its SavedModel through TensorFlow, or its LiteRT file with XNNPACK.
+"""What runs an export: its SavedModel through TensorFlow, its LiteRT file with XNNPACK, or its
+OpenVINO IR.
 
-Both give the SavedModel's signatures (serving_default, serving_keyed, predict_images) with the
+All give the SavedModel's signatures (serving_default, serving_keyed, predict_images) with the
 same outputs, so the server, evaluation and batch prediction choose a runtime with one flag:
 
 - `tf`: the SavedModel, exactly what TF Serving runs.
-- `litert`: `litert/model_<mode>.tflite` with XNNPACK (on a CPU several times TensorFlow's
-  throughput: benchmarks/README.md, "Serving"). Images are decoded on the host
-  by `app.data.preprocess.decode_batch`, the function inside the SavedModel's graph, so there is
-  one preprocessing. Refused, saying why, when the export's parity check failed or is missing.
-- `auto`: LiteRT when its float32 file is there and passed its check, else TensorFlow; TensorFlow
-  too when a GPU is visible (LiteRT's XNNPACK runs on the CPU).
+- `litert`: `litert/model_<mode>.tflite` with XNNPACK. Images are decoded on the host by
+  `app.data.preprocess.decode_batch`, the function inside the SavedModel's graph, so there is one
+  preprocessing. Refused, saying why, when the export's parity check failed or is missing.
+- `openvino`: `openvino/model.xml`, decoded the same way, compiled for this CPU in bfloat16 where
+  the CPU has it and that precision's check passed, else float32; refused like LiteRT.
+- `auto`: each runtime that may serve is timed on a batch as it loads, and the fastest serves; the
+  log says which, the figures, and why any was refused. TensorFlow when a GPU is visible.
+  Measured: benchmarks/README.md, "Serving".
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +29,13 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_s
 from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
 from app.errors import UserError
 from app.export import layout
+from app.export.openvino_ir import OpenVINOModel, host_precisions
+from app.export.parity import refusal as parity_refusal
 from app.export.side_inputs import column_specs
 from app.export.tflite import LiteRTModel
 from app.models.tta import with_tta
 
-RUNTIMES = ("auto", "tf", "litert")
+RUNTIMES = ("auto", "tf", "litert", "openvino")
 log = logging.getLogger(__name__)
 
 
@@ -80,17 +86,18 @@ class TFRuntime:
         return {k: v.numpy() for k, v in fn(**{k: tf.constant(v) for k, v in inputs.items()}).items()}
 
 
-class LiteRTRuntime:
-    name = "litert"
+class HostRuntime:
+    """A file beside the SavedModel that takes decoded pixels (`model`: images [, side vectors] →
+    {"probabilities"[, "ood_score"]}), given the SavedModel's signatures: the images are decoded
+    on the host by the export's own decoding, and top-k, labels and thresholds are taken here as
+    the export's graph takes them."""
 
-    def __init__(self, version: Path, mode: str = "float32", threads: int | None = None) -> None:
-        self.version, self.mode = Path(version), mode
-        metadata = layout.read_metadata(version)
-        refusal = litert_refusal(version, mode, metadata)
-        if refusal:
-            raise UserError(f"{version}: cannot serve with LiteRT: {refusal}")
+    name = "host"
+
+    def __init__(self, version: Path, metadata: dict, model) -> None:
+        self.version = Path(version)
         self.classes = layout.read_classes(version)
-        self._model = LiteRTModel(layout.tflite_model_path(version, mode), threads)
+        self._model = model
         self.top_k = int(metadata.get("top_k", min(5, len(self.classes))))
         self.thresholds = metadata.get("thresholds")  # a multi-label export's: its graph's labels_above_threshold
         self.unknown_threshold = unknown_threshold(metadata)
@@ -154,6 +161,46 @@ class LiteRTRuntime:
         return above_threshold(probabilities, self.thresholds, self._class_names)
 
 
+class LiteRTRuntime(HostRuntime):
+    name = "litert"
+
+    def __init__(self, version: Path, mode: str = "float32", threads: int | None = None) -> None:
+        metadata = layout.read_metadata(version)
+        refusal = litert_refusal(version, mode, metadata)
+        if refusal:
+            raise UserError(f"{version}: cannot serve with LiteRT: {refusal}")
+        self.mode = mode
+        super().__init__(version, metadata, LiteRTModel(layout.tflite_model_path(version, mode), threads))
+
+
+class OpenVINORuntime(HostRuntime):
+    """The export's OpenVINO IR, in the fastest precision this host runs whose check passed
+    (bfloat16 before float32)."""
+
+    name = "openvino"
+
+    def __init__(self, version: Path) -> None:
+        metadata = layout.read_metadata(version)
+        precision, refusal = openvino_precision(version, metadata)
+        if refusal:
+            raise UserError(f"{version}: cannot serve with OpenVINO: {refusal}")
+        self.mode = precision
+        super().__init__(version, metadata, OpenVINOModel(layout.openvino_model_path(version), precision))
+
+
+def openvino_precision(version: Path, metadata: dict) -> tuple[str | None, str | None]:
+    """(the precision the export's IR runs in on this host, None) or (None, why it may not)."""
+    checks = metadata.get("openvino") or {}
+    if not layout.openvino_model_path(version).is_file():
+        return None, checks.get("missing") or "no openvino/model.xml (export it again with photoclf export)"
+    host = host_precisions()
+    if not host:
+        return None, "the openvino package is not installed"
+    refusals = {p: parity_refusal(checks.get(p), f"OpenVINO {p}") for p in reversed(host)}
+    passed = next((p for p, why in refusals.items() if why is None), None)
+    return (passed, None) if passed else (None, "; ".join(refusals.values()))
+
+
 def above_threshold(probabilities: np.ndarray, thresholds: list[float], class_names: np.ndarray) -> np.ndarray:
     """As the export's graph computes labels_above_threshold: per image the labels at or above
     their thresholds, by score, then b"" (for LiteRT, and batch prediction's column)."""
@@ -192,7 +239,7 @@ def tiny_jpeg() -> bytes:
     return tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
 
 
-def missing_side_inputs(runtime: TFRuntime | LiteRTRuntime, count: int) -> dict[str, np.ndarray]:
+def missing_side_inputs(runtime: TFRuntime | HostRuntime, count: int) -> dict[str, np.ndarray]:
     """Every serving_default input besides the image (a side-features model's columns), given
     as missing: NaN for a number, "" for a category."""
     specs = runtime.signatures()["serving_default"][0]
@@ -206,14 +253,14 @@ def missing_side_inputs(runtime: TFRuntime | LiteRTRuntime, count: int) -> dict[
     )
 
 
-def warm_up(runtime: TFRuntime | LiteRTRuntime) -> None:
+def warm_up(runtime: TFRuntime | HostRuntime) -> None:
     """One call before the first request, which would otherwise pay for tracing."""
     runtime.run(
         "serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object), **missing_side_inputs(runtime, 1)}
     )
 
 
-def side_arrays(runtime: TFRuntime | LiteRTRuntime, side: dict[str, list]) -> dict[str, np.ndarray]:
+def side_arrays(runtime: TFRuntime | HostRuntime, side: dict[str, list]) -> dict[str, np.ndarray]:
     """Raw side-feature values (numbers, category names) → the arrays serving_default takes."""
     specs = runtime.signatures()["serving_default"][0]
     return {
@@ -228,7 +275,7 @@ ANSWER_KEYS = ("probabilities", "ood_score", "unknown")  # what offline work kee
 
 
 def _answers(
-    runtime: TFRuntime | LiteRTRuntime, images: list[bytes], tta: str, side: dict[str, list] | None = None
+    runtime: TFRuntime | HostRuntime, images: list[bytes], tta: str, side: dict[str, list] | None = None
 ) -> Outputs:
     """The batch's probabilities (and, where the export has them, ood_score and unknown)."""
     if tta == "none":
@@ -246,7 +293,7 @@ def _answers(
 
 
 def answers_or_reasons(
-    runtime: TFRuntime | LiteRTRuntime,
+    runtime: TFRuntime | HostRuntime,
     images: list[bytes],
     max_megapixels: float,
     tta: str = "none",
@@ -291,28 +338,62 @@ def litert_refusal(version: Path, mode: str, metadata: dict | None = None) -> st
         return (
             f"no {layout.tflite_model_path(version, mode).relative_to(version)} (export it again with photoclf export)"
         )
-    if not parity or "passed" not in parity:
-        return f"its {mode} parity check against the SavedModel is missing from assets/metadata.json"
-    if not parity["passed"]:
-        why = parity.get("missing") or (
-            f"top-1 agreement {parity['top1_agreement']:.4f} < {parity['required_agreement']}"
-            f", max abs difference {parity['max_abs_diff']:.2g}"
-        )
-        return f"its {mode} parity check against the SavedModel failed ({why})"
-    return None
+    return parity_refusal(parity, mode)
 
 
 def _gpu_visible() -> str | None:
     return "a GPU is visible, and TensorFlow runs on it" if tf.config.list_physical_devices("GPU") else None
 
 
-def load_runtime(version: Path, runtime: str = "auto", litert_mode: str = "float32") -> TFRuntime | LiteRTRuntime:
-    """`auto` falls back to TensorFlow (logging why) when the LiteRT file may not serve."""
+def load_runtime(version: Path, runtime: str = "auto", litert_mode: str = "float32") -> TFRuntime | HostRuntime:
+    """`auto`: of the runtimes that may serve this export on this host, the one measured fastest
+    as it loads; TensorFlow when a GPU is visible (the others run on the CPU)."""
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime must be one of {RUNTIMES}, got '{runtime}'")
-    if runtime == "auto" and (refusal := _gpu_visible() or litert_refusal(version, litert_mode)):
-        log.warning("%s: using TensorFlow, not LiteRT: %s", version, refusal)
+    if runtime == "auto" and (gpu := _gpu_visible()):
+        log.info("%s: runtime auto: TensorFlow (%s)", version, gpu)
         runtime = "tf"
-    loaded = TFRuntime(version) if runtime == "tf" else LiteRTRuntime(version, litert_mode)
-    warm_up(loaded)
-    return loaded
+    if runtime != "auto":
+        loaded = _load(version, runtime, litert_mode)
+        warm_up(loaded)
+        return loaded
+    candidates, refusals = [TFRuntime(version)], []
+    for name in ("litert", "openvino"):
+        try:
+            candidates.append(_load(version, name, litert_mode))
+        except UserError as err:
+            refusals.append(str(err))
+    timed = sorted(((_ms_per_photo(c), c) for c in candidates), key=lambda pair: pair[0])
+    said = ", ".join(f"{_label(c)} {ms:.1f}" for ms, c in timed)
+    refused = f"; {'; '.join(refusals)}" if refusals else ""
+    log.info("%s: runtime auto: %s, the fastest that may serve (ms per photo, %d at a time: %s)%s",
+             version, _label(timed[0][1]), TIMING_BATCH, said, refused)  # fmt: skip
+    return timed[0][1]
+
+
+TIMING_BATCH = 8  # photos per call when auto times the runtimes: a server's batch under a few clients
+
+
+def _load(version: Path, runtime: str, litert_mode: str) -> TFRuntime | HostRuntime:
+    if runtime == "tf":
+        return TFRuntime(version)
+    return LiteRTRuntime(version, litert_mode) if runtime == "litert" else OpenVINORuntime(version)
+
+
+def _label(runtime: TFRuntime | HostRuntime) -> str:
+    return runtime.name if runtime.name == "tf" else f"{runtime.name} {runtime.mode}"
+
+
+def _ms_per_photo(runtime: TFRuntime | HostRuntime) -> float:
+    """serving_default on a batch of photo-sized JPEGs, after a first, untimed call: the faster of two."""
+    noise = np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    jpeg = tf.io.encode_jpeg(noise).numpy()
+    inputs = {"image_bytes": np.array([jpeg] * TIMING_BATCH, dtype=object),
+              **missing_side_inputs(runtime, TIMING_BATCH)}  # fmt: skip
+    runtime.run("serving_default", inputs)
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        runtime.run("serving_default", inputs)
+        times.append(time.perf_counter() - start)
+    return min(times) * 1000 / TIMING_BATCH

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from app.errors import UserError
 from app.export import layout
-from app.inference.runtime import LiteRTRuntime, TFRuntime, load_runtime
+from app.inference.runtime import HostRuntime, TFRuntime, load_runtime
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class LoadedModel:
     version: int
     path: Path
-    runtime: TFRuntime | LiteRTRuntime
+    runtime: TFRuntime | HostRuntime
 
     @property
     def signatures(self) -> dict:

@@ -296,6 +296,7 @@ def _finish(
     served = served_model(ctx.clf, metrics.get("calibration"), ood_score)
     exported = export_run(ctx.run.root, model=served, metrics=metrics)
     metrics["export"], metrics["litert"] = exported["saved_model"], exported["litert"]
+    metrics["openvino"] = exported["openvino"]
     plot_learning_curves(ctx.run.history, ctx.run.learning_curves)
     if not ctx.info.multi_label:  # multi-label: one 2x2 per label, drawn by the evaluation report
         figure = confusion_matrix_figure(val_confusion, ctx.info.classes)

@@ -117,11 +117,11 @@ def test_keyed_signature_passes_keys_through_and_bad_images_fail_the_call(traine
 def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_each_time(
     trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from app.export import tflite
+    from app.export import parity, tflite
 
     version = trained_run / "export" / "shapes" / "1"
     model = (version / "litert" / "model_float32.tflite").read_bytes()
-    monkeypatch.setitem(tflite.PARITY_IMAGES, "float32", 5)
+    monkeypatch.setitem(parity.PARITY_IMAGES, "float32", 5)
     first = tflite.parity_report(model, version, str(demo_records), 64, "float32")
     assert first["images"] == 5 and first["passed"] and first["top1_agreement"] == 1.0
     assert tflite.parity_report(model, version, str(demo_records), 64, "float32") == first
@@ -208,7 +208,8 @@ def test_the_litert_file_has_the_signature_a_phone_calls(side_width: int):
     from ai_edge_litert.interpreter import Interpreter
 
     from app.export.frozen import frozen_forward
-    from app.export.tflite import FLOAT32_MAX_ABS_DIFF, convert
+    from app.export.parity import FLOAT32_MAX_ABS_DIFF
+    from app.export.tflite import convert
 
     model = _small_model(side_width)
     x, s = _small_inputs(side_width)

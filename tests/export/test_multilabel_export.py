@@ -68,7 +68,7 @@ def test_the_server_answers_with_the_labels_above_threshold_through_litert_as_th
     image = sorted((tmp / "photos" / "images").glob("*.jpg"))[0].read_bytes()
     expected = tf.saved_model.load(metrics["export"]).signatures["serving_default"](image_bytes=tf.constant([image]))
     expected_labels = [c.decode() for c in expected["labels_above_threshold"].numpy()[0] if c]
-    store = ModelStore(Path(metrics["export"]).parent, runtime="auto")  # on a CPU: the checked LiteRT file
+    store = ModelStore(Path(metrics["export"]).parent, runtime="litert")  # the checked LiteRT file
 
     async def main() -> dict:
         async with TestClient(TestServer(make_app(store, Batcher(max_batch=8, max_wait_ms=0, max_queue=64)))) as client:

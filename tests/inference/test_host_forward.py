@@ -40,7 +40,7 @@ def test_tensorflow_runtime_gives_the_model_s_own_outputs(model, images):
     outputs = forward(images)
     for name, value in _reference(model, images).items():
         np.testing.assert_allclose(outputs[name], value, rtol=1e-6, atol=1e-6)
-    assert (forward.choice.runtime, forward.choice.precision) == ("tensorflow", "f32")
+    assert (forward.choice.runtime, forward.choice.precision) == ("tensorflow", "float32")
     assert forward.choice.why == "forward_runtime = tensorflow"
 
 
@@ -52,22 +52,22 @@ def test_a_single_output_comes_back_as_an_array(model, images):
 
 
 def test_openvino_runs_the_pass_with_tensorflow_s_answers_and_says_how_close(model, images, monkeypatch):
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("f32",))
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
     forward = HostForward(lambda x: model(x, training=False), SHAPE, "openvino")
     outputs = forward(images)
-    assert (forward.choice.runtime, forward.choice.precision) == ("openvino", "f32")
+    assert (forward.choice.runtime, forward.choice.precision) == ("openvino", "float32")
     for name, value in _reference(model, images).items():
         np.testing.assert_allclose(outputs[name], value, rtol=1e-4, atol=1e-5)
     tried = {c.name: c for c in forward.choice.tried}
-    assert tried["openvino f32"].cosine_lowest > 0.9999 and tried["openvino f32"].passed
-    assert tried["tensorflow f32"].ms_per_row > 0 and tried["openvino f32"].ms_per_row > 0
+    assert tried["openvino float32"].cosine_lowest > 0.9999 and tried["openvino float32"].passed
+    assert tried["tensorflow float32"].ms_per_row > 0 and tried["openvino float32"].ms_per_row > 0
     assert "cosine mean" in forward.choice.why and "first batch of 8 photos" in forward.choice.why
     again = forward(images[:3])  # later batches, any size, on the runtime chosen
     np.testing.assert_allclose(again["features"], outputs["features"][:3], rtol=1e-5, atol=1e-6)
 
 
 def test_auto_takes_the_fastest_runtime_measured_on_the_first_batch(model, images, monkeypatch):
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("f32",))
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
     for timings, expected in (([5.0, 1.0], "openvino"), ([1.0, 5.0], "tensorflow")):
         measured = iter(timings)  # TensorFlow is timed first, then each OpenVINO precision
         monkeypatch.setattr(host_forward, "_ms_per_row", lambda run, probe, measured=measured: next(measured))
@@ -83,12 +83,12 @@ def test_auto_keeps_tensorflow_for_a_pass_too_small_to_pay(model, images, monkey
     forward(images)
     assert forward.choice.runtime == "tensorflow"
     assert f"{MIN_ROWS - 1} rows: too few" in forward.choice.why
-    assert expected_precision("auto", MIN_ROWS - 1) == "f32"
+    assert expected_precision("auto", MIN_ROWS - 1) == "float32"
 
 
 @pytest.mark.parametrize("runtime", ["auto", "openvino"])
 def test_a_runtime_that_disagrees_with_tensorflow_is_not_used(model, images, monkeypatch, runtime):
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("f32", "bf16"))
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
     wrong = lambda m, precision, single: lambda x: {k: -v for k, v in _reference(model, x).items()}  # noqa: E731
     monkeypatch.setattr(host_forward, "_compiled", wrong)
     forward = HostForward(lambda x: model(x, training=False), SHAPE, runtime, rows=MIN_ROWS)
@@ -104,7 +104,7 @@ def test_without_openvino_auto_falls_back_and_asking_for_it_is_an_error(model, i
     forward = HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS)
     forward(images)
     assert forward.choice.runtime == "tensorflow" and "not installed" in forward.choice.why
-    assert expected_precision("auto", MIN_ROWS) == "f32"
+    assert expected_precision("auto", MIN_ROWS) == "float32"
     with pytest.raises(UserError, match="forward_runtime = openvino: the openvino package is not installed"):
         HostForward(lambda x: model(x, training=False), SHAPE, "openvino")
     with pytest.raises(UserError, match="forward_runtime: 'onnx' is not one of auto, tensorflow, openvino"):
@@ -112,9 +112,9 @@ def test_without_openvino_auto_falls_back_and_asking_for_it_is_an_error(model, i
 
 
 def test_the_expected_precision_follows_the_host(monkeypatch):
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("f32", "bf16"))
-    assert expected_precision("auto", MIN_ROWS) == "bf16"
-    assert expected_precision("openvino", 1) == "bf16"
-    assert expected_precision("tensorflow", 10**6) == "f32"
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("f32",))
-    assert expected_precision("auto", MIN_ROWS) == "f32"
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
+    assert expected_precision("auto", MIN_ROWS) == "bfloat16"
+    assert expected_precision("openvino", 1) == "bfloat16"
+    assert expected_precision("tensorflow", 10**6) == "float32"
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
+    assert expected_precision("auto", MIN_ROWS) == "float32"

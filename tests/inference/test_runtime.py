@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,11 @@ import tensorflow as tf
 from app.data import schema
 from app.data.pipeline import load_dataset_info
 from app.errors import UserError
+from app.export import layout
+from app.export.openvino_ir import host_precisions
 from app.export.rebuild import rebuild_served_model
-from app.inference.runtime import LiteRTRuntime, TFRuntime, litert_refusal, load_runtime
+from app.inference import runtime as runtime_module
+from app.inference.runtime import LiteRTRuntime, OpenVINORuntime, TFRuntime, litert_refusal, load_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +68,9 @@ def test_litert_gives_the_savedmodels_answers_on_the_validation_split(trained_ru
     assert lite.signatures()["serving_default"][0]["image_bytes"].dtype == tf.string
 
 
-def test_a_failed_parity_check_is_refused_and_auto_falls_back_to_tensorflow(version: Path):
+def test_a_failed_parity_check_is_refused_and_auto_serves_with_another_runtime(
+    version: Path, caplog: pytest.LogCaptureFixture
+):
     assert litert_refusal(version, "float32") is None
     _edit_metadata(version, lambda m: m["litert"]["float32"].update(passed=False, top1_agreement=0.9))
     assert "parity check against the SavedModel failed (top-1 agreement 0.9000 < 1.0" in litert_refusal(
@@ -72,14 +78,73 @@ def test_a_failed_parity_check_is_refused_and_auto_falls_back_to_tensorflow(vers
     )
     with pytest.raises(UserError, match="cannot serve with LiteRT: its float32 parity check"):
         load_runtime(version, "litert")
-    assert load_runtime(version, "auto").name == "tf"
+    with caplog.at_level(logging.INFO):
+        assert load_runtime(version, "auto").name in ("tf", "openvino")
+    assert "cannot serve with LiteRT: its float32 parity check" in caplog.text  # auto says why it was left out
+
+
+def test_auto_serves_with_the_runtime_measured_fastest_as_it_loads(
+    trained_run: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    version = trained_run / "export" / "shapes" / "1"
+    for fastest in ("tf", "litert", "openvino"):
+        speeds = {"tf": 9.0, "litert": 5.0, "openvino": 5.0, fastest: 1.0}
+        monkeypatch.setattr(runtime_module, "_ms_per_photo", lambda runtime, speeds=speeds: speeds[runtime.name])
+        with caplog.at_level(logging.INFO):
+            assert load_runtime(version, "auto").name == fastest
+        assert "the fastest that may serve (ms per photo, 8 at a time: " in caplog.text
+    assert runtime_module._ms_per_photo.__name__ == "<lambda>"  # the measurement itself is tested below
+
+
+def test_the_measurement_times_every_runtime_on_a_batch_of_photos(trained_run: Path):
+    version = trained_run / "export" / "shapes" / "1"
+    for name in ("tf", "litert", "openvino"):
+        assert 0 < runtime_module._ms_per_photo(load_runtime(version, name)) < 10_000
 
 
 def test_auto_prefers_tensorflow_when_a_gpu_is_visible(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
     version = trained_run / "export" / "shapes" / "1"
-    assert load_runtime(version, "auto").name == "litert"  # no GPU here, parity passed
+    monkeypatch.setattr(runtime_module, "_ms_per_photo", lambda runtime: 1.0 if runtime.name == "litert" else 9.0)
+    assert load_runtime(version, "auto").name == "litert"  # no GPU here, parity passed, timed fastest
     monkeypatch.setattr("app.inference.runtime._gpu_visible", lambda: "a GPU is visible, and TensorFlow runs on it")
     assert load_runtime(version, "auto").name == "tf"
+
+
+def test_the_openvino_ir_gives_the_savedmodel_s_answers_in_every_precision_the_host_runs(
+    trained_run: Path, val_bytes: list[bytes], monkeypatch: pytest.MonkeyPatch
+):
+    version = trained_run / "export" / "shapes" / "1"
+    checks = layout.read_metadata(version)["openvino"]
+    assert checks["file"] == "openvino/model.xml" and (version / "openvino" / "model.bin").is_file()
+    assert checks["float32"]["passed"] and checks["float32"]["top1_agreement"] == 1.0
+    assert checks["float32"]["max_abs_diff"] <= 1e-4
+    saved = TFRuntime(version)
+    inputs = {"image_bytes": np.array(val_bytes, dtype=object), "key": np.array([b"k"] * len(val_bytes), dtype=object)}
+    theirs = saved.run("serving_keyed", inputs)
+    monkeypatch.setattr(runtime_module, "host_precisions", lambda: ("float32",))
+    ours = load_runtime(version, "openvino")
+    assert isinstance(ours, OpenVINORuntime) and ours.mode == "float32"
+    answered = ours.run("serving_keyed", inputs)
+    assert answered.keys() == theirs.keys()
+    np.testing.assert_allclose(answered["probabilities"], theirs["probabilities"], atol=1e-4)
+    assert (answered["classes"] == theirs["classes"]).all() and list(answered["key"]) == [b"k"] * len(val_bytes)
+    if "bfloat16" in host_precisions():  # this CPU runs bfloat16: its own check, and it is preferred
+        assert checks["bfloat16"]["top1_agreement"] >= 0.995 and checks["bfloat16"]["passed"]
+        monkeypatch.setattr(runtime_module, "host_precisions", host_precisions)
+        fast = load_runtime(version, "openvino")
+        assert fast.mode == "bfloat16"
+        agree = fast.run("serving_default", inputs)["class_ids"][:, 0] == theirs["class_ids"][:, 0]
+        assert agree.mean() >= 0.99
+
+
+def test_an_openvino_ir_without_a_passed_check_is_refused(version: Path):
+    _edit_metadata(version, lambda m: [m["openvino"][p].update(passed=False, top1_agreement=0.5) for p in
+                                       host_precisions()])  # fmt: skip
+    with pytest.raises(UserError, match="cannot serve with OpenVINO: its OpenVINO .* parity check .* failed"):
+        load_runtime(version, "openvino")
+    (version / "openvino" / "model.xml").unlink()
+    with pytest.raises(UserError, match="no openvino/model.xml"):
+        load_runtime(version, "openvino")
 
 
 def test_a_missing_check_or_file_is_refused(version: Path):

@@ -124,7 +124,7 @@ class _Spaces:
     activations at the cut only on the frozen layers below it; rows from a bfloat16 pass are
     kept apart from float32 ones (`precision`)."""
 
-    def __init__(self, ctx: Context, cut: FrozenCut | None, precision: str = "f32") -> None:
+    def __init__(self, ctx: Context, cut: FrozenCut | None, precision: str = "float32") -> None:
         self.ctx = ctx
         self.precision = precision
         self.common = {
@@ -146,7 +146,9 @@ class _Spaces:
                 "cut": self.cut_layer}  # fmt: skip
 
     def _view(self, part: Part) -> dict:
-        precision = {} if self.precision == "f32" else {"precision": self.precision}  # f32 keeps older stores' keys
+        precision = (
+            {} if self.precision == "float32" else {"precision": self.precision}
+        )  # float32 keeps older stores' keys
         if part.view_seed is None:
             return {"view": "eval", **precision}
         return {"view": part.view_seed, "augment": repr(self.ctx.augmentation), **precision}
@@ -324,7 +326,7 @@ def _activation_rows(
 
 
 def keep_features(
-    ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, features: np.ndarray, precision: str = "f32"
+    ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, features: np.ndarray, precision: str = "float32"
 ) -> None:
     """Add the pooled features of the backbone's current weights for `split`'s rows ("train":
     the cache's views of its photos, one view after another, as the cache build orders them;

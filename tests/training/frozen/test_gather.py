@@ -142,19 +142,19 @@ def test_openvino_gathers_tensorflow_s_features_and_bfloat16_rows_are_stored_apa
     rows computed in bfloat16 are kept apart in the store, so a float32 run never reads them."""
     caplog.set_level(logging.INFO)
     by_tf = gather(setup(cached_config.replace(forward_runtime="tensorflow", out=cached_config.out + "-tf")))
-    assert (by_tf.forward.runtime, by_tf.forward.precision) == ("tensorflow", "f32")
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("f32",))
+    assert (by_tf.forward.runtime, by_tf.forward.precision) == ("tensorflow", "float32")
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
     store = str(Path(cached_config.out).parent / "store-ov")  # apart from the TensorFlow run's rows
     float32 = cached_config.replace(forward_runtime="openvino", feature_store=store, out=cached_config.out + "-f32")
     by_ov = gather(setup(float32))
-    assert (by_ov.forward.runtime, by_ov.forward.precision) == ("openvino", "f32")
-    assert "forward passes: openvino f32" in caplog.text
+    assert (by_ov.forward.runtime, by_ov.forward.precision) == ("openvino", "float32")
+    assert "forward passes: openvino float32" in caplog.text
     scale = np.abs(by_tf.features.train_features).max()
     np.testing.assert_allclose(by_ov.features.train_features, by_tf.features.train_features, atol=1e-4 * scale)
     np.testing.assert_allclose(by_ov.features.val_features, by_tf.features.val_features, atol=1e-4 * scale)
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("bf16",))
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("bfloat16",))
     bfloat16 = float32.replace(out=cached_config.out + "-bf16")
-    assert gather(setup(bfloat16)).forward.precision == "bf16"  # the float32 rows are not bfloat16's
+    assert gather(setup(bfloat16)).forward.precision == "bfloat16"  # the float32 rows are not bfloat16's
     caplog.clear()
     assert gather(setup(bfloat16)).forward is None and ", 0 computed" in caplog.text  # ... and kept apart
     assert gather(setup(float32.replace(out=cached_config.out + "-again"))).forward is None  # the f32 rows too
