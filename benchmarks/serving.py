@@ -2,7 +2,7 @@
 
     python -m benchmarks.serving runs/demo/export/demo --images datasets/demo/images
 
-speed: a `--runtime tf` and a `--runtime auto` server, alternated over rounds (medians):
+speed: a server per runtime (tf, litert, openvino, auto), alternated over rounds (medians):
 single-image latency p50/p99 and throughput with --clients concurrent clients. bombs: peak
 server memory with and without 12000x12000 JPEGs mixed in, bombs refused, normal requests
 failed. overload: 4x the measured capacity for --overload-seconds, answers by status, peak
@@ -10,9 +10,9 @@ memory, time to the first normal answer after. Prints one JSON line.
 
 Serving benchmark: what a client of scripts/serve.py sees, in three scenarios, in one run.
 
-1. speed: three servers, alternated over rounds, medians of single-image latency p50/p99 (one
-   client, sequential) and throughput (N clients): `before` (TensorFlow with the 5 ms batching
-   wait the server had before LiteRT), `tf` and `auto` with today's defaults.
+1. speed: a server per runtime, alternated over rounds, medians of single-image latency p50/p99
+   (one client, sequential) and throughput (N clients): `tf` (the SavedModel, as TF Serving runs
+   it), `litert`, `openvino` and `auto` (what it picks), each against `tf`.
 2. bombs: two fresh `auto` servers, one sent only normal images, one a mix of normal images and
    12000x12000 JPEGs (2.2 MB each) by the same N clients: peak server memory (VmHWM) of each,
    bombs refused, normal requests failed.
@@ -115,11 +115,7 @@ def _throughput(server: ServerProcess, bodies: list[bytes], clients: int) -> tup
 
 
 def speed(model_dir: Path, images: list[bytes], requests: int, clients: int, rounds: int, log: Callable) -> dict:
-    variants = {
-        "before": ("--runtime", "tf", "--max-wait-ms", "5"),
-        "tf": ("--runtime", "tf"),
-        "auto": ("--runtime", "auto"),
-    }
+    variants = {name: ("--runtime", name) for name in ("tf", "litert", "openvino", "auto")}
     servers = {name: ServerProcess(model_dir, *flags) for name, flags in variants.items()}
     samples: dict[str, list[float]] = {}
     try:
@@ -136,11 +132,9 @@ def speed(model_dir: Path, images: list[bytes], requests: int, clients: int, rou
         for server in servers.values():
             server.stop()
     result = {k: round(statistics.median(v), 2) for k, v in samples.items()}
-    for name in ("tf", "auto"):
-        result[f"{name}_vs_before_throughput"] = round(
-            result[f"{name}_images_per_s"] / result["before_images_per_s"], 2
-        )
-        result[f"{name}_vs_before_p50"] = round(result[f"{name}_p50_ms"] / result["before_p50_ms"], 2)
+    for name in ("litert", "openvino", "auto"):
+        result[f"{name}_vs_tf_throughput"] = round(result[f"{name}_images_per_s"] / result["tf_images_per_s"], 2)
+        result[f"{name}_vs_tf_p50"] = round(result[f"{name}_p50_ms"] / result["tf_p50_ms"], 2)
     return result
 
 

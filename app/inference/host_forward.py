@@ -30,6 +30,7 @@ RUNTIMES = ("auto", "tensorflow", "openvino")
 MIN_ROWS = 1024  # auto keeps TensorFlow below this: converting costs as much as a few hundred rows' passes
 COSINE_MEAN = 0.995  # the parity gate: every output's mean cosine similarity to TensorFlow's on the probe ...
 COSINE_LOWEST = 0.98  # ... and its lowest row's
+EXACT_COSINE = 0.9999  # a float32 runtime's lowest row, to run the exact passes: the same arithmetic, reordered
 log = logging.getLogger(__name__)
 
 Outputs = dict[str, np.ndarray]
@@ -57,9 +58,10 @@ class Choice:
     precision: str
     why: str
     tried: tuple[Candidate, ...] = field(default=())
+    exact: str = "tensorflow float32"  # what runs the exact passes: the fastest float32 candidate
 
     def as_dict(self) -> dict:
-        return {"runtime": self.runtime, "precision": self.precision, "why": self.why,
+        return {"runtime": self.runtime, "precision": self.precision, "exact": self.exact, "why": self.why,
                 "tried": [asdict(c) for c in self.tried]}  # fmt: skip
 
 
@@ -78,8 +80,10 @@ def expected_precision(runtime: str, rows: int) -> str:
 
 class HostForward:
     """`fn` (a float32 batch, e.g. images 0..255 [N, H, W, 3] → a tensor or a dict of tensors) as
-    a host call on numpy batches, on the runtime chosen at its first batch. `rows`: how many rows the pass will
-    run (auto keeps TensorFlow for small passes)."""
+    a host call on numpy batches, on the runtime chosen at its first batch. `rows`: how many rows
+    the pass will run (auto keeps TensorFlow for small passes). A call with `exact` runs in float32
+    (TensorFlow or OpenVINO's float32, whichever was faster): for what evaluates a model, where
+    bfloat16's rounding would make the figures those of another model than the one exported."""
 
     def __init__(self, fn: Callable, input_shape: tuple[int, ...], runtime: str = "auto", rows: int = 0) -> None:
         if runtime not in RUNTIMES:
@@ -91,13 +95,14 @@ class HostForward:
         self.runtime, self.rows = runtime, rows
         self.choice: Choice | None = None
         self._run: Callable[[np.ndarray], Outputs] | None = None
+        self._exact_run: Callable[[np.ndarray], Outputs] | None = None
         self._single = False  # fn returns one tensor, not a dict
 
-    def __call__(self, images: np.ndarray) -> np.ndarray | Outputs:
+    def __call__(self, images: np.ndarray, exact: bool = False) -> np.ndarray | Outputs:
         images = np.ascontiguousarray(images, np.float32)
         if self._run is None:
             self._decide(images)
-        outputs = self._run(images)
+        outputs = (self._exact_run if exact else self._run)(images)
         return outputs["output"] if self._single else outputs
 
     def _tensorflow(self, images: np.ndarray) -> Outputs:
@@ -111,12 +116,14 @@ class HostForward:
         precisions = openvino_precisions()
         reason = _keeps_tensorflow(self.runtime, self.rows, precisions)
         if reason:
-            self.choice, self._run = Choice("tensorflow", "float32", reason), self._tensorflow
+            self.choice, self._run, self._exact_run = Choice("tensorflow", "float32", reason), *[self._tensorflow] * 2
         else:
-            self.choice, self._run = self._measured(probe, precisions)
-        log.info("forward passes: %s %s (%s)", self.choice.runtime, self.choice.precision, self.choice.why)
+            self.choice, self._run, self._exact_run = self._measured(probe, precisions)
+        c = self.choice
+        exact = "" if c.exact == f"{c.runtime} {c.precision}" else f"; float32 passes: {c.exact}"
+        log.info("forward passes: %s %s%s (%s)", c.runtime, c.precision, exact, c.why)
 
-    def _measured(self, probe: np.ndarray, precisions: tuple[str, ...]) -> tuple[Choice, Callable]:
+    def _measured(self, probe: np.ndarray, precisions: tuple[str, ...]) -> tuple[Choice, Callable, Callable]:
         reference = self._tensorflow(probe)  # traces; the timed call below does not
         runs = {("tensorflow", "float32"): self._tensorflow}
         tried = [Candidate("tensorflow", "float32", _ms_per_row(self._tensorflow, probe))]
@@ -130,13 +137,16 @@ class HostForward:
             ms = _ms_per_row(run, probe) if passed else None
             tried.append(Candidate("openvino", precision, ms, round(mean, 5), round(lowest, 5), passed))
             runs["openvino", precision] = run
+        exact = min((c for c in tried if c.precision == "float32" and (c.cosine_lowest or 1.0) >= EXACT_COSINE),
+                    key=lambda c: c.ms_per_row)  # fmt: skip
         usable = [c for c in tried if c.passed and (self.runtime == "auto" or c.runtime == "openvino")]
         if not usable:
             why = "no OpenVINO precision agreed with TensorFlow on the first batch: " + _said(tried)
-            return Choice("tensorflow", "float32", why, tuple(tried)), self._tensorflow
+            return Choice("tensorflow", "float32", why, tuple(tried)), self._tensorflow, self._tensorflow
         best = min(usable, key=lambda c: c.ms_per_row)
         why = f"fastest agreeing on the first batch of {len(probe)} photos: " + _said(tried)
-        return Choice(best.runtime, best.precision, why, tuple(tried)), runs[best.runtime, best.precision]
+        choice = Choice(best.runtime, best.precision, why, tuple(tried), exact.name)
+        return choice, runs[best.runtime, best.precision], runs[exact.runtime, exact.precision]
 
 
 def _keeps_tensorflow(runtime: str, rows: int, precisions: tuple[str, ...]) -> str:

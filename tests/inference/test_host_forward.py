@@ -66,6 +66,18 @@ def test_openvino_runs_the_pass_with_tensorflow_s_answers_and_says_how_close(mod
     np.testing.assert_allclose(again["features"], outputs["features"][:3], rtol=1e-5, atol=1e-6)
 
 
+def test_exact_calls_run_in_float32_when_bfloat16_is_the_fastest(model, images, monkeypatch):
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
+    measured = iter([5.0, 3.0, 1.0])  # TensorFlow, OpenVINO float32, OpenVINO bfloat16
+    monkeypatch.setattr(host_forward, "_ms_per_row", lambda run, probe: next(measured))
+    forward = HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS)
+    fast, exact = forward(images), forward(images, exact=True)
+    assert (forward.choice.precision, forward.choice.exact) == ("bfloat16", "openvino float32")
+    reference = _reference(model, images)["features"]
+    np.testing.assert_allclose(exact["features"], reference, rtol=1e-4, atol=1e-5)
+    assert np.abs(fast["features"] - reference).max() > np.abs(exact["features"] - reference).max()
+
+
 def test_auto_takes_the_fastest_runtime_measured_on_the_first_batch(model, images, monkeypatch):
     monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
     for timings, expected in (([5.0, 1.0], "openvino"), ([1.0, 5.0], "tensorflow")):

@@ -121,8 +121,8 @@ def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_ac
 
 class _Spaces:
     """What decides a part's stored rows: features depend on the whole backbone's weights,
-    activations at the cut only on the frozen layers below it; rows from a bfloat16 pass are
-    kept apart from float32 ones (`precision`)."""
+    activations at the cut only on the frozen layers below it; the training views' rows from a
+    bfloat16 pass are kept apart from float32 ones (`precision`; val and test always run float32)."""
 
     def __init__(self, ctx: Context, cut: FrozenCut | None, precision: str = "float32") -> None:
         self.ctx = ctx
@@ -146,9 +146,8 @@ class _Spaces:
                 "cut": self.cut_layer}  # fmt: skip
 
     def _view(self, part: Part) -> dict:
-        precision = (
-            {} if self.precision == "float32" else {"precision": self.precision}
-        )  # float32 keeps older stores' keys
+        bfloat16 = part.split == "train" and self.precision != "float32"
+        precision = {"precision": self.precision} if bfloat16 else {}  # float32 keeps older stores' keys
         if part.view_seed is None:
             return {"view": "eval", **precision}
         return {"view": part.view_seed, "augment": repr(self.ctx.augmentation), **precision}
@@ -219,7 +218,9 @@ def _full_pass(
     others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
     desc = f"Caching features ({views(ctx)} view(s) of train, {others})"
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
-        outputs, (keys, part) = forward_outputs(forward, one_stream(streams), bar, on_first_batch, _trim(keeps))
+        evaluates = [rows.part.split != "train" for rows in parts]  # val and test judge the model: float32
+        exact = lambda keys_and_part: evaluates[int(keys_and_part[1][0])]  # noqa: E731
+        outputs, (keys, part) = forward_outputs(forward, one_stream(streams), bar, on_first_batch, _trim(keeps), exact)
     features = outputs["features"]
     kept_parts = part[np.asarray(keeps)[part]]  # the part of each row of the activations (kept parts only)
     out = []

@@ -41,11 +41,11 @@ def split_features(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(pooled features, labels) of every photo of `split`, decoded as evaluation decodes them:
     the one place a split's photos run through a whole frozen backbone outside the feature store.
-    `runtime`: app.inference.host_forward's choice."""
+    `runtime`: app.inference.host_forward's choice, in float32 (they fit and judge what ships)."""
     images = _float_images(make_eval_dataset(data, split=split, image_size=image_size, batch_size=batch_size))
     rows = load_dataset_info(data).num_examples(split)
     forward = HostForward(lambda x: features_model(x, training=False), (image_size, image_size, 3), runtime, rows)
-    return forward_outputs(forward, images)
+    return forward_outputs(forward, images, exact=lambda labels: True)
 
 
 def forward_outputs(
@@ -54,17 +54,19 @@ def forward_outputs(
     bar: tqdm | None = None,
     on_first_batch: Callable[[np.ndarray], None] | None = None,
     trim: Callable[[Outputs, object], Outputs] | None = None,
+    exact: Callable[[object], bool] | None = None,
 ) -> tuple[object, object]:
     """(outputs, labels) as `model_outputs` gives them, of a frozen pass on the host's runtime
     (`forward`) over the images of every batch (side features do not enter a backbone). `trim`
-    drops what a batch's caller does not keep, as it goes, so it is never held for the pass."""
+    drops what a batch's caller does not keep, as it goes, so it is never held for the pass;
+    `exact(labels)` says which batches run in float32 (HostForward's `exact`)."""
     outputs, labels = [], []
     for inputs, y in dataset:
         images = (inputs["image"] if isinstance(inputs, dict) else inputs).numpy()
         if on_first_batch is not None and not outputs:
             on_first_batch(images)
         y = tf.nest.map_structure(_integers, y)
-        out = forward(images)
+        out = forward(images, exact=exact is not None and exact(y))
         outputs.append(trim(out, y) if trim is not None else out)
         labels.append(y)
         if bar is not None:

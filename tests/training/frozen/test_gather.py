@@ -139,7 +139,8 @@ def test_openvino_gathers_tensorflow_s_features_and_bfloat16_rows_are_stored_apa
     cached_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
     """The gather's pass on OpenVINO gives TensorFlow's features (float32), says so and records it;
-    rows computed in bfloat16 are kept apart in the store, so a float32 run never reads them."""
+    in bfloat16 only the training views run in it (val and test judge the model: float32), and
+    their rows are kept apart in the store, so a float32 run never reads them."""
     caplog.set_level(logging.INFO)
     by_tf = gather(setup(cached_config.replace(forward_runtime="tensorflow", out=cached_config.out + "-tf")))
     assert (by_tf.forward.runtime, by_tf.forward.precision) == ("tensorflow", "float32")
@@ -154,7 +155,11 @@ def test_openvino_gathers_tensorflow_s_features_and_bfloat16_rows_are_stored_apa
     np.testing.assert_allclose(by_ov.features.val_features, by_tf.features.val_features, atol=1e-4 * scale)
     monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("bfloat16",))
     bfloat16 = float32.replace(out=cached_config.out + "-bf16")
-    assert gather(setup(bfloat16)).forward.precision == "bfloat16"  # the float32 rows are not bfloat16's
+    mixed = gather(setup(bfloat16))
+    assert mixed.forward.precision == "bfloat16" and mixed.forward.exact.endswith(" float32")  # the faster float32
+    n_views = len(by_tf.features.train_labels)  # every view of every training photo
+    assert f", {n_views} computed" in caplog.text  # the views again, in bfloat16; val from the float32 rows
+    np.testing.assert_array_equal(mixed.features.val_features, by_ov.features.val_features)
     caplog.clear()
     assert gather(setup(bfloat16)).forward is None and ", 0 computed" in caplog.text  # ... and kept apart
     assert gather(setup(float32.replace(out=cached_config.out + "-again"))).forward is None  # the f32 rows too
