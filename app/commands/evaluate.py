@@ -39,10 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=5, help="k for top-k accuracy (default 5)")
     p.add_argument(
         "--runtime",
-        choices=["tf", "litert", "auto"],
+        choices=["tf", "litert", "openvino", "auto"],
         default="tf",
-        help="tf: the SavedModel, as TF Serving runs it; litert: the export's checked LiteRT file,"
-        " as serve.py --runtime auto runs it on a CPU (default tf)",
+        help="tf: the SavedModel, as TF Serving runs it; litert, openvino: the export's checked file;"
+        " auto: whichever is timed fastest as it loads, as serve.py runs it (default tf)",
     )
     p.add_argument(
         "--tta",
