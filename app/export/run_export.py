@@ -17,6 +17,7 @@ from app.data.pipeline import dataset_fingerprint
 from app.errors import UserError
 from app.export.frozen import FrozenForward
 from app.export.layout import read_metadata
+from app.export.model_card import write_model_card
 from app.export.openvino_ir import write_openvino
 from app.export.rebuild import rebuild_served_model
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
@@ -101,10 +102,12 @@ def export_run(
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
     def files_beside(staged: Path, forward: FrozenForward) -> dict:
-        """The LiteRT files and the OpenVINO IR, each with its parity check."""
+        """The LiteRT files and the OpenVINO IR, each with its parity check; then the model card."""
         data, size = finished.config.data, finished.image_size
-        litert = write_litert(forward, staged, size, data, modes, tta, len(finished.side_features))
-        return {**litert, **write_openvino(forward, staged, size, data, tta)}
+        files = {**write_litert(forward, staged, size, data, modes, tta, len(finished.side_features)),
+                 **write_openvino(forward, staged, size, data, tta)}  # fmt: skip
+        write_model_card(staged, {**metadata, **files}, finished.config.to_dict(), name)
+        return files
 
     path = export_saved_model(
         model,

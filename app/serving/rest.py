@@ -2,6 +2,7 @@
 
 GET  /v1/models/NAME[/versions/V]             status
 GET  /v1/models/NAME[/versions/V]/metadata    signatures
+GET  /v1/models/NAME[/versions/V]/card        the version's MODEL_CARD.md (404 when it has none)
 POST /v1/models/NAME[/versions/V]:predict     {"instances": [...]} or {"inputs": ...}
 POST /v1/models/NAME:classify                 raw image body or multipart upload → top-k labels
 POST /v1/models/NAME:explain[?class=LABEL]    the same body → a Grad-CAM map of the top class (or LABEL)
@@ -36,6 +37,7 @@ from aiohttp import web
 from app import safe_json
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
 from app.errors import UserError
+from app.export import layout
 from app.inference.explain import PhotoExplainer, explain_answer
 from app.inference.runtime import tiny_jpeg
 from app.safe_json import JsonLimits, JsonRejected
@@ -309,6 +311,14 @@ async def metadata(request: web.Request) -> web.Response:
     )
 
 
+async def model_card(request: web.Request) -> web.Response:
+    """The served version's MODEL_CARD.md, as written beside it at export."""
+    path = layout.model_card_path(_model(request).path, "md")
+    if not path.is_file():
+        raise ApiError(404, "this version has no model card (export it again with photoclf export)")
+    return web.Response(text=path.read_text(encoding="utf-8"), content_type="text/markdown", charset="utf-8")
+
+
 async def page(request: web.Request) -> web.Response:
     """The try-it page: one self-contained file, told its model's name through the URL it calls."""
     if "name" in request.match_info:
@@ -412,6 +422,7 @@ def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> 
     for prefix in (f"/v1/models/{name}", f"/v1/models/{name}{version}"):
         app.router.add_get(prefix, status)
         app.router.add_get(prefix + "/metadata", metadata)
+        app.router.add_get(prefix + "/card", model_card)
         app.router.add_post(prefix + ":predict", predict)
     app.router.add_post(f"/v1/models/{name}:classify", classify)
     app.router.add_post(f"/v1/models/{name}:explain", explain)

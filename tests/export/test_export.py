@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,38 @@ def test_keyed_signature_passes_keys_through_and_bad_images_fail_the_call(traine
     assert out["key"].numpy().tolist() == [b"a", b"b", b"c"]
     with pytest.raises(tf.errors.InvalidArgumentError):
         loaded.signatures["serving_default"](image_bytes=tf.constant([images[0], b"not an image"]))
+
+
+def _numbers(value) -> set[str]:
+    """Every number in a JSON-like value, written each way the model card writes numbers."""
+    if isinstance(value, dict):
+        return set().union(*(_numbers(v) for v in value.values())) if value else set()
+    if isinstance(value, list | tuple):
+        return set().union(*(_numbers(v) for v in value)) if value else set()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return set(re.findall(r"\d+(?:\.\d+)?", value)) if isinstance(value, str) else set()
+    return {str(value), f"{value:.4f}", f"{value:.3f}", f"{value:.0%}".rstrip("%")}
+
+
+def test_every_export_has_a_model_card_with_only_what_the_run_measured_or_recorded(trained_run: Path):
+    version = trained_run / "export" / "shapes" / "1"
+    meta = json.loads((version / "assets" / "metadata.json").read_text())
+    card = json.loads((version / "model_card.json").read_text())
+    config = json.loads((trained_run / "config.json").read_text())
+    counts = load_dataset_info(config["data"]).counts
+    assert {"MODEL_CARD.md", "model_card.json"} <= meta["files"].keys()  # a server checks them too
+    assert card["classes"] == [{"name": c, **{s: counts[s][c] for s in counts}} for c in meta["classes"]]
+    assert card["test"] == meta["training_metrics"]["test"] and card["calibration"] == meta["calibration"]
+    assert card["runtimes"] == {"litert": meta["litert"], "openvino": meta["openvino"]}
+    assert card["data"]["dataset_json_sha256"] == meta["dataset_fingerprint"]
+    assert card["training"]["seed"] == config["seed"] and card["backbone"]["name"] == meta["backbone"]
+    page = (version / "MODEL_CARD.md").read_text()
+    assert f"test accuracy: {meta['training_metrics']['test']['accuracy']:.4f}" in page
+    measured = _numbers([meta, config, counts, card]) | {"95"}  # the interval's level
+    text = re.sub(r"`[^`]*`|^Created .*$", "", page, flags=re.M)  # digests and the date, checked above
+    standalone = r"(?<![\w.-])\d+(?:\.\d+)?(?!\w)"  # not part of a name: SHA-256, bfloat16, top-1
+    unmeasured = [n for n in re.findall(standalone, text) if n not in measured]
+    assert not unmeasured, unmeasured
 
 
 @pytest.mark.slow  # two more checks; the fast tier stays under 3 minutes

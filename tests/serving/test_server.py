@@ -94,7 +94,8 @@ def model_dir(trained_run: Path, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Path):
-    srv = Server(model_dir, "--max-instances", "16", "--max-body-mb", "0.5")
+    # LiteRT's float32 file: the answers are the SavedModel's within 1e-5 (auto may pick a bfloat16 IR)
+    srv = Server(model_dir, "--max-instances", "16", "--max-body-mb", "0.5", "--runtime", "litert")
     yield srv
     assert srv.stop() == 0  # SIGTERM: clean shutdown, exit status 0
 
@@ -112,6 +113,15 @@ def test_status_and_metadata(server: Server):
     defs = meta["metadata"]["signature_def"]["signature_def"]
     assert {"serving_default", "serving_keyed", "predict_images"} <= defs.keys()
     assert defs["serving_default"]["inputs"]["image_bytes"]["dtype"] == "DT_STRING"
+
+
+def test_the_model_card_is_served_beside_the_metadata_and_the_page_links_it(server: Server):
+    with urllib.request.urlopen(server.base + "/v1/models/shapes/card", timeout=60) as resp:
+        assert resp.headers["Content-Type"].startswith("text/markdown")
+        assert resp.read().decode().startswith("# Model card: shapes")
+    with urllib.request.urlopen(server.base + "/", timeout=60) as resp:
+        assert "/card`" in resp.read().decode()
+    assert server.request("/v1/models/shapes/versions/7/card")[0] == 404  # a version not served
 
 
 def test_row_and_columnar_predict_match_the_savedmodel(server: Server, images: list[bytes], expected: np.ndarray):

@@ -1,0 +1,129 @@
+"""A model card beside every export: `MODEL_CARD.md` for people, `model_card.json` for tools.
+
+Everything in it is read from what the run and the export measured or recorded (the export's
+metadata, the dataset's dataset.json, the run's config), never written by hand: the classes and
+their photos per split, where the photos came from (dataset.json's SHA-256), the backbone and its
+weights file (with the file's SHA-256 as exported), the training settings, the test figures, the
+calibration, the "none of these" threshold with the share of val photos it accepts, and each
+runtime file's parity check. What was not measured is said to be missing, not filled in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app import storage
+from app.data.pipeline import load_dataset_info
+from app.errors import UserError
+from app.export import layout
+
+SETTINGS = ("backbone", "image_size", "epochs_head", "epochs_finetune", "lr_head", "lr_finetune", "unfreeze",
+            "batch_size", "augment", "label_smoothing", "seed", "forward_runtime")  # fmt: skip
+
+
+def card(metadata: dict, config: dict) -> dict:
+    """The card's facts, from the export's `metadata` and the run's `config`."""
+    return {
+        "classes": _classes(metadata["classes"], config.get("data", "")),
+        "data": {"dataset_json_sha256": metadata.get("dataset_fingerprint"), "folder": config.get("data") or None},
+        "backbone": {"name": metadata["backbone"], "input_size": metadata["input_size"],
+                     "weights": metadata.get("weights"), "weights_sha256": _weights_digest(metadata.get("weights"))},
+        "training": {key: config[key] for key in SETTINGS if key in config},
+        "test": (metadata.get("training_metrics") or {}).get("test"),
+        "calibration": metadata.get("calibration"),
+        "none_of_these": _none_of_these(metadata.get("ood")),
+        "runtimes": {"litert": metadata.get("litert"), "openvino": metadata.get("openvino")},
+        "created": metadata.get("created"),
+        "package_version": metadata.get("package_version"),
+    }  # fmt: skip
+
+
+def _classes(classes: list[str], data: str) -> list[dict]:
+    """Each class with its photos per split, from dataset.json (None where it cannot be read)."""
+    try:
+        counts = load_dataset_info(data).counts if data else {}
+    except (UserError, OSError, KeyError):
+        counts = {}
+    return [{"name": c, **{split: counts[split].get(c) for split in ("train", "val", "test") if split in counts}}
+            for c in classes]  # fmt: skip
+
+
+def _weights_digest(weights: str | None) -> str | None:
+    """The SHA-256 of the weights file as it is now, when `weights` names one."""
+    path = Path(str(weights or "").split(" (from ")[0])
+    return layout.sha256_of(path) if weights and path.is_file() else None
+
+
+def _none_of_these(ood: dict | None) -> dict | None:
+    if not ood:
+        return None
+    return {key: ood.get(key) for key in ("method", "threshold", "accept", "fitted_on")}
+
+
+def markdown(facts: dict, name: str) -> str:
+    """The card as a page: each section from `facts`, a figure only where it was measured."""
+    lines = [f"# Model card: {name}", "", f"Created {facts['created']} by photoclf {facts['package_version']}.", ""]
+    lines += _section_data(facts) + _section_backbone(facts) + _section_results(facts) + _section_runtimes(facts)
+    lines += ["## Known limits", "",
+              "- Measured on this dataset's own val and test photos only; photos unlike them (other cameras,"
+              " places, classes) may score lower.",
+              "- \"None of these\" is fitted without any photo of another class; its acceptance is measured on"
+              " val photos of the known classes only.", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _section_data(facts: dict) -> list[str]:
+    splits = [s for s in ("train", "val", "test") if any(s in c for c in facts["classes"])]
+    rows = [f"| {c['name']} | " + " | ".join(str(c.get(s, "")) for s in splits) + " |" for c in facts["classes"]]
+    data = facts["data"]
+    return ["## Data", "", f"dataset.json SHA-256: `{data['dataset_json_sha256']}`", "",
+            "| class | " + " | ".join(splits) + " |", "| --- |" + " ---: |" * len(splits), *rows, ""]  # fmt: skip
+
+
+def _section_backbone(facts: dict) -> list[str]:
+    b, settings = facts["backbone"], facts["training"]
+    digest = f" (SHA-256 `{b['weights_sha256']}`)" if b["weights_sha256"] else ""
+    return ["## Backbone and training", "", f"- backbone: {b['name']} at {b['input_size']} px",
+            f"- weights: {b['weights']}{digest}",
+            *(f"- {key}: {value}" for key, value in settings.items()), ""]  # fmt: skip
+
+
+def _section_results(facts: dict) -> list[str]:
+    lines = ["## Results", ""]
+    test = facts["test"]
+    if test and "accuracy" in test:
+        low, high = test.get("accuracy_interval") or (None, None)
+        interval = f" (95% interval {low:.3f}-{high:.3f})" if low is not None else ""
+        lines.append(f"- test accuracy: {test['accuracy']:.4f} on {test['count']} photos{interval}")
+    else:
+        lines.append("- test accuracy: not measured (no test split)")
+    c = facts["calibration"]
+    if c and "temperature" in c:
+        lines.append(f"- calibration: temperature {c['temperature']}, fitted on {c['fitted_on']}; val ECE "
+                     f"{c['val_ece_before']:.4f} before, {c['val_ece_after']:.4f} after")  # fmt: skip
+    o = facts["none_of_these"]
+    if o:
+        lines.append(f"- \"none of these\": {o['method']}, threshold {o['threshold']:.4f}, set to accept "
+                     f"{o['accept']:.0%} of val photos; fitted on {o['fitted_on']}")  # fmt: skip
+    return [*lines, ""]
+
+
+def _section_runtimes(facts: dict) -> list[str]:
+    lines = ["## Runtimes beside the SavedModel", "", "| file | precision | checked on | top-1 agreement | passed |",
+             "| --- | --- | ---: | ---: | --- |"]  # fmt: skip
+    for runtime, checks in facts["runtimes"].items():
+        for precision, check in (checks or {}).items():
+            if isinstance(check, dict) and "passed" in check:
+                agreement = f"{check['top1_agreement']:.4f}" if "top1_agreement" in check else "-"
+                lines.append(
+                    f"| {runtime} | {precision} | {check.get('images', '-')} val photos | {agreement} | "
+                    f"{'yes' if check['passed'] else 'no: ' + check.get('missing', 'below the bar')} |"
+                )
+    return [*lines, ""]
+
+
+def write_model_card(version: Path, metadata: dict, config: dict, name: str) -> None:
+    """Both files into the (staged) version folder."""
+    facts = card(metadata, config)
+    storage.write_json_atomic(layout.model_card_path(version, "json"), facts)
+    storage.write_text_atomic(layout.model_card_path(version, "md"), markdown(facts, name))
