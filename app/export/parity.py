@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import make_eval_dataset
+from app.export import layout
 from app.models.tta import with_tta
 
 # What a precision must reach on the validation split to be served: float32 is the same
@@ -23,6 +24,13 @@ FLOAT32_MAX_ABS_DIFF = 1e-4
 # image, so a sample decides it as well as the whole split, in less time; the smaller types'
 # rare flips are counted on all.
 PARITY_IMAGES = {"float32": 64, "float16": None, "bfloat16": None, "int8": None}
+
+
+def unknown_threshold(metadata: dict) -> float | None:
+    """The export's "none of these" threshold (above it, unknown), or None: a multi-label export or
+    one made before it existed."""
+    return None if metadata.get("thresholds") else (metadata.get("ood") or {}).get("threshold")
+
 
 # float32 images [N, S, S, 3] 0..255 (and side vectors [N, F] or None) → {"probabilities"[, "ood_score"]}
 HostModel = Callable[[np.ndarray, np.ndarray | None], dict[str, np.ndarray]]
@@ -40,9 +48,11 @@ def parity_report(
 ) -> dict:
     """Top-1 agreement, largest probability difference and both accuracies on the val split, or
     on its first PARITY_IMAGES[precision] (with the export's TTA applied around `model`, as its
-    runtime applies it)."""
+    runtime applies it); for an export with "none of these", how often the file's unknown agrees
+    with the SavedModel's too: a score can drift where the probabilities do not."""
     predict = tf.saved_model.load(str(saved_model_dir)).signatures["predict_images"]
-    agree = correct_file = correct_saved = total = 0
+    threshold = unknown_threshold(layout.read_metadata(saved_model_dir))
+    agree = agree_unknown = correct_file = correct_saved = total = 0
     max_diff = max_ood_diff = 0.0
     for inputs, labels in _val_batches(data_dir, image_size, PARITY_IMAGES[precision]):
         images, side = (inputs["image"], inputs["side"]) if isinstance(inputs, dict) else (inputs, None)
@@ -52,8 +62,10 @@ def parity_report(
         file_outputs = with_tta(lambda x, side_values=side_values: model(x, side_values), images.numpy(), tta)
         answered = file_outputs["probabilities"]
         if "ood_score" in saved_outputs and "ood_score" in file_outputs:
-            diff = np.abs(saved_outputs["ood_score"].numpy() - file_outputs["ood_score"]).max()
-            max_ood_diff = max(max_ood_diff, float(diff))
+            saved_score = saved_outputs["ood_score"].numpy()
+            max_ood_diff = max(max_ood_diff, float(np.abs(saved_score - file_outputs["ood_score"]).max()))
+            if threshold is not None:
+                agree_unknown += int(((saved_score > threshold) == (file_outputs["ood_score"] > threshold)).sum())
         labels = labels.numpy()
         max_diff = max(max_diff, float(np.abs(saved - answered).max()))
         agree += int((saved.argmax(-1) == answered.argmax(-1)).sum())
@@ -61,9 +73,11 @@ def parity_report(
         correct_file += _correct(answered, labels)
         total += len(labels)
     agreement = agree / max(total, 1)
+    unknown = agree_unknown / max(total, 1) if threshold is not None else None
     passed = (
         total > 0
         and agreement >= REQUIRED_AGREEMENT[precision]
+        and (unknown is None or unknown >= REQUIRED_AGREEMENT[precision])
         and (precision != "float32" or max_diff <= FLOAT32_MAX_ABS_DIFF)
     )
     return {
@@ -71,6 +85,7 @@ def parity_report(
         "top1_agreement": agreement,
         "max_abs_diff": max_diff,
         "max_abs_diff_ood_score": max_ood_diff,
+        **({"unknown_agreement": unknown} if unknown is not None else {}),
         "passed": passed,
         "required_agreement": REQUIRED_AGREEMENT[precision],
         "accuracy": correct_file / max(total, 1),
@@ -93,6 +108,7 @@ def refusal(parity: dict | None, what: str) -> str | None:
         why = parity.get("missing") or (
             f"top-1 agreement {parity['top1_agreement']:.4f} < {parity['required_agreement']}"
             f", max abs difference {parity['max_abs_diff']:.2g}"
+            + (f", unknown agreement {parity['unknown_agreement']:.4f}" if "unknown_agreement" in parity else "")
         )
         return f"its {what} parity check against the SavedModel failed ({why})"
     return None

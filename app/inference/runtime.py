@@ -31,6 +31,7 @@ from app.errors import UserError
 from app.export import layout
 from app.export.openvino_ir import OpenVINOModel, host_precisions
 from app.export.parity import refusal as parity_refusal
+from app.export.parity import unknown_threshold
 from app.export.side_inputs import column_specs
 from app.export.tflite import LiteRTModel
 from app.models.tta import with_tta
@@ -40,12 +41,6 @@ log = logging.getLogger(__name__)
 
 
 Outputs = dict[str, np.ndarray]
-
-
-def unknown_threshold(metadata: dict) -> float | None:
-    """The export's "none of these" threshold (above it, unknown), or None: a multi-label export or
-    one made before it existed."""
-    return None if metadata.get("thresholds") else (metadata.get("ood") or {}).get("threshold")
 
 
 def host_decoder(version: Path, metadata: dict | None = None):

@@ -48,6 +48,8 @@ def format_result(metrics: dict) -> str:
     lite = (metrics.get("litert") or {}).get("float32")
     if lite:
         lines.append(_litert_line(lite))
+    if metrics.get("openvino"):
+        lines.append(_openvino_line(metrics["openvino"]))
     return "\n".join(lines)
 
 
@@ -55,7 +57,19 @@ def _litert_line(parity: dict) -> str:
     if parity.get("passed"):
         return (
             f"litert: float32 file agrees with the SavedModel on {round(parity['top1_agreement'] * parity['images'])}"
-            f"/{parity['images']} val images (max difference {parity['max_abs_diff']:.1e}); photoclf serve runs it"
+            f"/{parity['images']} val images (max difference {parity['max_abs_diff']:.1e}); photoclf serve may run it"
         )
     why = parity.get("missing") or f"top-1 agreement {parity['top1_agreement']:.4f}"
-    return f"litert: float32 file NOT checked OK ({why}); photoclf serve will run the SavedModel through TensorFlow"
+    return f"litert: float32 file NOT checked OK ({why}); photoclf serve will not run it"
+
+
+def _openvino_line(checks: dict) -> str:
+    """Each precision's top-1 agreement with the SavedModel, and whether it may serve."""
+    if "missing" in checks:
+        return f"openvino: {checks['missing']}"
+    said = []
+    for precision, parity in checks.items():
+        if isinstance(parity, dict) and "top1_agreement" in parity:
+            agreed = f"{round(parity['top1_agreement'] * parity['images'])}/{parity['images']}"
+            said.append(f"{precision} {agreed}{'' if parity['passed'] else ' (not served: below its bar)'}")
+    return f"openvino: IR agrees with the SavedModel on val images in {', '.join(said)}; photoclf serve may run it"

@@ -137,6 +137,30 @@ def test_the_openvino_ir_gives_the_savedmodel_s_answers_in_every_precision_the_h
         assert agree.mean() >= 0.99
 
 
+def test_a_file_whose_none_of_these_score_drifts_fails_its_check_though_every_top1_agrees(
+    trained_run: Path, demo_records: Path
+):
+    """bfloat16 can leave every top-1 as it was and still move the "none of these" score far
+    (a difference of large sums): the check counts the unknown decisions too."""
+    from app.export import parity
+
+    version = trained_run / "export" / "shapes" / "1"
+    predict = tf.saved_model.load(str(version)).signatures["predict_images"]
+
+    def answering(drift: float):
+        def model(images, side):
+            out = predict(images=tf.constant(images, tf.float32))
+            return {"probabilities": out["probabilities"].numpy(), "ood_score": out["ood_score"].numpy() + drift}
+
+        return model
+
+    same = parity.parity_report(answering(0.0), version, str(demo_records), 64, "bfloat16")
+    assert same["passed"] and same["unknown_agreement"] == 1.0
+    drifted = parity.parity_report(answering(100.0), version, str(demo_records), 64, "bfloat16")
+    assert drifted["top1_agreement"] == 1.0 and drifted["unknown_agreement"] < 0.5 and not drifted["passed"]
+    assert "unknown agreement" in parity.refusal(drifted, "OpenVINO bfloat16")
+
+
 def test_an_openvino_ir_without_a_passed_check_is_refused(version: Path):
     _edit_metadata(version, lambda m: [m["openvino"][p].update(passed=False, top1_agreement=0.5) for p in
                                        host_precisions()])  # fmt: skip
