@@ -71,5 +71,7 @@ def _openvino_line(checks: dict) -> str:
     for precision, parity in checks.items():
         if isinstance(parity, dict) and "top1_agreement" in parity:
             agreed = f"{round(parity['top1_agreement'] * parity['images'])}/{parity['images']}"
+            if "unknown_agreement" in parity:  # "none of these" decided alike too
+                agreed += f" top-1, {round(parity['unknown_agreement'] * parity['images'])}/{parity['images']} unknown"
             said.append(f"{precision} {agreed}{'' if parity['passed'] else ' (not served: below its bar)'}")
     return f"openvino: IR agrees with the SavedModel on val images in {', '.join(said)}; photoclf serve may run it"

@@ -74,10 +74,11 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: 
     failed = {**metrics, "litert": {"float32": {**parity, "passed": False, "top1_agreement": 0.5}}}
     assert "NOT checked OK (top-1 agreement 0.5000); photoclf serve will not run it" in format_result(failed)
     ir = metrics["openvino"]["float32"]
-    assert f"openvino: IR agrees with the SavedModel on val images in float32 {ir['images']}/{ir['images']}" in (
+    n = ir["images"]
+    assert f"openvino: IR agrees with the SavedModel on val images in float32 {n}/{n} top-1, {n}/{n} unknown" in (
         format_result(metrics))  # fmt: skip
     below = {**metrics, "openvino": {"float32": {**ir, "passed": False, "top1_agreement": 0.5}}}
-    assert f"float32 {round(ir['images'] / 2)}/{ir['images']} (not served: below its bar)" in format_result(below)
+    assert f"float32 {round(n / 2)}/{n} top-1, {n}/{n} unknown (not served: below its bar)" in format_result(below)
     loaded = tf.saved_model.load(str(version))
     assert set(loaded.signatures) == {"serving_default", "serving_keyed", "predict_images"}
     out = subprocess.run(
