@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from pathlib import Path
 
 from app.cli import lasting_imports
@@ -123,3 +125,14 @@ def run(args: argparse.Namespace) -> None:
             flush=True,
         ),
     )
+    _exit_once_drained()
+
+
+def _exit_once_drained() -> None:
+    """Exit 0 without Python's finalization, which ends the daemon threads (the version poller,
+    the runtimes' workers) wherever they are: one ended inside a native runtime's C++ code aborts
+    the process (OpenVINO's threads: "FATAL: exception not rethrown", exit status -6)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
