@@ -63,7 +63,7 @@ def runners(backbone: str, weights: Path) -> dict[str, object]:
     tf_call = tf.function(
         lambda x: features(x, training=False), input_signature=[tf.TensorSpec([None, 224, 224, 3])], autograph=False
     )
-    runs = {"tensorflow f32": lambda x: tf_call(tf.constant(x)).numpy()}
+    runs = {"tensorflow float32": lambda x: tf_call(tf.constant(x)).numpy()}
     converted = host_forward._converted(tf_call)
     for precision in host_forward.openvino_precisions():
         compiled = host_forward._compiled(converted, precision, single=True)
@@ -73,7 +73,7 @@ def runners(backbone: str, weights: Path) -> dict[str, object]:
 
 def measure(runs: dict[str, object], images: np.ndarray, batch: int, rounds: int) -> dict[str, dict]:
     batches = [images[i : i + batch] for i in range(0, len(images) - batch + 1, batch)]
-    reference = np.concatenate([runs["tensorflow f32"](b) for b in batches])
+    reference = np.concatenate([runs["tensorflow float32"](b) for b in batches])
     times = {name: [] for name in runs}
     outputs = {}
     for name, run in runs.items():  # a first, untimed pass: traced or compiled, caches warm
@@ -84,7 +84,7 @@ def measure(runs: dict[str, object], images: np.ndarray, batch: int, rounds: int
             for b in batches:
                 run(b)
             times[name].append((time.perf_counter() - start) * 1000 / (len(batches) * batch))
-    base = statistics.median(times["tensorflow f32"])
+    base = statistics.median(times["tensorflow float32"])
     result = {}
     for name in runs:
         cos = _cosines(outputs[name], reference)
