@@ -72,6 +72,8 @@ def runners(backbone: str, weights: Path) -> dict[str, object]:
 
 
 def measure(runs: dict[str, object], images: np.ndarray, batch: int, rounds: int) -> dict[str, dict]:
+    from app.inference import host_forward
+
     batches = [images[i : i + batch] for i in range(0, len(images) - batch + 1, batch)]
     reference = np.concatenate([runs["tensorflow float32"](b) for b in batches])
     times = {name: [] for name in runs}
@@ -87,7 +89,7 @@ def measure(runs: dict[str, object], images: np.ndarray, batch: int, rounds: int
     base = statistics.median(times["tensorflow float32"])
     result = {}
     for name in runs:
-        cos = _cosines(outputs[name], reference)
+        cos = host_forward._cosines(outputs[name], reference)
         ms = statistics.median(times[name])
         result[name] = {
             "ms_per_photo": round(ms, 3),
@@ -96,10 +98,6 @@ def measure(runs: dict[str, object], images: np.ndarray, batch: int, rounds: int
             "cosine_lowest": round(float(cos.min()), 5),
         }
     return result
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def main(argv: list[str] | None = None) -> int:

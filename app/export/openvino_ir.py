@@ -33,17 +33,24 @@ def host_precisions() -> tuple[str, ...]:
     return ("float32", "bfloat16") if "BF16" in capabilities else ("float32",)
 
 
+def compile_for_cpu(model: object, precision: str) -> object:
+    """`model` compiled for this CPU in `precision`, one stream over every core (the latency hint):
+    its callers run one batch at a time."""
+    import openvino
+
+    config = {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
+    return openvino.Core().compile_model(model, "CPU", config)
+
+
 class OpenVINOModel:
-    """The IR compiled for this CPU in one precision, one stream over every core (the latency
-    hint: a server calls it one batch at a time). Not thread-safe: one caller at a time."""
+    """The IR compiled for this CPU in one precision (`compile_for_cpu`). Not thread-safe: one
+    caller at a time."""
 
     def __init__(self, model: Path | object, precision: str = "float32") -> None:
         import openvino
 
-        core = openvino.Core()
-        model = core.read_model(str(model)) if isinstance(model, Path) else model
-        config = {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
-        compiled = core.compile_model(model, "CPU", config)
+        model = openvino.Core().read_model(str(model)) if isinstance(model, Path) else model
+        compiled = compile_for_cpu(model, precision)
         self._request = compiled.create_infer_request()
         self._side = next((i.get_any_name() for i in compiled.inputs if i.get_any_name() == "side"), None)
         self._outputs = [(o.get_any_name(), o) for o in compiled.outputs]

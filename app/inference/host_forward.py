@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.errors import UserError
-from app.export.openvino_ir import HINTS, host_precisions
+from app.export.openvino_ir import compile_for_cpu, host_precisions
 
 RUNTIMES = ("auto", "tensorflow", "openvino")
 MIN_ROWS = 1024  # auto keeps TensorFlow below this: converting costs as much as a few hundred rows' passes
@@ -173,13 +173,8 @@ def _converted(tf_function):
 
 
 def _compiled(model, precision: str, single: bool) -> Callable[[np.ndarray], Outputs]:
-    """The model compiled for this CPU: one stream using every core, as the passes call it one
-    batch at a time."""
-    import openvino
-
-    compiled = openvino.Core().compile_model(
-        model, "CPU", {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
-    )
+    """The model compiled for this CPU (`compile_for_cpu`), as a call on numpy batches."""
+    compiled = compile_for_cpu(model, precision)
     names = ["output"] if single else [output.get_any_name() for output in compiled.outputs]
     request = compiled.create_infer_request()
 
