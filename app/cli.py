@@ -74,12 +74,21 @@ def add_export_run_flags(parser) -> None:
     files (predict, review) take, spelled once."""
     parser.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
     parser.add_argument("--batch-size", type=int, default=32, help="photos per model call (default 32)")
+    add_runtime_flag(parser)
+
+
+RUNTIME_CHOICES = ("auto", "tf", "litert", "openvino", "onnx")  # here, not beside the runtimes: --help imports no TF
+
+
+def add_runtime_flag(parser) -> None:
+    """--runtime, as every command that runs an export takes it."""
     parser.add_argument(
         "--runtime",
-        choices=["auto", "tf", "litert", "openvino"],
+        choices=RUNTIME_CHOICES,
         default="auto",
-        help="auto: the fastest, timed as it loads, of TensorFlow and the export's LiteRT file and OpenVINO IR"
-        " whose parity checks passed (default auto)",
+        help="auto: the fastest, timed on a batch as it loads, of TensorFlow (the SavedModel, as TF Serving runs"
+        " it) and the export's LiteRT file, OpenVINO IR and ONNX file whose parity checks passed; tf, litert,"
+        " openvino, onnx: that one (default auto)",
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import lasting_imports
+from app.cli import add_runtime_flag, lasting_imports
 from app.export.layout import resolve_model_dir
 
 HELP = "evaluate an exported model on a TFRecord split or an image folder: table, metrics, figures, HTML"
@@ -37,13 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--label-map", type=Path, default=None, help="JSON {dataset class: model class} when names differ")
     p.add_argument("--top-k", type=int, default=5, help="k for top-k accuracy (default 5)")
-    p.add_argument(
-        "--runtime",
-        choices=["tf", "litert", "openvino", "auto"],
-        default="tf",
-        help="tf: the SavedModel, as TF Serving runs it; litert, openvino: the export's checked file;"
-        " auto: whichever is timed fastest as it loads, as serve.py runs it (default tf)",
-    )
+    add_runtime_flag(p)
     p.add_argument(
         "--tta",
         choices=["none", "flip"],

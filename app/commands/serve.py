@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.cli import lasting_imports
+from app.cli import add_runtime_flag, lasting_imports
 from app.errors import UserError
 from app.export import layout
 from app.net import check_bindable
@@ -45,13 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body in MB (default 8)")
     p.add_argument("--max-instances", type=int, default=64, help="most instances per request (default 64)")
     p.add_argument("--poll-seconds", type=float, default=2.0, help="how often to look for new versions (default 2)")
-    p.add_argument(
-        "--runtime",
-        choices=["auto", "tf", "litert", "openvino"],
-        default="auto",
-        help="auto: the fastest, timed as it loads, of TensorFlow and the export's LiteRT file and OpenVINO IR"
-        " whose parity checks passed (default auto)",
-    )
+    add_runtime_flag(p)
     p.add_argument(
         "--litert-model",
         choices=["float32", "float16", "int8"],

@@ -28,7 +28,7 @@ from app.evaluation.ood import check_ood_source, ood_metrics, ood_scores, plot_o
 from app.evaluation.predictions import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
 from app.evaluation.report import summary_table, write_html, write_metrics
 from app.export.layout import read_metadata, reports_dir, resolve_model_dir
-from app.inference.runtime import load_runtime
+from app.inference.runtime import HostRuntime, TFRuntime, load_runtime
 from app.models.tta import check_tta
 from app.run_dir import RunDir
 
@@ -141,10 +141,12 @@ def _check_ood(version_dir: Path, ood: str) -> None:
     check_ood_source(ood)
 
 
-def _ood_metrics(version_dir: Path, ood: str, split: str, predictions: Predictions, runtime: str, tta: str) -> dict:
+def _ood_metrics(
+    version_dir: Path, ood: str, split: str, predictions: Predictions, runtime: TFRuntime | HostRuntime, tta: str
+) -> dict:
     known = predictions.ood_scores
     correct = predictions.probabilities.argmax(axis=1) == predictions.labels
-    other = ood_scores(load_runtime(version_dir, runtime), ood, split, tta)
+    other = ood_scores(runtime, ood, split, tta)
     return ood_metrics(known, other, float(read_metadata(version_dir)["ood"]["threshold"]), correct)
 
 
@@ -188,12 +190,13 @@ def evaluate(
     label_map: str | Path | dict | None = None,
     top_k: int = 5,
     batch_size: int = 32,
-    runtime: str = "tf",
+    runtime: str = "auto",
     tta: str = "none",
     ood: str | Path | None = None,
 ) -> EvaluationResult:
     """`ood`: photos of other things (a folder, or a TFRecord folder's `split`), to measure the
-    export's "none of these" against the evaluation photos (app.evaluation.ood)."""
+    export's "none of these" against the evaluation photos (app.evaluation.ood). `runtime`: as
+    app.inference.runtime.load_runtime; `auto` measures what `photoclf serve` runs on this host."""
     version_dir = resolve_model_dir(model)
     metadata = read_metadata(version_dir)
     baked = metadata.get("tta", "none")
@@ -205,6 +208,9 @@ def evaluate(
         _check_ood(version_dir, str(ood))
     data_classes, total, examples = _examples(data, split)
     mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
+    if total == 0:
+        raise UserError("the evaluation data is empty")
+    loaded = load_runtime(version_dir, runtime, batch=min(batch_size, total))
     with ThreadPoolExecutor(1) as background:
         multi_label = metadata.get("task") == "multi_label"
         explainer = None if multi_label else _explainer_in_background(version_dir, background)
@@ -215,13 +221,13 @@ def evaluate(
             examples,
             label_map=mapping,
             batch_size=batch_size,
-            runtime=runtime,
+            runtime=loaded,
             tta=tta,
         )
         if multi_label:
             return _multilabel_result(predictions, version_dir, data, split, report_dir)
         return _single_label_result(
-            predictions, version_dir, metadata, data, split, report_dir, top_k, ood, runtime, tta, explainer
+            predictions, version_dir, metadata, data, split, report_dir, top_k, ood, loaded, tta, explainer
         )
 
 
@@ -234,7 +240,7 @@ def _single_label_result(
     report_dir: str | Path | None,
     top_k: int,
     ood: str | Path | None,
-    runtime: str,
+    runtime: TFRuntime | HostRuntime,
     tta: str,
     explainer: Future,
 ) -> EvaluationResult:

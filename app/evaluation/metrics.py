@@ -98,13 +98,10 @@ def expected_calibration_error(bins: list[dict]) -> float:
     return float(sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in bins if b["count"]) / max(total, 1))
 
 
-def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list[str], top_k: int = 5) -> dict:
-    """Everything metrics.json holds. Precision of a never-predicted class is 0 (not NaN)."""
-    labels = np.asarray(labels, dtype=np.int64)
-    probabilities = np.asarray(probabilities, dtype=np.float64)
-    num_classes = len(classes)
-    predicted = probabilities.argmax(axis=1)
-    matrix = confusion_matrix(labels, predicted, num_classes)
+def class_scores(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per class, from a confusion matrix [true, predicted]: precision, recall, F1 and support.
+    A never-predicted class's precision is 0 (not NaN)."""
+    num_classes = len(matrix)
     true_positive = np.diag(matrix).astype(float)
     support = matrix.sum(axis=1).astype(float)
     predicted_count = matrix.sum(axis=0).astype(float)
@@ -112,6 +109,31 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
     recall = np.divide(true_positive, support, out=np.zeros(num_classes), where=support > 0)
     denominator = precision + recall
     f1 = np.divide(2 * precision * recall, denominator, out=np.zeros(num_classes), where=denominator > 0)
+    return precision, recall, f1, support
+
+
+def per_class(matrix: np.ndarray, classes: list[str]) -> dict[str, dict]:
+    """metrics.json's `per_class`: each class's precision, recall, F1 and support."""
+    precision, recall, f1, support = class_scores(np.asarray(matrix))
+    return {
+        name: {
+            "precision": float(precision[i]),
+            "recall": float(recall[i]),
+            "f1": float(f1[i]),
+            "support": int(support[i]),
+        }
+        for i, name in enumerate(classes)
+    }
+
+
+def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list[str], top_k: int = 5) -> dict:
+    """Everything metrics.json holds. Precision of a never-predicted class is 0 (not NaN)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    num_classes = len(classes)
+    predicted = probabilities.argmax(axis=1)
+    matrix = confusion_matrix(labels, predicted, num_classes)
+    precision, recall, f1, support = class_scores(matrix)
     k = min(top_k, num_classes)
     top = np.argsort(-probabilities, axis=1)[:, :k]
     normalized = row_normalized(matrix)
@@ -132,15 +154,7 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
         "top_k_accuracy": float((top == labels[:, None]).any(axis=1).mean()),
         "log_loss": log_loss(labels, probabilities),
         "ece": expected_calibration_error(reliability),
-        "per_class": {
-            name: {
-                "precision": float(precision[i]),
-                "recall": float(recall[i]),
-                "f1": float(f1[i]),
-                "support": int(support[i]),
-            }
-            for i, name in enumerate(classes)
-        },
+        "per_class": per_class(matrix, classes),
         "macro_avg": {"precision": float(precision.mean()), "recall": float(recall.mean()), "f1": float(f1.mean())},
         "weighted_avg": {
             "precision": float((precision * weights).sum()),

@@ -26,7 +26,7 @@ from app.data.pipeline import load_dataset_info
 from app.data.sources import class_dirs, list_files
 from app.errors import UserError
 from app.export import layout
-from app.inference.runtime import answers_or_reasons, load_runtime
+from app.inference.runtime import HostRuntime, TFRuntime, answers_or_reasons, load_runtime, runtime_label
 
 # encoded image, dataset label id (multi-label: a tuple of ids), filename, side features ({} if none)
 Example = tuple[bytes, int | tuple[int, ...], str, dict]
@@ -125,14 +125,15 @@ def predict(
     label_map: dict[str, str] | None = None,
     batch_size: int = 32,
     keep_mistakes: int = 16,
-    runtime: str = "tf",
+    runtime: str | TFRuntime | HostRuntime = "auto",
     tta: str = "none",
 ) -> Predictions:
+    """`runtime`: a loaded runtime, or its name (app.inference.runtime.load_runtime)."""
     if total == 0:
         raise UserError("the evaluation data is empty")
     classes = layout.read_classes(version_dir)
     mapping = label_mapping(data_classes, classes, label_map)
-    model = load_runtime(version_dir, runtime)
+    model = load_runtime(version_dir, runtime, batch=batch_size) if isinstance(runtime, str) else runtime
     limit = layout.read_metadata(version_dir).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
     examples = _with_side_features(examples, model, tta)
     labels, probs, names, skipped, mistakes, ood_scores = [], [], [], [], [], []
@@ -192,6 +193,6 @@ def predict(
         classes,
         [m[2] for m in sorted(mistakes, key=lambda m: -m[0])],
         skipped,
-        model.name,
+        runtime_label(model),
         np.array(ood_scores, np.float32) if ood_scores else None,
     )

@@ -7,6 +7,7 @@
                                              and every other file's size and SHA-256 ("files")
         litert/model_<mode>.tflite           float32 always (the CPU runtime); float16/int8 on request
         openvino/model.xml, model.bin        OpenVINO IR (decoded pixels in); its precision is chosen as it loads
+        onnx/model.onnx                      ONNX (decoded pixels in), for ONNX Runtime and other ONNX tools
         MODEL_CARD.md, model_card.json       what the model is, what it was trained on, what was measured
     EXPORT_DIR/NAME-reports/                 evaluation reports of an export outside any run dir
     EXPORT_DIR/NAME/.incomplete-V-PID-*      an export being written by process PID (servers skip it;
@@ -116,6 +117,11 @@ def tflite_model_path(version: Path, mode: str) -> Path:
 def openvino_model_path(version: Path) -> Path:
     """The OpenVINO IR's .xml (its weights: the .bin beside it), inside the version folder."""
     return Path(version) / "openvino" / "model.xml"
+
+
+def onnx_model_path(version: Path) -> Path:
+    """The ONNX file, inside the version folder."""
+    return Path(version) / "onnx" / "model.onnx"
 
 
 def model_card_path(version: Path, kind: str) -> Path:

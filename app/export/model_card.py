@@ -3,9 +3,9 @@
 Everything in it is read from what the run and the export measured or recorded (the export's
 metadata, the dataset's dataset.json, the run's config), never written by hand: the classes and
 their photos per split, where the photos came from (dataset.json's SHA-256), the backbone and its
-weights file (with the file's SHA-256 as exported), the training settings, the test figures, the
-calibration, the "none of these" threshold with the share of val photos it accepts, and each
-runtime file's parity check. What was not measured is said to be missing, not filled in.
+weights file (with the file's SHA-256 as exported), the training settings, the test figures
+(overall and per class), the calibration, the "none of these" threshold with the share of val
+photos it accepts, and each runtime file's parity check. What was not measured is said to be missing, not filled in.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def card(metadata: dict, config: dict) -> dict:
         "test": (metadata.get("training_metrics") or {}).get("test"),
         "calibration": metadata.get("calibration"),
         "none_of_these": _none_of_these(metadata.get("ood")),
-        "runtimes": {"litert": metadata.get("litert"), "openvino": metadata.get("openvino")},
+        "runtimes": {key: metadata.get(key) for key in ("litert", "openvino", "onnx")},
         "created": metadata.get("created"),
         "package_version": metadata.get("package_version"),
     }  # fmt: skip
@@ -97,6 +97,7 @@ def _section_results(facts: dict) -> list[str]:
         lines.append(f"- test accuracy: {test['accuracy']:.4f} on {test['count']} photos{interval}")
     else:
         lines.append("- test accuracy: not measured (no test split)")
+    lines += _per_class_rows((test or {}).get("per_class"))
     c = facts["calibration"]
     if c and "temperature" in c:
         lines.append(f"- calibration: temperature {c['temperature']}, fitted on {c['fitted_on']}; val ECE "
@@ -106,6 +107,15 @@ def _section_results(facts: dict) -> list[str]:
         lines.append(f"- \"none of these\": {o['method']}, threshold {o['threshold']:.4f}, set to accept "
                      f"{o['accept']:.0%} of val photos; fitted on {o['fitted_on']}")  # fmt: skip
     return [*lines, ""]
+
+
+def _per_class_rows(scores: dict | None) -> list[str]:
+    """The test split's figures per class, where the run recorded them."""
+    if not scores:
+        return []
+    rows = [f"| {name} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} | {c['support']} |"
+            for name, c in scores.items()]  # fmt: skip
+    return ["", "| class (test) | precision | recall | F1 | photos |", "| --- | ---: | ---: | ---: | ---: |", *rows]
 
 
 def _section_runtimes(facts: dict) -> list[str]:

@@ -18,6 +18,7 @@ from app.errors import UserError
 from app.export.frozen import FrozenForward
 from app.export.layout import read_metadata
 from app.export.model_card import write_model_card
+from app.export.onnx_model import write_onnx
 from app.export.openvino_ir import write_openvino
 from app.export.rebuild import rebuild_served_model
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
@@ -102,10 +103,12 @@ def export_run(
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
 
     def files_beside(staged: Path, forward: FrozenForward) -> dict:
-        """The LiteRT files and the OpenVINO IR, each with its parity check; then the model card."""
+        """The LiteRT files, the OpenVINO IR and the ONNX file, each with its parity check; then the
+        model card."""
         data, size = finished.config.data, finished.image_size
         files = {**write_litert(forward, staged, size, data, modes, tta, len(finished.side_features)),
-                 **write_openvino(forward, staged, size, data, tta)}  # fmt: skip
+                 **write_openvino(forward, staged, size, data, tta),
+                 **write_onnx(forward, staged, size, data, tta)}  # fmt: skip
         write_model_card(staged, {**metadata, **files}, finished.config.to_dict(), name)
         return files
 
@@ -126,4 +129,4 @@ def export_run(
         unknown_threshold=(metadata.get("ood") or {}).get("threshold"),
     )
     metadata = read_metadata(path)
-    return {"saved_model": str(path), "litert": metadata["litert"], "openvino": metadata["openvino"]}
+    return {"saved_model": str(path), **{key: metadata[key] for key in ("litert", "openvino", "onnx")}}

@@ -24,7 +24,7 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export import layout
-from app.inference.runtime import above_threshold, answers_or_reasons, load_runtime
+from app.inference.runtime import above_threshold, answers_or_reasons, load_runtime, runtime_label
 
 FORMATS = ("csv", "jsonl")
 
@@ -196,7 +196,7 @@ def predict_files(
         )
     paths = list_inputs(str(source))
     classes = layout.read_classes(version)
-    model = load_runtime(version, runtime)
+    model = load_runtime(version, runtime, batch=min(batch_size, max(len(paths), 1)))  # timed as it will run
     limit = float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     top_k = min(top_k, len(classes))
     thresholds = metadata.get("thresholds")  # a multi-label model's
@@ -214,4 +214,4 @@ def predict_files(
     failed = [{"path": r["path"], "error": r["error"]} for r in rows if r["error"]]
     unknown = sum(1 for r in rows if r.get("unknown"))
     warning = layout.random_init_warning(metadata)
-    return PredictionSummary(output, len(rows) - len(failed), failed, model.name, unknown, warning)
+    return PredictionSummary(output, len(rows) - len(failed), failed, runtime_label(model), unknown, warning)

@@ -1,5 +1,5 @@
-"""What runs an export: its SavedModel through TensorFlow, its LiteRT file with XNNPACK, or its
-OpenVINO IR.
+"""What runs an export: its SavedModel through TensorFlow, its LiteRT file with XNNPACK, its
+OpenVINO IR, or its ONNX file through ONNX Runtime.
 
 All give the SavedModel's signatures (serving_default, serving_keyed, predict_images) with the
 same outputs, so the server, evaluation and batch prediction choose a runtime with one flag:
@@ -10,6 +10,7 @@ same outputs, so the server, evaluation and batch prediction choose a runtime wi
   preprocessing. Refused, saying why, when the export's parity check failed or is missing.
 - `openvino`: `openvino/model.xml`, decoded the same way, compiled for this CPU in bfloat16 where
   the CPU has it and that precision's check passed, else float32; refused like LiteRT.
+- `onnx`: `onnx/model.onnx` through ONNX Runtime on the CPU, decoded the same way; refused like LiteRT.
 - `auto`: each runtime that may serve is timed on a batch as it loads, and the fastest serves; the
   log says which, the figures, and why any was refused. TensorFlow when a GPU is visible.
   Measured: benchmarks/README.md, "Serving".
@@ -24,11 +25,13 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from app.cli import RUNTIME_CHOICES
 from app.data import side_features
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
 from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
 from app.errors import UserError
 from app.export import layout
+from app.export.onnx_model import ONNXModel, onnx_available
 from app.export.openvino_ir import OpenVINOModel, host_precisions
 from app.export.parity import refusal as parity_refusal
 from app.export.parity import unknown_threshold
@@ -36,7 +39,7 @@ from app.export.side_inputs import column_specs
 from app.export.tflite import LiteRTModel
 from app.models.tta import with_tta
 
-RUNTIMES = ("auto", "tf", "litert", "openvino")
+RUNTIMES = RUNTIME_CHOICES
 log = logging.getLogger(__name__)
 
 
@@ -181,6 +184,28 @@ class OpenVINORuntime(HostRuntime):
             raise UserError(f"{version}: cannot serve with OpenVINO: {refusal}")
         self.mode = precision
         super().__init__(version, metadata, OpenVINOModel(layout.openvino_model_path(version), precision))
+
+
+class ONNXRuntime(HostRuntime):
+    """The export's ONNX file through ONNX Runtime's CPU provider, float32."""
+
+    name = "onnx"
+
+    def __init__(self, version: Path) -> None:
+        metadata = layout.read_metadata(version)
+        refusal = onnx_refusal(version, metadata)
+        if refusal:
+            raise UserError(f"{version}: cannot serve with ONNX Runtime: {refusal}")
+        self.mode = "float32"
+        super().__init__(version, metadata, ONNXModel(layout.onnx_model_path(version)))
+
+
+def onnx_refusal(version: Path, metadata: dict) -> str | None:
+    """Why the export's ONNX file must not serve here, or None when it may."""
+    checks = metadata.get("onnx") or {}
+    if not layout.onnx_model_path(version).is_file():
+        return checks.get("missing") or "no onnx/model.onnx (export it again with photoclf export)"
+    return onnx_available() or parity_refusal(checks.get("float32"), "ONNX float32")
 
 
 def openvino_precision(version: Path, metadata: dict) -> tuple[str | None, str | None]:
@@ -340,9 +365,13 @@ def _gpu_visible() -> str | None:
     return "a GPU is visible, and TensorFlow runs on it" if tf.config.list_physical_devices("GPU") else None
 
 
-def load_runtime(version: Path, runtime: str = "auto", litert_mode: str = "float32") -> TFRuntime | HostRuntime:
+def load_runtime(
+    version: Path, runtime: str = "auto", litert_mode: str = "float32", batch: int | None = None
+) -> TFRuntime | HostRuntime:
     """`auto`: of the runtimes that may serve this export on this host, the one measured fastest
-    as it loads; TensorFlow when a GPU is visible (the others run on the CPU)."""
+    as it loads, on `batch` photos a call (the caller's own batch: a server's few, an offline
+    command's many; default TIMING_BATCH); TensorFlow when a GPU is visible (the others run on
+    the CPU)."""
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime must be one of {RUNTIMES}, got '{runtime}'")
     if runtime == "auto" and (gpu := _gpu_visible()):
@@ -353,42 +382,45 @@ def load_runtime(version: Path, runtime: str = "auto", litert_mode: str = "float
         warm_up(loaded)
         return loaded
     candidates, refusals = [TFRuntime(version)], []
-    for name in ("litert", "openvino"):
+    for name in ("litert", "openvino", "onnx"):
         try:
             candidates.append(_load(version, name, litert_mode))
         except UserError as err:
             refusals.append(str(err))
-    timed = sorted(((_ms_per_photo(c), c) for c in candidates), key=lambda pair: pair[0])
-    said = ", ".join(f"{_label(c)} {ms:.1f}" for ms, c in timed)
+    batch = batch or TIMING_BATCH
+    timed = sorted(((_ms_per_photo(c, batch), c) for c in candidates), key=lambda pair: pair[0])
+    said = ", ".join(f"{runtime_label(c)} {ms:.1f}" for ms, c in timed)
     refused = f"; {'; '.join(refusals)}" if refusals else ""
     log.info("%s: runtime auto: %s, the fastest that may serve (ms per photo, %d at a time: %s)%s",
-             version, _label(timed[0][1]), TIMING_BATCH, said, refused)  # fmt: skip
+             version, runtime_label(timed[0][1]), batch, said, refused)  # fmt: skip
     return timed[0][1]
 
 
-TIMING_BATCH = 8  # photos per call when auto times the runtimes: a server's batch under a few clients
+TIMING_BATCH = 8  # photos per call when auto times the runtimes for a server: its batch under a few clients
 
 
 def _load(version: Path, runtime: str, litert_mode: str) -> TFRuntime | HostRuntime:
     if runtime == "tf":
         return TFRuntime(version)
-    return LiteRTRuntime(version, litert_mode) if runtime == "litert" else OpenVINORuntime(version)
+    if runtime == "litert":
+        return LiteRTRuntime(version, litert_mode)
+    return OpenVINORuntime(version) if runtime == "openvino" else ONNXRuntime(version)
 
 
-def _label(runtime: TFRuntime | HostRuntime) -> str:
+def runtime_label(runtime: TFRuntime | HostRuntime) -> str:
+    """The runtime and, for a file beside the SavedModel, its precision: what a log or report names."""
     return runtime.name if runtime.name == "tf" else f"{runtime.name} {runtime.mode}"
 
 
-def _ms_per_photo(runtime: TFRuntime | HostRuntime) -> float:
-    """serving_default on a batch of photo-sized JPEGs, after a first, untimed call: the faster of two."""
+def _ms_per_photo(runtime: TFRuntime | HostRuntime, batch: int) -> float:
+    """serving_default on `batch` photo-sized JPEGs, after a first, untimed call: the faster of two."""
     noise = np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)
     jpeg = tf.io.encode_jpeg(noise).numpy()
-    inputs = {"image_bytes": np.array([jpeg] * TIMING_BATCH, dtype=object),
-              **missing_side_inputs(runtime, TIMING_BATCH)}  # fmt: skip
+    inputs = {"image_bytes": np.array([jpeg] * batch, dtype=object), **missing_side_inputs(runtime, batch)}
     runtime.run("serving_default", inputs)
     times = []
     for _ in range(2):
         start = time.perf_counter()
         runtime.run("serving_default", inputs)
         times.append(time.perf_counter() - start)
-    return min(times) * 1000 / TIMING_BATCH
+    return min(times) * 1000 / batch

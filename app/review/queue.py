@@ -49,7 +49,7 @@ def rank_photos(
     photo of each burst of near-identical ones first (`diverse_order`)."""
     metadata = check_reviewable(version)
     classes = layout.read_classes(version)
-    model = load_runtime(version, runtime)
+    model = load_runtime(version, runtime, batch=min(batch_size, max(len(paths), 1)))
     limit = float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     kept: list[tuple[Path, dict]] = []
     signatures: list[np.ndarray] = []

@@ -48,8 +48,9 @@ def format_result(metrics: dict) -> str:
     lite = (metrics.get("litert") or {}).get("float32")
     if lite:
         lines.append(_litert_line(lite))
-    if metrics.get("openvino"):
-        lines.append(_openvino_line(metrics["openvino"]))
+    for runtime, what in (("openvino", "IR"), ("onnx", "file")):
+        if metrics.get(runtime):
+            lines.append(_runtime_line(runtime, what, metrics[runtime]))
     return "\n".join(lines)
 
 
@@ -63,10 +64,10 @@ def _litert_line(parity: dict) -> str:
     return f"litert: float32 file NOT checked OK ({why}); photoclf serve will not run it"
 
 
-def _openvino_line(checks: dict) -> str:
+def _runtime_line(runtime: str, what: str, checks: dict) -> str:
     """Each precision's top-1 agreement with the SavedModel, and whether it may serve."""
     if "missing" in checks:
-        return f"openvino: {checks['missing']}"
+        return f"{runtime}: {checks['missing']}"
     said = []
     for precision, parity in checks.items():
         if isinstance(parity, dict) and "top1_agreement" in parity:
@@ -74,4 +75,4 @@ def _openvino_line(checks: dict) -> str:
             if "unknown_agreement" in parity:  # "none of these" decided alike too
                 agreed += f" top-1, {round(parity['unknown_agreement'] * parity['images'])}/{parity['images']} unknown"
             said.append(f"{precision} {agreed}{'' if parity['passed'] else ' (not served: below its bar)'}")
-    return f"openvino: IR agrees with the SavedModel on val images in {', '.join(said)}; photoclf serve may run it"
+    return f"{runtime}: {what} agrees with the SavedModel on val images in {', '.join(said)}; photoclf serve may run it"

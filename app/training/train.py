@@ -17,6 +17,7 @@ from app import storage
 from app.config import TrainConfig
 from app.data.pipeline import dataset_fingerprint
 from app.data.summary import few_photos_warning
+from app.evaluation.metrics import per_class
 from app.models import ood
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
 from app.run_dir import check_trained_on, completed_run
@@ -196,7 +197,10 @@ def _test(ctx: Context, metrics: dict, kept: PhaseResult | None, frozen: FrozenB
     confusion matrix: from the kept phase's validation pass, else one more pass."""
     evaluation = make_steps(ctx, ctx.clf.logits_model, None)
     if ctx.info.num_examples("test"):  # on every worker: evaluation is a collective under multi-worker training
-        metrics["test"] = _evaluate_test(ctx, frozen, evaluation).summary()
+        test = _evaluate_test(ctx, frozen, evaluation)
+        metrics["test"] = test.summary()
+        if test.confusion_matrix.ndim == 2:  # the model card's per-class figures
+            metrics["test"]["per_class"] = per_class(test.confusion_matrix, ctx.info.classes)
     if kept:
         return np.array(kept.val_confusion_matrix)
     return evaluate_split(ctx, "val", evaluation).confusion_matrix
@@ -296,7 +300,7 @@ def _finish(
     served = served_model(ctx.clf, metrics.get("calibration"), ood_score)
     exported = export_run(ctx.run.root, model=served, metrics=metrics)
     metrics["export"], metrics["litert"] = exported["saved_model"], exported["litert"]
-    metrics["openvino"] = exported["openvino"]
+    metrics["openvino"], metrics["onnx"] = exported["openvino"], exported["onnx"]
     plot_learning_curves(ctx.run.history, ctx.run.learning_curves)
     if not ctx.info.multi_label:  # multi-label: one 2x2 per label, drawn by the evaluation report
         figure = confusion_matrix_figure(val_confusion, ctx.info.classes)

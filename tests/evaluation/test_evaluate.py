@@ -20,9 +20,15 @@ from app.export.run_export import export_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_evaluate_tfrecord_split_writes_metrics_figures_and_html(trained_run: Path, demo_records: Path, tmp_path: Path):
-    result = evaluate(trained_run, demo_records, split="val", report_dir=tmp_path)
+def test_evaluate_tfrecord_split_writes_metrics_figures_and_html(
+    trained_run: Path, demo_records: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    with caplog.at_level("INFO", logger="app.inference.runtime"):
+        result = evaluate(trained_run, demo_records, split="val", report_dir=tmp_path)
     saved = json.loads((tmp_path / "metrics.json").read_text())
+    # By default the runtime photoclf serve would run here: the one timed fastest, named in the report.
+    chosen = re.search(r"runtime auto: (.+?), the fastest that may serve \(ms per photo, (\d+) at a time", caplog.text)
+    assert chosen and saved["runtime"] == chosen[1] and int(chosen[2]) == min(32, saved["num_examples"])  # its batch
     assert {"accuracy", "top_k_accuracy", "per_class", "confusion_matrix", "ece", "log_loss"} <= saved.keys()
     assert saved["num_examples"] == load_dataset_info(demo_records).num_examples("val")
     assert sum(map(sum, saved["confusion_matrix"])) == saved["num_examples"]
@@ -41,11 +47,11 @@ def test_evaluate_image_folder_skips_bad_files_saying_why(trained_run: Path, dem
     assert skipped["circle/truncated.jpg"] == "undecodable"
     assert skipped["square/not_an_image.jpg"] == "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image"
     assert result.metrics["num_examples"] == 4 * 12  # the good images: 12 per class
-    assert result.metrics["runtime"] == "litert"
+    assert result.metrics["runtime"] == "litert float32"
 
 
 def test_litert_and_the_savedmodel_evaluate_alike(trained_run: Path, demo_records: Path, tmp_path: Path):
-    saved = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "tf")
+    saved = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "tf", runtime="tf")
     lite = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "litert", runtime="litert")
     assert lite.metrics["confusion_matrix"] == saved.metrics["confusion_matrix"]
     assert abs(lite.metrics["log_loss"] - saved.metrics["log_loss"]) < 1e-4
@@ -159,7 +165,7 @@ def test_tta_flip_is_applied_recorded_and_refused_twice(trained_run: Path, demo_
     flipped = evaluate(
         trained_run, demo_records, split="test", report_dir=tmp_path / "tta", runtime="litert", tta="flip"
     )
-    on_tf = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "tta-tf", tta="flip")
+    on_tf = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "tta-tf", runtime="tf", tta="flip")
     assert (plain.metrics["tta"], flipped.metrics["tta"]) == ("none", "flip")
     assert re.search(r"test-time augmentation +flip", flipped.summary)
     np.testing.assert_allclose(flipped.predictions.probabilities, on_tf.predictions.probabilities, atol=1e-4)
@@ -167,7 +173,7 @@ def test_tta_flip_is_applied_recorded_and_refused_twice(trained_run: Path, demo_
     assert json.loads((Path(baked) / "assets" / "metadata.json").read_text())["litert"]["float32"]["passed"]
     with pytest.raises(UserError, match="already applies 'flip' test-time augmentation"):
         evaluate(baked, demo_records, split="test", report_dir=tmp_path / "twice", tta="flip")
-    served = evaluate(baked, demo_records, split="test", report_dir=tmp_path / "baked")
+    served = evaluate(baked, demo_records, split="test", report_dir=tmp_path / "baked", runtime="tf")
     assert served.metrics["tta"] == "flip"
     np.testing.assert_allclose(served.predictions.probabilities, on_tf.predictions.probabilities, atol=1e-4)
 
@@ -189,7 +195,12 @@ def test_ood_photos_are_measured_against_the_evaluation_photos(trained_run: Path
     from app.models import ood
 
     result = evaluate(
-        trained_run, demo_records, split="val", report_dir=tmp_path / "rep", ood=_other_photos(tmp_path / "o")
+        trained_run,
+        demo_records,
+        split="val",
+        report_dir=tmp_path / "rep",
+        runtime="tf",
+        ood=_other_photos(tmp_path / "o"),
     )
     found = result.metrics["ood"]
     known, other = np.array(found["scores"]["known"]), np.array(found["scores"]["other"])

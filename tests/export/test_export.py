@@ -140,11 +140,18 @@ def test_every_export_has_a_model_card_with_only_what_the_run_measured_or_record
     assert {"MODEL_CARD.md", "model_card.json"} <= meta["files"].keys()  # a server checks them too
     assert card["classes"] == [{"name": c, **{s: counts[s][c] for s in counts}} for c in meta["classes"]]
     assert card["test"] == meta["training_metrics"]["test"] and card["calibration"] == meta["calibration"]
-    assert card["runtimes"] == {"litert": meta["litert"], "openvino": meta["openvino"]}
+    assert card["runtimes"] == {"litert": meta["litert"], "openvino": meta["openvino"], "onnx": meta["onnx"]}
     assert card["data"]["dataset_json_sha256"] == meta["dataset_fingerprint"]
     assert card["training"]["seed"] == config["seed"] and card["backbone"]["name"] == meta["backbone"]
     page = (version / "MODEL_CARD.md").read_text()
     assert f"test accuracy: {meta['training_metrics']['test']['accuracy']:.4f}" in page
+    test, classes = meta["training_metrics"]["test"], meta["classes"]
+    per_class = test["per_class"]  # from the test split's confusion matrix: its photos and its correct answers
+    assert list(per_class) == classes and sum(c["support"] for c in per_class.values()) == test["count"]
+    correct = sum(c["recall"] * c["support"] for c in per_class.values())
+    assert correct == pytest.approx(test["accuracy"] * test["count"])
+    for name, c in per_class.items():
+        assert f"| {name} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} | {c['support']} |" in page
     measured = _numbers([meta, config, counts, card]) | {"95"}  # the interval's level
     text = re.sub(r"`[^`]*`|^Created .*$", "", page, flags=re.M)  # digests and the date, checked above
     standalone = r"(?<![\w.-])\d+(?:\.\d+)?(?!\w)"  # not part of a name: SHA-256, bfloat16, top-1

@@ -48,6 +48,8 @@ def test_the_run_chooses_a_threshold_per_label_and_the_export_applies_them(multi
     assert meta["task"] == "multi_label" and meta["thresholds"] == metrics["thresholds"]["thresholds"]
     assert len(meta["thresholds"]) == 4 and "calibration" not in metrics  # temperature scaling is a softmax's
     assert meta["litert"]["float32"]["passed"] and meta["litert"]["float32"]["max_abs_diff"] <= 1e-4
+    for runtime in ("openvino", "onnx"):  # the other files beside the SavedModel, checked the same way
+        assert meta[runtime]["float32"]["passed"] and meta[runtime]["float32"]["max_abs_diff"] <= 1e-4
     assert metrics["test"]["count"] == 10
     loaded = tf.saved_model.load(metrics["export"])
     images = [p.read_bytes() for p in sorted((tmp / "photos" / "images").glob("*.jpg"))[:6]]

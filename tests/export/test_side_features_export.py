@@ -63,6 +63,8 @@ def test_the_run_trains_both_phases_and_records_its_columns(side_run):
     meta = read_metadata(Path(metrics["export"]))
     assert [c["name"] for c in meta["side_features"]] == ["reading", "site"]
     assert meta["litert"]["float32"]["passed"] and meta["litert"]["float32"]["max_abs_diff"] <= 1e-4
+    for runtime in ("openvino", "onnx"):  # the other files beside the SavedModel, checked the same way
+        assert meta[runtime]["float32"]["passed"] and meta[runtime]["float32"]["max_abs_diff"] <= 1e-4
 
 
 def test_signatures_take_each_column_by_name_and_encode_it_as_the_dataset_did(side_run):
@@ -109,7 +111,7 @@ def test_a_re_export_from_the_run_dir_rebuilds_the_side_branch(side_run):
     np.testing.assert_allclose(first.numpy(), second.numpy(), atol=1e-6)
 
 
-@pytest.mark.parametrize("runtime", ["tf", "litert"])
+@pytest.mark.parametrize("runtime", ["tf", "litert", "onnx"])
 def test_the_server_takes_side_features_as_instance_fields_and_query_parameters(side_run, runtime: str):
     from app.serving.batcher import Batcher
     from app.serving.rest import make_app

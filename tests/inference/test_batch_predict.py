@@ -46,7 +46,7 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
         "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
         "huge.png": "image is 50000x50000 pixels; the limit is 40 megapixels",
     }
-    assert summary.predicted == 48 and len(summary.failed) == 4 and summary.runtime == "litert"
+    assert summary.predicted == 48 and len(summary.failed) == 4 and summary.runtime == "litert float32"
     assert summary.warning.startswith("this model was trained from random initialisation")  # weights none
     # the scores are the SavedModel's probabilities, best first
     good = [r for r in rows if not r["error"]][:5]

@@ -21,7 +21,7 @@ from app.export import layout
 from app.export.openvino_ir import host_precisions
 from app.export.rebuild import rebuild_served_model
 from app.inference import runtime as runtime_module
-from app.inference.runtime import LiteRTRuntime, OpenVINORuntime, TFRuntime, litert_refusal, load_runtime
+from app.inference.runtime import LiteRTRuntime, ONNXRuntime, OpenVINORuntime, TFRuntime, litert_refusal, load_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_a_failed_parity_check_is_refused_and_auto_serves_with_another_runtime(
     with pytest.raises(UserError, match="cannot serve with LiteRT: its float32 parity check"):
         load_runtime(version, "litert")
     with caplog.at_level(logging.INFO):
-        assert load_runtime(version, "auto").name in ("tf", "openvino")
+        assert load_runtime(version, "auto").name in ("tf", "openvino", "onnx")
     assert "cannot serve with LiteRT: its float32 parity check" in caplog.text  # auto says why it was left out
 
 
@@ -87,24 +87,34 @@ def test_auto_serves_with_the_runtime_measured_fastest_as_it_loads(
     trained_run: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
     version = trained_run / "export" / "shapes" / "1"
-    for fastest in ("tf", "litert", "openvino"):
-        speeds = {"tf": 9.0, "litert": 5.0, "openvino": 5.0, fastest: 1.0}
-        monkeypatch.setattr(runtime_module, "_ms_per_photo", lambda runtime, speeds=speeds: speeds[runtime.name])
+    batches = []
+    for fastest in ("tf", "litert", "openvino", "onnx"):
+        speeds = {"tf": 9.0, "litert": 5.0, "openvino": 5.0, "onnx": 5.0, fastest: 1.0}
+
+        def measured(runtime, batch, speeds=speeds):
+            batches.append(batch)
+            return speeds[runtime.name]
+
+        monkeypatch.setattr(runtime_module, "_ms_per_photo", measured)
         with caplog.at_level(logging.INFO):
             assert load_runtime(version, "auto").name == fastest
         assert "the fastest that may serve (ms per photo, 8 at a time: " in caplog.text
-    assert runtime_module._ms_per_photo.__name__ == "<lambda>"  # the measurement itself is tested below
+    assert set(batches) == {8}  # a server's few photos a call, unless the caller says its own batch
+    assert load_runtime(version, "auto", batch=32).name == "onnx" and set(batches[-4:]) == {32}
+    assert runtime_module._ms_per_photo.__name__ == "measured"  # the measurement itself is tested below
 
 
 def test_the_measurement_times_every_runtime_on_a_batch_of_photos(trained_run: Path):
     version = trained_run / "export" / "shapes" / "1"
-    for name in ("tf", "litert", "openvino"):
-        assert 0 < runtime_module._ms_per_photo(load_runtime(version, name)) < 10_000
+    for name in ("tf", "litert", "openvino", "onnx"):
+        assert 0 < runtime_module._ms_per_photo(load_runtime(version, name), 4) < 10_000
 
 
 def test_auto_prefers_tensorflow_when_a_gpu_is_visible(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
     version = trained_run / "export" / "shapes" / "1"
-    monkeypatch.setattr(runtime_module, "_ms_per_photo", lambda runtime: 1.0 if runtime.name == "litert" else 9.0)
+    monkeypatch.setattr(
+        runtime_module, "_ms_per_photo", lambda runtime, batch: 1.0 if runtime.name == "litert" else 9.0
+    )
     assert load_runtime(version, "auto").name == "litert"  # no GPU here, parity passed, timed fastest
     monkeypatch.setattr("app.inference.runtime._gpu_visible", lambda: "a GPU is visible, and TensorFlow runs on it")
     assert load_runtime(version, "auto").name == "tf"
@@ -169,6 +179,35 @@ def test_an_openvino_ir_without_a_passed_check_is_refused(version: Path):
     (version / "openvino" / "model.xml").unlink()
     with pytest.raises(UserError, match="no openvino/model.xml"):
         load_runtime(version, "openvino")
+
+
+def test_the_onnx_file_gives_the_savedmodel_s_answers_and_states_its_input(trained_run: Path, val_bytes: list[bytes]):
+    version = trained_run / "export" / "shapes" / "1"
+    checks = layout.read_metadata(version)["onnx"]
+    assert checks["file"] == "onnx/model.onnx" and checks["input"].startswith("image: float32 [N, S, S, 3]")
+    assert checks["float32"]["passed"] and checks["float32"]["top1_agreement"] == 1.0
+    assert checks["float32"]["max_abs_diff"] <= 1e-4
+    inputs = {"image_bytes": np.array(val_bytes, dtype=object)}
+    theirs = TFRuntime(version).run("serving_default", inputs)
+    ours = load_runtime(version, "onnx")
+    assert isinstance(ours, ONNXRuntime) and ours.mode == "float32"
+    answered = ours.run("serving_default", inputs)
+    assert answered.keys() == theirs.keys()
+    np.testing.assert_allclose(answered["probabilities"], theirs["probabilities"], atol=1e-4)
+    assert (answered["classes"] == theirs["classes"]).all()
+
+
+def test_an_onnx_file_without_a_passed_check_or_its_package_is_refused(version: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(runtime_module, "onnx_available", lambda: "the onnxruntime package is not installed")
+    with pytest.raises(UserError, match="cannot serve with ONNX Runtime: the onnxruntime package is not installed"):
+        load_runtime(version, "onnx")
+    monkeypatch.undo()
+    _edit_metadata(version, lambda m: m["onnx"]["float32"].update(passed=False, top1_agreement=0.5))
+    with pytest.raises(UserError, match="cannot serve with ONNX Runtime: its ONNX float32 parity check .* failed"):
+        load_runtime(version, "onnx")
+    (version / "onnx" / "model.onnx").unlink()
+    with pytest.raises(UserError, match="no onnx/model.onnx"):
+        load_runtime(version, "onnx")
 
 
 def test_a_missing_check_or_file_is_refused(version: Path):

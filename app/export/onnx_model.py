@@ -1,0 +1,95 @@
+"""The ONNX file of an export (`onnx/model.onnx`) and its parity check.
+
+The file holds the model's frozen forward pass, as the LiteRT file and the OpenVINO IR do,
+converted by tf2onnx (what Keras 3's own ONNX exporter calls for the TensorFlow backend) from the
+same frozen GraphDef. Its input contract: `image`, float32 [N, S, S, 3], decoded and resized
+pixels in 0..255 (ONNX has no JPEG decode: decode with the export's own
+`app.data.preprocess.decode_batch`, or any decoder that centre-crops the same way) and, for a
+model with side features, `side` [N, F]; out `probabilities` [N, C] (calibrated) and, where the
+export has "none of these", `ood_score` [N]. It is checked against the SavedModel on the
+validation split (app/export/parity.py) into the export's metadata under "onnx"; its runtime (ONNX
+Runtime, CPU) runs it only where the check passed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from app import storage
+from app.errors import UserError
+from app.export import layout, parity
+from app.export.frozen import FrozenForward
+
+OPSET = 17  # supported by every ONNX Runtime of the last three years
+
+
+def onnx_available() -> str | None:
+    """None where ONNX files can be written and run here, else why not."""
+    try:
+        import onnxruntime  # noqa: F401
+        import tf2onnx  # noqa: F401
+    except ImportError as err:
+        return f"the {err.name} package is not installed"
+    return None
+
+
+class ONNXModel:
+    """An ONNX file run by ONNX Runtime on the CPU. ONNX Runtime's sessions may be called from
+    several threads."""
+
+    def __init__(self, model: Path | bytes, threads: int | None = None) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        source = str(model) if isinstance(model, Path) else model
+        self._session = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self._side = any(i.name == "side" for i in self._session.get_inputs())
+        self._names = [o.name for o in self._session.get_outputs()]
+
+    def __call__(self, images: np.ndarray, side: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        inputs = {"image": np.ascontiguousarray(images, np.float32)}
+        if self._side:
+            inputs["side"] = np.ascontiguousarray(side, np.float32)
+        return dict(zip(self._names, self._session.run(self._names, inputs)))
+
+
+def convert(forward: FrozenForward) -> bytes:
+    """The frozen GraphDef as a serialized ONNX model, its inputs named image (and side) and its
+    outputs as the SavedModel names them."""
+    import tf2onnx
+
+    renames = {**{n: n.split(":")[0] for n in forward.inputs}, **dict(zip(forward.outputs, forward.names))}
+    proto, _ = tf2onnx.convert.from_graph_def(
+        forward.graph_def, input_names=forward.inputs, output_names=forward.outputs, opset=OPSET
+    )
+    for value in [*proto.graph.input, *proto.graph.output]:
+        old = value.name
+        value.name = renames.get(old, old)
+        for node in proto.graph.node:
+            node.input[:] = [value.name if i == old else i for i in node.input]
+            node.output[:] = [value.name if o == old else o for o in node.output]
+    return proto.SerializeToString()
+
+
+def write_onnx(forward: FrozenForward, version: Path, image_size: int, data_dir: str | None, tta: str) -> dict:
+    """Write the ONNX file into the (staged) version folder and check it → metadata["onnx"].
+    Without tf2onnx and onnxruntime nothing is written, and it says why."""
+    missing = onnx_available()
+    if missing:
+        return {"onnx": {"missing": f"not written: {missing}"}}
+    model = convert(forward)
+    path = layout.onnx_model_path(version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    storage.write_bytes_atomic(path, model)
+    try:
+        if not data_dir:
+            raise UserError("the run has no data folder")
+        report = parity.parity_report(ONNXModel(model), version, data_dir, image_size, "float32", tta)
+    except UserError as err:
+        report = {"passed": False, "missing": f"no validation data to check against: {err}"}
+    return {"onnx": {"file": str(path.relative_to(version)), "input": "image: float32 [N, S, S, 3], 0..255",
+                     "float32": report}}  # fmt: skip
