@@ -22,6 +22,15 @@ from app.errors import UserError
 from app.safe_json import JsonLimits, JsonRejected
 
 
+def cache_root() -> Path:
+    """This user's photoclf cache: $PHOTOCLF_CACHE_DIR, else $XDG_CACHE_HOME/photoclf, else
+    ~/.cache/photoclf (the feature store, the runtimes measured on this host)."""
+    base = os.environ.get("PHOTOCLF_CACHE_DIR")
+    if not base:
+        base = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "photoclf")
+    return Path(base).expanduser()
+
+
 def is_url(path: str | Path) -> bool:
     return "://" in str(path)
 

@@ -37,6 +37,7 @@ from app.export.parity import refusal as parity_refusal
 from app.export.parity import unknown_threshold
 from app.export.side_inputs import column_specs
 from app.export.tflite import LiteRTModel
+from app.inference import runtime_choice
 from app.models.tta import with_tta
 
 RUNTIMES = RUNTIME_CHOICES
@@ -369,9 +370,9 @@ def load_runtime(
     version: Path, runtime: str = "auto", litert_mode: str = "float32", batch: int | None = None
 ) -> TFRuntime | HostRuntime:
     """`auto`: of the runtimes that may serve this export on this host, the one measured fastest
-    as it loads, on `batch` photos a call (the caller's own batch: a server's few, an offline
-    command's many; default TIMING_BATCH); TensorFlow when a GPU is visible (the others run on
-    the CPU)."""
+    on `batch` photos a call (the caller's own batch: a server's few, an offline command's many;
+    default TIMING_BATCH), measured once per export and host (app.inference.runtime_choice);
+    TensorFlow when a GPU is visible (the others run on the CPU)."""
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime must be one of {RUNTIMES}, got '{runtime}'")
     if runtime == "auto" and (gpu := _gpu_visible()):
@@ -381,19 +382,49 @@ def load_runtime(
         loaded = _load(version, runtime, litert_mode)
         warm_up(loaded)
         return loaded
-    candidates, refusals = [TFRuntime(version)], []
-    for name in ("litert", "openvino", "onnx"):
+    batch = batch or TIMING_BATCH
+    key = runtime_choice.choice_key(version, batch, litert_mode)
+    return _remembered(version, key, litert_mode) or _measured(version, key, litert_mode, batch)
+
+
+def _remembered(version: Path, key: str, litert_mode: str) -> TFRuntime | HostRuntime | None:
+    """The runtime an earlier command measured fastest for this export on this host, loaded; None
+    where there is none, or it may no longer serve."""
+    found = runtime_choice.recall(key)
+    if found is None:
+        return None
+    try:
+        loaded = _load(version, found["runtime"], litert_mode)
+    except UserError:
+        return None
+    warm_up(loaded)
+    log.info("%s: runtime auto: %s, measured fastest on this host on %s (ms per photo, %s); kept in %s",
+             version, runtime_label(loaded), found.get("measured"), found.get("figures"),
+             runtime_choice.choices_path())  # fmt: skip
+    return loaded
+
+
+def _measured(version: Path, key: str, litert_mode: str, batch: int) -> TFRuntime | HostRuntime:
+    """Each runtime that may serve, loaded and timed in turn (at most two held at once); the fastest."""
+    best, timed, refusals = None, [], []
+    for name in ("tf", "litert", "openvino", "onnx"):
         try:
-            candidates.append(_load(version, name, litert_mode))
+            candidate = _load(version, name, litert_mode)
         except UserError as err:
             refusals.append(str(err))
-    batch = batch or TIMING_BATCH
-    timed = sorted(((_ms_per_photo(c, batch), c) for c in candidates), key=lambda pair: pair[0])
-    said = ", ".join(f"{runtime_label(c)} {ms:.1f}" for ms, c in timed)
+            continue
+        ms = _ms_per_photo(candidate, batch)
+        timed.append((ms, runtime_label(candidate)))
+        if best is None or ms < best[0]:
+            best = (ms, candidate)
+        del candidate
+    said = f"{batch} at a time: " + ", ".join(f"{label} {ms:.1f}" for ms, label in sorted(timed))
+    chosen = best[1]
+    runtime_choice.remember(key, chosen.name, runtime_label(chosen), said)
     refused = f"; {'; '.join(refusals)}" if refusals else ""
-    log.info("%s: runtime auto: %s, the fastest that may serve (ms per photo, %d at a time: %s)%s",
-             version, runtime_label(timed[0][1]), batch, said, refused)  # fmt: skip
-    return timed[0][1]
+    log.info("%s: runtime auto: %s, the fastest that may serve (ms per photo, %s)%s",
+             version, runtime_label(chosen), said, refused)  # fmt: skip
+    return chosen
 
 
 TIMING_BATCH = 8  # photos per call when auto times the runtimes for a server: its batch under a few clients

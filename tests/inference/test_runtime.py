@@ -21,6 +21,7 @@ from app.export import layout
 from app.export.openvino_ir import host_precisions
 from app.export.rebuild import rebuild_served_model
 from app.inference import runtime as runtime_module
+from app.inference import runtime_choice
 from app.inference.runtime import LiteRTRuntime, ONNXRuntime, OpenVINORuntime, TFRuntime, litert_refusal, load_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,11 +97,37 @@ def test_auto_serves_with_the_runtime_measured_fastest_as_it_loads(
             return speeds[runtime.name]
 
         monkeypatch.setattr(runtime_module, "_ms_per_photo", measured)
+        runtime_choice.choices_path().unlink(missing_ok=True)  # measured afresh (the memory is tested below)
         with caplog.at_level(logging.INFO):
             assert load_runtime(version, "auto").name == fastest
         assert "the fastest that may serve (ms per photo, 8 at a time: " in caplog.text
     assert set(batches) == {8}  # a server's few photos a call, unless the caller says its own batch
     assert load_runtime(version, "auto", batch=32).name == "onnx" and set(batches[-4:]) == {32}
+
+
+def test_auto_measures_once_per_export_and_host_and_again_when_either_changes(
+    version: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    timed = []
+
+    def measured(runtime, batch):
+        timed.append(runtime.name)
+        return 1.0 if runtime.name == "onnx" else 9.0
+
+    monkeypatch.setattr(runtime_module, "_ms_per_photo", measured)
+    assert load_runtime(version, "auto").name == "onnx" and len(timed) == 4  # the first command times them all
+    with caplog.at_level(logging.INFO):
+        assert load_runtime(version, "auto").name == "onnx" and len(timed) == 4  # later ones load only that one
+    assert "measured fastest on this host on " in caplog.text and "onnx float32 1.0" in caplog.text
+    assert load_runtime(version, "auto", batch=32).name == "onnx" and len(timed) == 8  # another batch: measured
+    monkeypatch.setattr(runtime_choice, "_cpu", lambda: "another CPU, 64 cores")
+    load_runtime(version, "auto")
+    assert len(timed) == 12  # another host
+    _edit_metadata(version, lambda m: m["onnx"]["float32"].update(passed=False))  # a new export, or a failed check
+    assert load_runtime(version, "auto").name != "onnx" and len(timed) == 15
+    runtime_choice.choices_path().write_text("not JSON")  # a broken memory is only a measurement more
+    load_runtime(version, "auto")
+    assert len(timed) == 18
     assert runtime_module._ms_per_photo.__name__ == "measured"  # the measurement itself is tested below
 
 

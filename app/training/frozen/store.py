@@ -45,10 +45,7 @@ def store_root(setting: str, run: RunDir) -> Path:
         return run.feature_store
     if setting != "auto":
         return Path(setting).expanduser()
-    base = os.environ.get("PHOTOCLF_CACHE_DIR")
-    if not base:
-        base = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "photoclf")
-    return Path(base).expanduser() / "features"
+    return storage.cache_root() / "features"
 
 
 class FeatureStore:
