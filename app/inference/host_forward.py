@@ -7,10 +7,14 @@ float32, and bfloat16 where the CPU has bfloat16 instructions (OpenVINO reports 
 
 `auto` decides on the first batch of the pass, the run's own photos: every candidate is run on it
 beside TensorFlow (the parity gate: each output's cosine similarity per row, mean and lowest),
-those that pass are timed on it, and the fastest is used; the log says which and why, and
-`HostForward.choice` keeps the figures for metrics.json. TensorFlow stays the fallback: OpenVINO
-not installed, a GPU visible (OpenVINO's CPU plugin would leave it idle), a pass too small for
-converting to pay, or no candidate passing. Measured speeds: benchmarks/README.md, "Runtimes".
+those that pass are timed on it, and the fastest is used. Where that is not TensorFlow, the pass
+itself settles it: the next batches run on each of the two in turn (TRIAL_BATCHES each), timed
+from one batch to the next, so that the input pipeline's work is counted (a runtime that is
+faster alone can be slower beside tf.data's decoding, on the same cores), and the faster goes on.
+The log says which and why, and `HostForward.choice` keeps the figures for metrics.json.
+TensorFlow stays the fallback: OpenVINO not installed, a GPU visible (OpenVINO's CPU plugin would
+leave it idle), a pass too small for converting to pay, or no candidate passing. Measured
+speeds: benchmarks/README.md, "Runtimes".
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from app.export.openvino_ir import compile_for_cpu, host_precisions
 
 RUNTIMES = ("auto", "tensorflow", "openvino")
 MIN_ROWS = 1024  # auto keeps TensorFlow below this: converting costs as much as a few hundred rows' passes
+TRIAL_BATCHES = 6  # auto's trial in the pass: batches on each of the two contenders ...
+TRIAL_SETTLE = 2  # ... of which the first of each are not timed: the input pipeline's buffer adjusts
 COSINE_MEAN = 0.995  # the parity gate: every output's mean cosine similarity to TensorFlow's on the probe ...
 COSINE_LOWEST = 0.98  # ... and its lowest row's
 EXACT_COSINE = 0.9999  # a float32 runtime's lowest row, to run the exact passes: the same arithmetic, reordered
@@ -59,10 +65,20 @@ class Choice:
     why: str
     tried: tuple[Candidate, ...] = field(default=())
     exact: str = "tensorflow float32"  # what runs the exact passes: the fastest float32 candidate
+    computed_in: str = ""  # the lowest precision of any row it computed ("" = `precision`): the trial's rows count
+
+    @property
+    def name(self) -> str:
+        return f"{self.runtime} {self.precision}"
+
+    @property
+    def rows_precision(self) -> str:
+        """What the pass's (not exact) rows hold: bfloat16 if any of them was computed so."""
+        return self.computed_in or self.precision
 
     def as_dict(self) -> dict:
         return {"runtime": self.runtime, "precision": self.precision, "exact": self.exact, "why": self.why,
-                "tried": [asdict(c) for c in self.tried]}  # fmt: skip
+                "rows_precision": self.rows_precision, "tried": [asdict(c) for c in self.tried]}  # fmt: skip
 
 
 def openvino_precisions() -> tuple[str, ...]:
@@ -97,13 +113,31 @@ class HostForward:
         self._run: Callable[[np.ndarray], Outputs] | None = None
         self._exact_run: Callable[[np.ndarray], Outputs] | None = None
         self._single = False  # fn returns one tensor, not a dict
+        self._trial: PassTrial | None = None
 
     def __call__(self, images: np.ndarray, exact: bool = False) -> np.ndarray | Outputs:
         images = np.ascontiguousarray(images, np.float32)
         if self._run is None:
             self._decide(images)
-        outputs = (self._exact_run if exact else self._run)(images)
+        if self._trial is not None and not exact:
+            outputs = self._trial.run(images)
+            if self._trial.done:
+                self._settle()
+        else:
+            outputs = (self._exact_run if exact else self._run)(images)
+            if self._trial is not None:
+                self._trial.paused()
         return outputs["output"] if self._single else outputs
+
+    def _settle(self) -> None:
+        """The trial's winner runs the rest of the pass."""
+        trial, self._trial = self._trial, None
+        name, self._run, figures = trial.winner()
+        c = self.choice
+        runtime, precision = name.split()
+        why = f"{c.why}; in the pass, input pipeline included: {figures}"
+        self.choice = Choice(runtime, precision, why, c.tried, c.exact, computed_in=c.precision)
+        log.info("forward passes: %s (%s)", name, why)
 
     def _tensorflow(self, images: np.ndarray) -> Outputs:
         outputs = self._tf(tf.constant(images))
@@ -119,6 +153,8 @@ class HostForward:
             self.choice, self._run, self._exact_run = Choice("tensorflow", "float32", reason), *[self._tensorflow] * 2
         else:
             self.choice, self._run, self._exact_run = self._measured(probe, precisions)
+            if self.runtime == "auto" and self.choice.runtime != "tensorflow":
+                self._trial = PassTrial({self.choice.name: self._run, "tensorflow float32": self._tensorflow})
         c = self.choice
         exact = "" if c.exact == f"{c.runtime} {c.precision}" else f"; float32 passes: {c.exact}"
         log.info("forward passes: %s %s%s (%s)", c.runtime, c.precision, exact, c.why)
@@ -147,6 +183,42 @@ class HostForward:
         why = f"fastest agreeing on the first batch of {len(probe)} photos: " + _said(tried)
         choice = Choice(best.runtime, best.precision, why, tuple(tried), exact.name)
         return choice, runs[best.runtime, best.precision], runs[exact.runtime, exact.precision]
+
+
+class PassTrial:
+    """Two ways to run the pass, TRIAL_BATCHES batches each in turn, each batch timed from the end
+    of the one before (what the pass waits for its input included); the winner is the lower median
+    time per row, its first TRIAL_SETTLE batches not counted."""
+
+    def __init__(self, contenders: dict[str, Callable[[np.ndarray], Outputs]]) -> None:
+        self._contenders = contenders
+        self._order = [name for name in contenders for _ in range(TRIAL_BATCHES)]
+        self._times: dict[str, list[float]] = {name: [] for name in contenders}
+        self._last_end: float | None = None
+        self._step = 0
+
+    @property
+    def done(self) -> bool:
+        return self._step >= len(self._order)
+
+    def run(self, images: np.ndarray) -> Outputs:
+        name = self._order[self._step]
+        outputs = self._contenders[name](images)
+        end = time.perf_counter()
+        if self._last_end is not None and self._step % TRIAL_BATCHES >= TRIAL_SETTLE:
+            self._times[name].append((end - self._last_end) / len(images))
+        self._last_end, self._step = end, self._step + 1
+        return outputs
+
+    def paused(self) -> None:
+        """Another call came between two of the trial's: the next batch's time starts now."""
+        self._last_end = time.perf_counter()
+
+    def winner(self) -> tuple[str, Callable[[np.ndarray], Outputs], str]:
+        medians = {name: float(np.median(t)) * 1000 for name, t in self._times.items() if t}
+        best = min(medians, key=medians.get) if medians else next(iter(self._contenders))
+        figures = ", ".join(f"{name} {ms:.2f} ms/row" for name, ms in medians.items())
+        return best, self._contenders[best], figures
 
 
 def _keeps_tensorflow(runtime: str, rows: int, precisions: tuple[str, ...]) -> str:

@@ -19,6 +19,7 @@ same outputs, so the server, evaluation and batch prediction choose a runtime wi
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -405,21 +406,21 @@ def _remembered(version: Path, key: str, litert_mode: str) -> TFRuntime | HostRu
 
 
 def _measured(version: Path, key: str, litert_mode: str, batch: int) -> TFRuntime | HostRuntime:
-    """Each runtime that may serve, loaded and timed in turn (at most two held at once); the fastest."""
-    best, timed, refusals = None, [], []
+    """Each runtime that may serve, loaded, then timed in turn over TIMING_ROUNDS rounds (A B C A B
+    C ..., so that the machine's drift falls on all of them); the fastest by its median."""
+    candidates, refusals = [], []
     for name in ("tf", "litert", "openvino", "onnx"):
         try:
-            candidate = _load(version, name, litert_mode)
+            candidates.append(_load(version, name, litert_mode))
         except UserError as err:
             refusals.append(str(err))
-            continue
-        ms = _ms_per_photo(candidate, batch)
-        timed.append((ms, runtime_label(candidate)))
-        if best is None or ms < best[0]:
-            best = (ms, candidate)
-        del candidate
-    said = f"{batch} at a time: " + ", ".join(f"{label} {ms:.1f}" for ms, label in sorted(timed))
-    chosen = best[1]
+    inputs = _timing_inputs(candidates[0], batch)
+    for candidate in candidates:
+        candidate.run("serving_default", inputs)  # its first call, untimed
+    times = [[_ms_per_photo(c, inputs) for c in candidates] for _ in range(TIMING_ROUNDS)]
+    timed = sorted((statistics.median(column), runtime_label(c)) for c, column in zip(candidates, zip(*times)))
+    chosen = next(c for c in candidates if runtime_label(c) == timed[0][1])
+    said = f"{batch} at a time: " + ", ".join(f"{label} {ms:.1f}" for ms, label in timed)
     runtime_choice.remember(key, chosen.name, runtime_label(chosen), said)
     refused = f"; {'; '.join(refusals)}" if refusals else ""
     log.info("%s: runtime auto: %s, the fastest that may serve (ms per photo, %s)%s",
@@ -428,6 +429,7 @@ def _measured(version: Path, key: str, litert_mode: str, batch: int) -> TFRuntim
 
 
 TIMING_BATCH = 8  # photos per call when auto times the runtimes for a server: its batch under a few clients
+TIMING_ROUNDS = 5  # calls timed of each runtime, in turn: measured once per export and host, so it can be thorough
 
 
 def _load(version: Path, runtime: str, litert_mode: str) -> TFRuntime | HostRuntime:
@@ -443,15 +445,15 @@ def runtime_label(runtime: TFRuntime | HostRuntime) -> str:
     return runtime.name if runtime.name == "tf" else f"{runtime.name} {runtime.mode}"
 
 
-def _ms_per_photo(runtime: TFRuntime | HostRuntime, batch: int) -> float:
-    """serving_default on `batch` photo-sized JPEGs, after a first, untimed call: the faster of two."""
+def _timing_inputs(runtime: TFRuntime | HostRuntime, batch: int) -> dict[str, np.ndarray]:
+    """serving_default's inputs for `batch` photo-sized JPEGs (noise: every pixel decoded)."""
     noise = np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)
     jpeg = tf.io.encode_jpeg(noise).numpy()
-    inputs = {"image_bytes": np.array([jpeg] * batch, dtype=object), **missing_side_inputs(runtime, batch)}
+    return {"image_bytes": np.array([jpeg] * batch, dtype=object), **missing_side_inputs(runtime, batch)}
+
+
+def _ms_per_photo(runtime: TFRuntime | HostRuntime, inputs: dict[str, np.ndarray]) -> float:
+    """One timed call of serving_default on `inputs`."""
+    start = time.perf_counter()
     runtime.run("serving_default", inputs)
-    times = []
-    for _ in range(2):
-        start = time.perf_counter()
-        runtime.run("serving_default", inputs)
-        times.append(time.perf_counter() - start)
-    return min(times) * 1000 / batch
+    return (time.perf_counter() - start) * 1000 / len(inputs["image_bytes"])

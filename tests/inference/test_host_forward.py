@@ -4,6 +4,7 @@ whenever another runtime is absent, disagrees or would not pay."""
 from __future__ import annotations
 
 import sys
+import time
 
 import keras
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from app.errors import UserError
 from app.inference import host_forward
-from app.inference.host_forward import MIN_ROWS, HostForward, expected_precision
+from app.inference.host_forward import MIN_ROWS, TRIAL_BATCHES, HostForward, expected_precision
 
 SHAPE = (24, 24, 3)
 
@@ -130,3 +131,37 @@ def test_the_expected_precision_follows_the_host(monkeypatch):
     assert expected_precision("tensorflow", 10**6) == "float32"
     monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
     assert expected_precision("auto", MIN_ROWS) == "float32"
+
+
+def _slowed(run, seconds: float = 0.03):
+    def slow(images):
+        time.sleep(seconds)
+        return run(images)
+
+    return slow
+
+
+@pytest.mark.parametrize("slower", ["openvino", "tensorflow"])
+def test_in_the_pass_the_faster_of_the_two_goes_on_input_pipeline_included(model, images, monkeypatch, slower):
+    """Faster alone on the first batch is not enough: the pass's next batches, timed one to the
+    next, decide; the rows it computed in the meantime are labelled by the lowest precision."""
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
+    measured = iter([5.0, 3.0, 1.0])  # alone: OpenVINO bfloat16 the fastest
+    monkeypatch.setattr(host_forward, "_ms_per_row", lambda run, probe: next(measured))
+    compiled = host_forward._compiled
+    if slower == "openvino":
+        monkeypatch.setattr(host_forward, "_compiled", lambda *args: _slowed(compiled(*args)))
+    forward = HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS)
+    if slower == "tensorflow":
+        forward._tensorflow = _slowed(forward._tensorflow)
+    for _ in range(2 * TRIAL_BATCHES):
+        assert forward.choice is None or "in the pass" not in forward.choice.why
+        forward(images)
+        forward(images, exact=True)  # val and test batches between: not part of the trial
+    winner = "tensorflow float32" if slower == "openvino" else "openvino bfloat16"
+    assert (
+        forward.choice.name == winner
+        and "in the pass, input pipeline included: openvino bfloat16" in forward.choice.why
+    )
+    assert forward.choice.rows_precision == "bfloat16" and forward.choice.as_dict()["rows_precision"] == "bfloat16"
+    assert forward.choice.exact == "openvino float32"

@@ -92,8 +92,8 @@ def test_auto_serves_with_the_runtime_measured_fastest_as_it_loads(
     for fastest in ("tf", "litert", "openvino", "onnx"):
         speeds = {"tf": 9.0, "litert": 5.0, "openvino": 5.0, "onnx": 5.0, fastest: 1.0}
 
-        def measured(runtime, batch, speeds=speeds):
-            batches.append(batch)
+        def measured(runtime, inputs, speeds=speeds):
+            batches.append(len(inputs["image_bytes"]))
             return speeds[runtime.name]
 
         monkeypatch.setattr(runtime_module, "_ms_per_photo", measured)
@@ -110,37 +110,42 @@ def test_auto_measures_once_per_export_and_host_and_again_when_either_changes(
 ):
     timed = []
 
-    def measured(runtime, batch):
+    def measured(runtime, inputs):
         timed.append(runtime.name)
         return 1.0 if runtime.name == "onnx" else 9.0
 
+    def measurements() -> int:
+        return len(timed) // runtime_module.TIMING_ROUNDS
+
     monkeypatch.setattr(runtime_module, "_ms_per_photo", measured)
-    assert load_runtime(version, "auto").name == "onnx" and len(timed) == 4  # the first command times them all
+    assert load_runtime(version, "auto").name == "onnx" and measurements() == 4  # the first command times them all
+    assert timed[:4] == ["tf", "litert", "openvino", "onnx"]  # in turn, round after round
     with caplog.at_level(logging.INFO):
-        assert load_runtime(version, "auto").name == "onnx" and len(timed) == 4  # later ones load only that one
+        assert load_runtime(version, "auto").name == "onnx" and measurements() == 4  # later: only that one loaded
     assert "measured fastest on this host on " in caplog.text and "onnx float32 1.0" in caplog.text
-    assert load_runtime(version, "auto", batch=32).name == "onnx" and len(timed) == 8  # another batch: measured
+    assert load_runtime(version, "auto", batch=32).name == "onnx" and measurements() == 8  # another batch: measured
     monkeypatch.setattr(runtime_choice, "_cpu", lambda: "another CPU, 64 cores")
     load_runtime(version, "auto")
-    assert len(timed) == 12  # another host
+    assert measurements() == 12  # another host
     _edit_metadata(version, lambda m: m["onnx"]["float32"].update(passed=False))  # a new export, or a failed check
-    assert load_runtime(version, "auto").name != "onnx" and len(timed) == 15
+    assert load_runtime(version, "auto").name != "onnx" and measurements() == 15
     runtime_choice.choices_path().write_text("not JSON")  # a broken memory is only a measurement more
     load_runtime(version, "auto")
-    assert len(timed) == 18
+    assert measurements() == 18
     assert runtime_module._ms_per_photo.__name__ == "measured"  # the measurement itself is tested below
 
 
 def test_the_measurement_times_every_runtime_on_a_batch_of_photos(trained_run: Path):
     version = trained_run / "export" / "shapes" / "1"
     for name in ("tf", "litert", "openvino", "onnx"):
-        assert 0 < runtime_module._ms_per_photo(load_runtime(version, name), 4) < 10_000
+        loaded = load_runtime(version, name)
+        assert 0 < runtime_module._ms_per_photo(loaded, runtime_module._timing_inputs(loaded, 4)) < 10_000
 
 
 def test_auto_prefers_tensorflow_when_a_gpu_is_visible(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
     version = trained_run / "export" / "shapes" / "1"
     monkeypatch.setattr(
-        runtime_module, "_ms_per_photo", lambda runtime, batch: 1.0 if runtime.name == "litert" else 9.0
+        runtime_module, "_ms_per_photo", lambda runtime, inputs: 1.0 if runtime.name == "litert" else 9.0
     )
     assert load_runtime(version, "auto").name == "litert"  # no GPU here, parity passed, timed fastest
     monkeypatch.setattr("app.inference.runtime._gpu_visible", lambda: "a GPU is visible, and TensorFlow runs on it")

@@ -144,7 +144,7 @@ class FrozenBackbone:
         upper = self.cut.upper
         features, labels = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
         if rows.keys is not None:
-            precision = self.forward.precision if self.forward else "float32"
+            precision = self.forward.rows_precision if self.forward else "float32"
             keep_features(self.ctx, self.cut, split, rows.keys, features, precision)
         return features, labels, named
 

@@ -165,7 +165,7 @@ def _fill(
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
     computed, choice = _full_pass(ctx, parts, full, cut, total, on_first_batch)
-    spaces.precision = choice.precision if choice else spaces.precision
+    spaces.precision = choice.rows_precision if choice else spaces.precision
     computed_rows = sum(int(m.sum()) for m in full)
     upper = 0
     for rows, (missing_feat, missing_act), new in zip(parts, stored, computed):
