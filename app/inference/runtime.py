@@ -19,7 +19,6 @@ same outputs, so the server, evaluation and batch prediction choose a runtime wi
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from pathlib import Path
 
@@ -407,7 +406,8 @@ def _remembered(version: Path, key: str, litert_mode: str) -> TFRuntime | HostRu
 
 def _measured(version: Path, key: str, litert_mode: str, batch: int) -> TFRuntime | HostRuntime:
     """Each runtime that may serve, loaded, then timed in turn over TIMING_ROUNDS rounds (A B C A B
-    C ..., so that the machine's drift falls on all of them); the fastest by its median."""
+    C ..., so that the machine's drift falls on all of them); the fastest by its best round (a burst of
+    other work on the machine slows some rounds, never speeds one up)."""
     candidates, refusals = [], []
     for name in ("tf", "litert", "openvino", "onnx"):
         try:
@@ -418,7 +418,7 @@ def _measured(version: Path, key: str, litert_mode: str, batch: int) -> TFRuntim
     for candidate in candidates:
         candidate.run("serving_default", inputs)  # its first call, untimed
     times = [[_ms_per_photo(c, inputs) for c in candidates] for _ in range(TIMING_ROUNDS)]
-    timed = sorted((statistics.median(column), runtime_label(c)) for c, column in zip(candidates, zip(*times)))
+    timed = sorted((min(column), runtime_label(c)) for c, column in zip(candidates, zip(*times)))
     chosen = next(c for c in candidates if runtime_label(c) == timed[0][1])
     said = f"{batch} at a time: " + ", ".join(f"{label} {ms:.1f}" for ms, label in timed)
     runtime_choice.remember(key, chosen.name, runtime_label(chosen), said)
