@@ -24,7 +24,8 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export import layout
-from app.inference.runtime import above_threshold, answers_or_reasons, load_runtime, runtime_label
+from app.inference.host_runtimes import above_threshold
+from app.inference.runtime import answers_or_reasons, load_runtime, runtime_label
 
 FORMATS = ("csv", "jsonl")
 

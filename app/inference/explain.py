@@ -19,7 +19,7 @@ from app.data.display import open_photo
 from app.data.preprocess import DEFAULT_CROP_FRACTION
 from app.errors import UserError
 from app.export.rebuild import rebuild_served_model
-from app.inference.runtime import host_decoder
+from app.inference.host_runtimes import host_decoder
 from app.models import gradcam
 from app.run_dir import RunDir
 

@@ -13,7 +13,8 @@ import tensorflow as tf
 from app.data.pipeline import make_eval_dataset
 from app.export import layout
 from app.export.rebuild import rebuild_served_model
-from app.inference.runtime import LiteRTRuntime, TFRuntime
+from app.inference.host_runtimes import LiteRTRuntime
+from app.inference.runtime import TFRuntime
 from app.models import ood
 from app.training.report import format_result
 

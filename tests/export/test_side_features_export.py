@@ -19,7 +19,7 @@ from app.data.writer import write_tfrecords
 from app.errors import UserError
 from app.export.layout import read_metadata
 from app.export.run_export import export_run
-from app.inference.runtime import host_decoder
+from app.inference.host_runtimes import host_decoder
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,10 @@ from app.errors import UserError
 from app.export import layout
 from app.export.openvino_ir import host_precisions
 from app.export.rebuild import rebuild_served_model
+from app.inference import host_runtimes, runtime_choice
 from app.inference import runtime as runtime_module
-from app.inference import runtime_choice
-from app.inference.runtime import LiteRTRuntime, ONNXRuntime, OpenVINORuntime, TFRuntime, litert_refusal, load_runtime
+from app.inference.host_runtimes import LiteRTRuntime, ONNXRuntime, OpenVINORuntime, litert_refusal
+from app.inference.runtime import TFRuntime, load_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +164,7 @@ def test_the_openvino_ir_gives_the_savedmodel_s_answers_in_every_precision_the_h
     saved = TFRuntime(version)
     inputs = {"image_bytes": np.array(val_bytes, dtype=object), "key": np.array([b"k"] * len(val_bytes), dtype=object)}
     theirs = saved.run("serving_keyed", inputs)
-    monkeypatch.setattr(runtime_module, "host_precisions", lambda: ("float32",))
+    monkeypatch.setattr(host_runtimes, "host_precisions", lambda: ("float32",))
     ours = load_runtime(version, "openvino")
     assert isinstance(ours, OpenVINORuntime) and ours.mode == "float32"
     answered = ours.run("serving_keyed", inputs)
@@ -172,7 +173,7 @@ def test_the_openvino_ir_gives_the_savedmodel_s_answers_in_every_precision_the_h
     assert (answered["classes"] == theirs["classes"]).all() and list(answered["key"]) == [b"k"] * len(val_bytes)
     if "bfloat16" in host_precisions():  # this CPU runs bfloat16: its own check, and it is preferred
         assert checks["bfloat16"]["top1_agreement"] >= 0.995 and checks["bfloat16"]["passed"]
-        monkeypatch.setattr(runtime_module, "host_precisions", host_precisions)
+        monkeypatch.setattr(host_runtimes, "host_precisions", host_precisions)
         fast = load_runtime(version, "openvino")
         assert fast.mode == "bfloat16"
         agree = fast.run("serving_default", inputs)["class_ids"][:, 0] == theirs["class_ids"][:, 0]
@@ -230,7 +231,7 @@ def test_the_onnx_file_gives_the_savedmodel_s_answers_and_states_its_input(train
 
 
 def test_an_onnx_file_without_a_passed_check_or_its_package_is_refused(version: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(runtime_module, "onnx_available", lambda: "the onnxruntime package is not installed")
+    monkeypatch.setattr(host_runtimes, "onnx_available", lambda: "the onnxruntime package is not installed")
     with pytest.raises(UserError, match="cannot serve with ONNX Runtime: the onnxruntime package is not installed"):
         load_runtime(version, "onnx")
     monkeypatch.undo()
