@@ -13,6 +13,7 @@ Runtime, CPU) runs it only where the check passed.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -61,11 +62,14 @@ def convert(forward: FrozenForward) -> bytes:
     """The frozen GraphDef as a serialized ONNX model, its inputs named image (and side) and its
     outputs as the SavedModel names them."""
     import tf2onnx
+    from tensorflow.python.util import deprecation
 
+    logging.getLogger("tf2onnx").setLevel(logging.WARNING)  # its INFO lines (opset, optimizer counts)
     renames = {**{n: n.split(":")[0] for n in forward.inputs}, **dict(zip(forward.outputs, forward.names))}
-    proto, _ = tf2onnx.convert.from_graph_def(
-        forward.graph_def, input_names=forward.inputs, output_names=forward.outputs, opset=OPSET
-    )
+    with deprecation.silence():  # the TF1 APIs tf2onnx calls would each warn of their deprecation
+        proto, _ = tf2onnx.convert.from_graph_def(
+            forward.graph_def, input_names=forward.inputs, output_names=forward.outputs, opset=OPSET
+        )
     for value in [*proto.graph.input, *proto.graph.output]:
         old = value.name
         value.name = renames.get(old, old)
