@@ -85,8 +85,23 @@ def test_a_failed_parity_check_is_refused_and_auto_serves_with_another_runtime(
     assert "cannot serve with LiteRT: its float32 parity check" in caplog.text  # auto says why it was left out
 
 
+@pytest.fixture
+def loaded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each runtime of an export loaded for real once per test (its refusals too, as its metadata
+    says then): the tests of auto's choosing load the same runtimes many times over."""
+    real, loaded = runtime_module._load, {}
+
+    def load(version: Path, name: str, litert_mode: str):
+        key = (name, layout.metadata_path(version).read_bytes())
+        if key not in loaded:
+            loaded[key] = real(version, name, litert_mode)
+        return loaded[key]
+
+    monkeypatch.setattr(runtime_module, "_load", load)
+
+
 def test_auto_serves_with_the_runtime_measured_fastest_as_it_loads(
-    trained_run: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    trained_run: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, loaded_once: None
 ):
     version = trained_run / "export" / "shapes" / "1"
     batches = []
@@ -107,7 +122,7 @@ def test_auto_serves_with_the_runtime_measured_fastest_as_it_loads(
 
 
 def test_auto_measures_once_per_export_and_host_and_again_when_either_changes(
-    version: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    version: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, loaded_once: None
 ):
     timed = []
 
@@ -143,7 +158,9 @@ def test_the_measurement_times_every_runtime_on_a_batch_of_photos(trained_run: P
         assert 0 < runtime_module._ms_per_photo(loaded, runtime_module._timing_inputs(loaded, 4)) < 10_000
 
 
-def test_auto_prefers_tensorflow_when_a_gpu_is_visible(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
+def test_auto_prefers_tensorflow_when_a_gpu_is_visible(
+    trained_run: Path, monkeypatch: pytest.MonkeyPatch, loaded_once: None
+):
     version = trained_run / "export" / "shapes" / "1"
     monkeypatch.setattr(
         runtime_module, "_ms_per_photo", lambda runtime, inputs: 1.0 if runtime.name == "litert" else 9.0
