@@ -33,8 +33,8 @@ from pathlib import Path
 from app.cli import run_cli
 from app.errors import UserError
 from app.inference import runtime_choice
+from app.inference.runtime_choice import cpu_name
 from app.table import format_table
-from benchmarks.runtimes import cpu_name
 from benchmarks.suite import SETS, WEIGHTS, prepare
 
 SET = "eurosat5"

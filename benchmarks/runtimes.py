@@ -23,19 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from app.cli import run_cli
+from app.inference.runtime_choice import cpu_name
 from app.table import format_table
 
 WEIGHTS = {
     "mobilenet_v2": "weights/mobilenet_v2_1.0_no_top.weights.h5",
     "efficientnet_lite0": "weights/efficientnet_lite0_imagenet_torch_state.npz",
 }
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def photos(shared: Path, count: int) -> np.ndarray:

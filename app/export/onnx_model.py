@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from app import storage
-from app.errors import UserError
 from app.export import layout, parity
 from app.export.frozen import FrozenForward
 
@@ -89,11 +88,6 @@ def write_onnx(forward: FrozenForward, version: Path, image_size: int, data_dir:
     path = layout.onnx_model_path(version)
     path.parent.mkdir(parents=True, exist_ok=True)
     storage.write_bytes_atomic(path, model)
-    try:
-        if not data_dir:
-            raise UserError("the run has no data folder")
-        report = parity.parity_report(ONNXModel(model), version, data_dir, image_size, "float32", tta)
-    except UserError as err:
-        report = {"passed": False, "missing": f"no validation data to check against: {err}"}
+    report = parity.checked(ONNXModel(model), version, data_dir, image_size, "float32", tta)
     return {"onnx": {"file": str(path.relative_to(version)), "input": "image: float32 [N, S, S, 3], 0..255",
                      "float32": report}}  # fmt: skip

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from app.errors import UserError
 from app.export import layout, parity
 from app.export.frozen import FrozenForward
 
@@ -88,15 +87,5 @@ def write_openvino(forward: FrozenForward, version: Path, image_size: int, data_
     path = layout.openvino_model_path(version)
     path.parent.mkdir(parents=True, exist_ok=True)
     openvino.save_model(model, str(path), compress_to_fp16=False)
-    checks = {}
-    for precision in precisions:
-        try:
-            if not data_dir:
-                raise UserError("the run has no data folder")
-            report = parity.parity_report(
-                OpenVINOModel(model, precision), version, data_dir, image_size, precision, tta
-            )
-        except UserError as err:
-            report = {"passed": False, "missing": f"no validation data to check against: {err}"}
-        checks[precision] = report
+    checks = {p: parity.checked(OpenVINOModel(model, p), version, data_dir, image_size, p, tta) for p in precisions}
     return {"openvino": {"file": str(path.relative_to(version)), **checks}}

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import make_eval_dataset
+from app.errors import UserError
 from app.export import layout
 from app.models.tta import with_tta
 
@@ -98,6 +99,18 @@ def _val_batches(data_dir: str, image_size: int, limit: int | None):
     do not share the cores with tf.data's decoding (which made the check's time bimodal)."""
     batches = make_eval_dataset(data_dir, split="val", image_size=image_size, batch_size=32)
     return batches if limit is None else list(batches.unbatch().take(limit).batch(32))
+
+
+def checked(
+    model: HostModel, saved_model_dir: Path, data_dir: str | None, image_size: int, precision: str, tta: str = "none"
+) -> dict:
+    """`parity_report`, or a failed check saying why there was nothing to check against."""
+    try:
+        if not data_dir:
+            raise UserError("the run has no data folder")
+        return parity_report(model, saved_model_dir, data_dir, image_size, precision, tta)
+    except UserError as err:
+        return {"passed": False, "missing": f"no validation data to check against: {err}"}
 
 
 def refusal(parity: dict | None, what: str) -> str | None:

@@ -30,13 +30,17 @@ def choices_path() -> Path:
     return storage.cache_root() / FILE
 
 
-def _cpu() -> str:
+def cpu_name() -> str:
+    """The CPU's model name, as the kernel reports it."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         lines = []
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-    return f"{name}, {os.cpu_count()} cores"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
+
+
+def _cpu() -> str:
+    return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
 def _version(package: str) -> str:
