@@ -16,10 +16,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from app import storage
 from app.export import layout, parity
+from app.export.file_runners import ONNXModel
 from app.export.frozen import FrozenForward
 
 OPSET = 17  # supported by every ONNX Runtime of the last three years
@@ -33,28 +32,6 @@ def onnx_available() -> str | None:
     except ImportError as err:
         return f"the {err.name} package is not installed"
     return None
-
-
-class ONNXModel:
-    """An ONNX file run by ONNX Runtime on the CPU. ONNX Runtime's sessions may be called from
-    several threads."""
-
-    def __init__(self, model: Path | bytes, threads: int | None = None) -> None:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        source = str(model) if isinstance(model, Path) else model
-        self._session = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-        self._side = any(i.name == "side" for i in self._session.get_inputs())
-        self._names = [o.name for o in self._session.get_outputs()]
-
-    def __call__(self, images: np.ndarray, side: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        inputs = {"image": np.ascontiguousarray(images, np.float32)}
-        if self._side:
-            inputs["side"] = np.ascontiguousarray(side, np.float32)
-        return dict(zip(self._names, self._session.run(self._names, inputs)))
 
 
 def convert(forward: FrozenForward) -> bytes:

@@ -14,52 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from app.export import layout, parity
+from app.export.file_runners import OpenVINOModel, host_precisions
 from app.export.frozen import FrozenForward
-
-HINTS = {"float32": "f32", "bfloat16": "bf16"}  # a precision's name here → OpenVINO's inference precision hint
-
-
-def host_precisions() -> tuple[str, ...]:
-    """The precisions this host's CPU runs natively; () without the openvino package."""
-    try:
-        import openvino
-    except ImportError:
-        return ()
-    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    return ("float32", "bfloat16") if "BF16" in capabilities else ("float32",)
-
-
-def compile_for_cpu(model: object, precision: str) -> object:
-    """`model` compiled for this CPU in `precision`, one stream over every core (the latency hint):
-    its callers run one batch at a time."""
-    import openvino
-
-    config = {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
-    return openvino.Core().compile_model(model, "CPU", config)
-
-
-class OpenVINOModel:
-    """The IR compiled for this CPU in one precision (`compile_for_cpu`). Not thread-safe: one
-    caller at a time."""
-
-    def __init__(self, model: Path | object, precision: str = "float32") -> None:
-        import openvino
-
-        model = openvino.Core().read_model(str(model)) if isinstance(model, Path) else model
-        compiled = compile_for_cpu(model, precision)
-        self._request = compiled.create_infer_request()
-        self._side = next((i.get_any_name() for i in compiled.inputs if i.get_any_name() == "side"), None)
-        self._outputs = [(o.get_any_name(), o) for o in compiled.outputs]
-
-    def __call__(self, images: np.ndarray, side: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        inputs = {"image": np.ascontiguousarray(images, np.float32)}
-        if self._side is not None:
-            inputs["side"] = np.ascontiguousarray(side, np.float32)
-        results = self._request.infer(inputs)
-        return {name: np.array(results[output], np.float32) for name, output in self._outputs}
 
 
 def convert(forward: FrozenForward) -> object:

@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.errors import UserError
-from app.export.openvino_ir import compile_for_cpu, host_precisions
+from app.export.file_runners import compile_for_cpu, host_precisions
 
 RUNTIMES = ("auto", "tensorflow", "openvino")
 MIN_ROWS = 1024  # auto keeps TensorFlow below this: converting costs as much as a few hundred rows' passes

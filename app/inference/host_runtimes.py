@@ -17,8 +17,8 @@ from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
 from app.errors import UserError
 from app.export import layout
-from app.export.onnx_model import ONNXModel, onnx_available
-from app.export.openvino_ir import OpenVINOModel, host_precisions
+from app.export.file_runners import ONNXModel, OpenVINOModel, host_precisions
+from app.export.onnx_model import onnx_available
 from app.export.parity import refusal as parity_refusal
 from app.export.parity import unknown_threshold
 from app.export.side_inputs import column_specs

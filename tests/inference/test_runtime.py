@@ -18,7 +18,7 @@ from app.data import schema
 from app.data.pipeline import load_dataset_info
 from app.errors import UserError
 from app.export import layout
-from app.export.openvino_ir import host_precisions
+from app.export.file_runners import host_precisions
 from app.export.rebuild import rebuild_served_model
 from app.inference import host_runtimes, runtime_choice
 from app.inference import runtime as runtime_module
