@@ -88,7 +88,7 @@ class _Requests:
         from aiohttp import streams, web
         from aiohttp.test_utils import make_mocked_request
 
-        from app.serving.rest import LIMITS, Limits
+        from app.serving.app_state import LIMITS, Limits
 
         payload = streams.StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=self.loop)
         payload.feed_data(body)
@@ -127,7 +127,7 @@ def _predict_specs():
 
 def _rest_predict() -> Callable[[bytes], None]:
     """`:predict`: the JSON body (first byte: which model's inputs), both of TF Serving's forms."""
-    from app.serving.rest import _json_body
+    from app.serving.bodies import json_body
     from app.serving.tf_json import parse_predict
 
     requests, specs = _Requests(), _predict_specs()
@@ -136,7 +136,7 @@ def _rest_predict() -> Callable[[bytes], None]:
         if not data:
             return
         try:
-            body = requests.run(_json_body(requests.request(data[1:], "application/json")))
+            body = requests.run(json_body(requests.request(data[1:], "application/json")))
             inputs, _ = parse_predict(body, specs[data[0] % len(specs)], max_instances=64)
         except Exception as err:
             if _allowed_http_error(err):
@@ -152,7 +152,7 @@ BOUNDARY = "fuzzboundary"
 
 def _rest_classify() -> Callable[[bytes], None]:
     """`:classify`: the image as the raw body or as a multipart upload (first byte: which)."""
-    from app.serving.rest import _image_body
+    from app.serving.bodies import image_body
 
     requests = _Requests()
     types = ["image/jpeg", f"multipart/form-data; boundary={BOUNDARY}", "multipart/mixed", "application/octet-stream"]
@@ -161,7 +161,7 @@ def _rest_classify() -> Callable[[bytes], None]:
         if not data:
             return
         try:
-            image = requests.run(_image_body(requests.request(data[1:], types[data[0] % len(types)], 4096)))
+            image = requests.run(image_body(requests.request(data[1:], types[data[0] % len(types)], 4096)))
         except Exception as err:
             if _allowed_http_error(err):
                 return
@@ -321,16 +321,19 @@ TARGETS: dict[str, Target] = {
     ),
     "rest_predict": Target(
         ":predict's JSON body, row and columnar forms, three models' inputs",
-        ("app.serving.rest",),
+        ("app.serving.bodies", "app.serving.tf_json"),
         _rest_predict,
         predict_seeds,
     ),
     "rest_classify": Target(
-        ":classify's body: raw image bytes or a multipart upload", ("app.serving.rest",), _rest_classify, classify_seeds
+        ":classify's body: raw image bytes or a multipart upload",
+        ("app.serving.bodies",),
+        _rest_classify,
+        classify_seeds,
     ),
     "manifest": Target(
         "the CSV manifest reader, with side-feature and multi-label columns",
-        ("app.data.sources", "app.data.side_features"),
+        ("app.data.sources", "app.data.manifest", "app.data.side_features"),
         _manifest,
         manifest_seeds,
     ),

@@ -34,6 +34,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="share of each class for test when SRC is not pre-split (default 0.1)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for the split and the order within shards (default 0)")
+    _add_shard_arguments(p)
+    _add_manifest_arguments(p)
+    p.add_argument(
+        "--num-writers",
+        type=int,
+        default=1,
+        help="split the work over N machines (default 1); then run merge_tfrecords.py OUT",
+    )
+    p.add_argument("--writer-index", type=int, default=0, help="this machine's index in [0, N) (default 0)")
+
+
+def _add_shard_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-shards", type=int, default=None, help="shards per split (default: enough for ~150 MB each)")
     p.add_argument(
         "--max-side",
@@ -55,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep one file of each byte-identical group (the train copy if any)",
     )
+
+
+def _add_manifest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--feature-columns",
         default=None,
@@ -67,13 +82,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a manifest whose label cells list several labels, 'car|person' (an empty cell: none)",
     )
-    p.add_argument(
-        "--num-writers",
-        type=int,
-        default=1,
-        help="split the work over N machines (default 1); then run merge_tfrecords.py OUT",
-    )
-    p.add_argument("--writer-index", type=int, default=0, help="this machine's index in [0, N) (default 0)")
 
 
 def run(args: argparse.Namespace) -> None:

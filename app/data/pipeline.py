@@ -291,6 +291,24 @@ def train_decoder(image_size: int, augment: Augment):
     return lambda encoded, seed: decode_for_eval(encoded, image_size)
 
 
+def _files_records(
+    files: list[str],
+    input_context: tf.distribute.InputContext | None,
+    seed: int | None,
+    repeat: bool,
+    strict: bool,
+    deterministic: bool,
+) -> tf.data.Dataset:
+    """The records of this worker's share of `files`, read in a new file order each epoch."""
+    file_ds = _shard_files(files, input_context).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        file_ds = file_ds.repeat()
+    shard = _record_shard(files, input_context)
+    return _records(
+        file_ds, strict=strict, deterministic=deterministic, cycle_length=min(len(files), 8), record_shard=shard
+    )
+
+
 def make_train_dataset(
     data_dir: str | Path,
     *,
@@ -324,16 +342,7 @@ def make_train_dataset(
     verify_shards(files)
     if deterministic and seed is None:
         seed = 0
-    file_ds = _shard_files(files, input_context).shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        file_ds = file_ds.repeat()
-    ds = _records(
-        file_ds,
-        strict=strict,
-        deterministic=deterministic,
-        cycle_length=min(len(files), 8),
-        record_shard=_record_shard(files, input_context),
-    )
+    ds = _files_records(files, input_context, seed, repeat, strict, deterministic)
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = _parse(ds, counter, info, complete_only=not strict)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)  # one stateless seed per image

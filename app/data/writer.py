@@ -138,6 +138,13 @@ def writer_part_name(index: int, count: int) -> str:
     return f"dataset.writer-{index:05d}-of-{count:05d}.json"
 
 
+def _checked_part(out: str, overwrite: bool, writer_index: int, num_writers: int) -> str | None:
+    """This writer's part name (None for a single writer), once OUT is checked to take its shards."""
+    part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
+    _check_out(out, overwrite, part)
+    return part
+
+
 def _check_out(out: str, overwrite: bool, part: str | None = None) -> None:
     storage.check_url(out, "OUT")
     if storage.exists(out) and not storage.isdir(out):
@@ -259,59 +266,45 @@ def write_tfrecords(
     multi_label: bool = False,
     strict: bool = False,
 ) -> dict:
-    """Convert SRC into shards in OUT and return the dataset.json contents.
-
-    With num_writers > 1, N machines run the same command with writer_index 0..N-1: each plans
-    the same shards (same scan, same seed) and writes every N-th one; then merge_writers(OUT).
-    OUT may be local or a gs:// (any tf.io.gfile) URL; SRC is a local folder or CSV.
-    `feature_columns` ('age,site:categorical') stores those manifest columns as side features;
-    `multi_label` reads a manifest's label cells as lists ('car|person'). Missing, empty and
-    undecodable files are skipped and listed in dataset.json's "skipped"; `strict` refuses them
-    instead (nothing is written)."""
+    """Convert SRC (a folder or CSV) into shards in OUT (local or a tf.io.gfile URL); returns
+    dataset.json. N writers (writer_index 0..N-1) each write every N-th shard of one plan, then
+    merge_writers(OUT). Unreadable files are skipped and listed, or with `strict` refused."""
     src, out = Path(src), str(out)
     _check_options(num_shards, max_side, workers, num_writers, writer_index)
-    part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
-    _check_out(out, overwrite, part)
+    part = _checked_part(out, overwrite, writer_index, num_writers)
     source, groups = _scan(
         src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns, multi_label, strict
     )
     tasks = plan_shards(source, num_shards, target_shard_mb, seed, max_side, max_pixels)
     if part is not None:
-        tasks = tasks[writer_index::num_writers]
-        if writer_index:  # files rejected by the scan are reported once, by writer 0
-            source = dataclasses.replace(source, skipped=[])
-    workers = _worker_count(workers, source, tasks)
+        tasks, source = _writers_share(tasks, source, writer_index, num_writers)
+    options = {"val_fraction": val_fraction, "test_fraction": test_fraction, "seed": seed, "num_shards": num_shards,
+               "target_shard_mb": target_shard_mb, "max_side": max_side, "max_pixels": max_pixels,
+               "layout": source.layout, "drop_duplicates": drop_duplicates}  # fmt: skip
     storage.makedirs(out)
     staging = storage.make_temp_dir(out, ".incomplete-")
     try:
         with storage.space_named(out):
-            results = _run_tasks(tasks, staging, workers)
+            results = _run_tasks(tasks, staging, _worker_count(workers, source, tasks))
         if strict:
             _refuse_skipped([s for r in results for s in r.skipped])
-        metadata = _metadata(
-            source,
-            results,
-            src,
-            dict(
-                val_fraction=val_fraction,
-                test_fraction=test_fraction,
-                seed=seed,
-                num_shards=num_shards,
-                target_shard_mb=target_shard_mb,
-                max_side=max_side,
-                max_pixels=max_pixels,
-                layout=source.layout,
-                drop_duplicates=drop_duplicates,
-            ),
-        )
+        metadata = _metadata(source, results, src, options) | _kind_metadata(source, tasks, results, feature_columns)
         metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
-        metadata.update(_kind_metadata(source, tasks, results, feature_columns))
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)
     finally:
         storage.rmtree(staging)
     return metadata
+
+
+def _writers_share(
+    tasks: list[ShardTask], source: Source, writer_index: int, num_writers: int
+) -> tuple[list[ShardTask], Source]:
+    """One writer's shards of the plan every writer makes; the files the scan rejected are
+    reported once, by writer 0."""
+    skipped = source.skipped if writer_index == 0 else []
+    return tasks[writer_index::num_writers], dataclasses.replace(source, skipped=skipped)
 
 
 def _refuse_skipped(skipped: list[dict[str, str]]) -> None:

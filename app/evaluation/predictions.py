@@ -132,67 +132,78 @@ def predict(
     if total == 0:
         raise UserError("the evaluation data is empty")
     classes = layout.read_classes(version_dir)
-    mapping = label_mapping(data_classes, classes, label_map)
+    answers = _Answers(classes, label_mapping(data_classes, classes, label_map), keep_mistakes)
     model = load_runtime(version_dir, runtime, batch=batch_size) if isinstance(runtime, str) else runtime
     limit = layout.read_metadata(version_dir).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
-    examples = _with_side_features(examples, model, tta)
-    labels, probs, names, skipped, mistakes, ood_scores = [], [], [], [], [], []
-    bar = tqdm(total=total, unit="img", desc="Evaluating", dynamic_ncols=True)
-
-    def run(batch: list[Example]) -> None:
-        side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
-        results = answers_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)
-        for (data, label, name, _), answer in zip(batch, results):
-            if isinstance(answer, str):
-                skipped.append({"path": name, "reason": answer})
-                continue
-            p = answer["probabilities"]
-            if "ood_score" in answer:
-                ood_scores.append(float(answer["ood_score"]))
-            if isinstance(label, tuple):  # multi-label: no single guess to call a mistake
-                labels.append(np.isin(np.arange(len(classes)), mapping[list(label)]).astype(np.int64))
-                probs.append(p)
-                names.append(name)
-                continue
-            label = int(mapping[label])
-            labels.append(label)
-            probs.append(p)
-            names.append(name)
-            guess = int(p.argmax())
-            if guess != label:
-                item = (
-                    float(p[guess]),
-                    len(names),
-                    {
-                        "filename": name,
-                        "image": data,
-                        "true": classes[label],
-                        "predicted": classes[guess],
-                        "confidence": float(p[guess]),
-                    },
-                )
-                heapq.heappush(mistakes, item) if len(mistakes) < keep_mistakes else heapq.heappushpop(mistakes, item)
-
-    batch: list[Example] = []
-    for example in examples:
-        batch.append(example)
-        if len(batch) == batch_size:
-            run(batch)
+    with tqdm(total=total, unit="img", desc="Evaluating", dynamic_ncols=True) as bar:
+        for batch in _batched(_with_side_features(examples, model, tta), batch_size):
+            side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
+            results = answers_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)
+            for example, answer in zip(batch, results):
+                answers.add(example, answer)
             bar.update(len(batch))
-            batch = []
-    if batch:
-        run(batch)
-        bar.update(len(batch))
-    bar.close()
-    if not labels:
+    if not answers.labels:
         raise UserError("no image in the evaluation data could be decoded")
-    return Predictions(
-        np.array(labels),
-        np.stack(probs),
-        names,
-        classes,
-        [m[2] for m in sorted(mistakes, key=lambda m: -m[0])],
-        skipped,
-        runtime_label(model),
-        np.array(ood_scores, np.float32) if ood_scores else None,
-    )
+    return answers.predictions(runtime_label(model))
+
+
+def _batched(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
+    """Lists of `size` examples (the last one shorter), read as they are needed."""
+    while batch := list(itertools.islice(examples, size)):
+        yield batch
+
+
+@dataclass
+class _Answers:
+    """What the pass keeps of each photo: its label and probabilities (or why it had no answer),
+    and of the mistakes only the `keep_mistakes` most confident, with their bytes (a heap)."""
+
+    classes: list[str]
+    mapping: np.ndarray  # dataset label id → model label id
+    keep_mistakes: int
+    labels: list = field(default_factory=list)
+    probs: list = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    mistakes: list[tuple] = field(default_factory=list)
+    ood_scores: list[float] = field(default_factory=list)
+
+    def add(self, example: Example, answer: dict | str) -> None:
+        data, label, name, _ = example
+        if isinstance(answer, str):
+            self.skipped.append({"path": name, "reason": answer})
+            return
+        p = answer["probabilities"]
+        if "ood_score" in answer:
+            self.ood_scores.append(float(answer["ood_score"]))
+        self.probs.append(p)
+        self.names.append(name)
+        if isinstance(label, tuple):  # multi-label: no single guess to call a mistake
+            self.labels.append(np.isin(np.arange(len(self.classes)), self.mapping[list(label)]).astype(np.int64))
+            return
+        self.labels.append(int(self.mapping[label]))
+        self._keep_if_mistake(data, int(self.mapping[label]), name, p)
+
+    def _keep_if_mistake(self, data: bytes, label: int, name: str, p: np.ndarray) -> None:
+        guess = int(p.argmax())
+        if guess == label:
+            return
+        mistake = {"filename": name, "image": data, "true": self.classes[label], "predicted": self.classes[guess],
+                   "confidence": float(p[guess])}  # fmt: skip
+        item = (float(p[guess]), len(self.names), mistake)
+        if len(self.mistakes) < self.keep_mistakes:
+            heapq.heappush(self.mistakes, item)
+        else:
+            heapq.heappushpop(self.mistakes, item)
+
+    def predictions(self, runtime: str) -> Predictions:
+        return Predictions(
+            np.array(self.labels),
+            np.stack(self.probs),
+            self.names,
+            self.classes,
+            [m[2] for m in sorted(self.mistakes, key=lambda m: -m[0])],
+            self.skipped,
+            runtime,
+            np.array(self.ood_scores, np.float32) if self.ood_scores else None,
+        )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import keras
@@ -65,6 +66,30 @@ def float32_policy() -> Iterator[None]:
         keras.config.set_dtype_policy(previous)
 
 
+def _files_beside(
+    finished: FinishedRun, metadata: dict, name: str, modes: list[str], tta: str, staged: Path, forward: FrozenForward
+) -> dict:
+    """The LiteRT files, the OpenVINO IR and the ONNX file, each with its parity check; then the
+    model card."""
+    data, size = finished.config.data, finished.image_size
+    files = {**write_litert(forward, staged, size, data, modes, tta, len(finished.side_features)),
+             **write_openvino(forward, staged, size, data, tta),
+             **write_onnx(forward, staged, size, data, tta)}  # fmt: skip
+    write_model_card(staged, {**metadata, **files}, finished.config.to_dict(), name)
+    return files
+
+
+def _check_flags(tflite: str, top_k: int, tta: str, max_megapixels: float) -> None:
+    """Refuse bad flags before a model is loaded."""
+    if tflite not in TFLITE_MODES:
+        raise UserError(f"--tflite must be one of {TFLITE_MODES}, got '{tflite}'")
+    if top_k < 1:
+        raise UserError(f"--top-k must be >= 1, got {top_k}")
+    check_tta(tta)
+    if not max_megapixels > 0:
+        raise UserError(f"--max-megapixels must be > 0, got {max_megapixels}")
+
+
 def export_run(
     run_dir: Path,
     *,
@@ -79,18 +104,13 @@ def export_run(
     tta: str = "none",
 ) -> dict:
     """Returns {"saved_model": path, "litert": {mode: {file, passed, top1_agreement, ...}},
-    "openvino": {file, precision: {passed, ...}}}: the float32 LiteRT file always, plus `tflite`
-    (float16/int8) when asked, and the OpenVINO IR checked in each precision the host runs. With `model` (the
+    "openvino": {file, precision: {passed, ...}}, "onnx": {file, input, float32: {...}}}: the
+    float32 LiteRT file always, plus `tflite` (float16/int8) when asked, the OpenVINO IR checked
+    in each precision the host runs, and the ONNX file. With `model` (the
     in-memory model at the end of training) nothing is rebuilt from the run dir's weights, unless
     it computes in reduced precision: the export is rebuilt in float32 from its final weights,
     so a mixed-precision run gets its LiteRT files too."""
-    if tflite not in TFLITE_MODES:
-        raise UserError(f"--tflite must be one of {TFLITE_MODES}, got '{tflite}'")
-    if top_k < 1:
-        raise UserError(f"--top-k must be >= 1, got {top_k}")
-    check_tta(tta)
-    if not max_megapixels > 0:
-        raise UserError(f"--max-megapixels must be > 0, got {max_megapixels}")
+    _check_flags(tflite, top_k, tta, max_megapixels)
     run = RunDir(run_dir)
     reduced = keras.config.dtype_policy().compute_dtype != "float32"  # mixed precision: the default on GPUs
     finished = run.load(need_weights=model is None or reduced)
@@ -101,16 +121,6 @@ def export_run(
     name = name or run.export_name
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
-
-    def files_beside(staged: Path, forward: FrozenForward) -> dict:
-        """The LiteRT files, the OpenVINO IR and the ONNX file, each with its parity check; then the
-        model card."""
-        data, size = finished.config.data, finished.image_size
-        files = {**write_litert(forward, staged, size, data, modes, tta, len(finished.side_features)),
-                 **write_openvino(forward, staged, size, data, tta),
-                 **write_onnx(forward, staged, size, data, tta)}  # fmt: skip
-        write_model_card(staged, {**metadata, **files}, finished.config.to_dict(), name)
-        return files
 
     path = export_saved_model(
         model,
@@ -123,7 +133,7 @@ def export_run(
         top_k=top_k,
         max_megapixels=max_megapixels,
         tta=tta,
-        finish=files_beside,
+        finish=partial(_files_beside, finished, metadata, name, modes, tta),
         side_features=finished.side_features,
         thresholds=metadata.get("thresholds"),
         unknown_threshold=(metadata.get("ood") or {}).get("threshold"),

@@ -160,6 +160,17 @@ def _new_version(export_root: Path, name: str, version: int | None) -> tuple[Pat
     return model_dir, version, final
 
 
+def _save(module: ServingModule, path: Path) -> None:
+    """The SavedModel with its three signatures."""
+    with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
+        signatures = {
+            "serving_default": module.serving_default,
+            "serving_keyed": module.serving_keyed,
+            "predict_images": module.predict_images,
+        }
+        tf.saved_model.save(module, str(path), signatures=signatures)
+
+
 def export_saved_model(
     model: keras.Model,
     classes: list[str],
@@ -194,26 +205,13 @@ def export_saved_model(
             labels, metadata_file = extra / LABELS_FILE, extra / layout.METADATA_FILE
             extra.mkdir()
             write_labels(labels, classes)
-            metadata = {
-                **(metadata or {}),
-                "max_megapixels": max_megapixels,
-                "top_k": min(top_k, len(classes)),
-                "tta": tta,
-            }
+            metadata = {**(metadata or {}), "max_megapixels": max_megapixels, "top_k": min(top_k, len(classes))}
+            metadata["tta"] = tta
             storage.write_json_atomic(metadata_file, metadata)
             module = ServingModule(model, classes, image_size, crop_fraction, top_k, labels, metadata_file,
                                    max_megapixels, tta, side_features, thresholds, unknown_threshold)  # fmt: skip
             saved = staging / "model"
-            with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
-                tf.saved_model.save(
-                    module,
-                    str(saved),
-                    signatures={
-                        "serving_default": module.serving_default,
-                        "serving_keyed": module.serving_keyed,
-                        "predict_images": module.predict_images,
-                    },
-                )
+            _save(module, saved)
             finished = finish(saved, module.forward) if finish is not None else {}
             files = {layout.FILES_KEY: layout.file_digests(saved)}  # a server checks them before swapping in
             storage.write_json_atomic(layout.metadata_path(saved), {**metadata, **finished, **files})

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app import storage
-from app.data.sources import KEEP_COLUMN, read_manifest_table
+from app.data.manifest import KEEP_COLUMN, read_manifest_table
 from app.errors import UserError
 
 NOT_ANY_CLASS = "(not any class)"  # the label cell of a photo that is none of the classes

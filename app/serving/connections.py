@@ -5,7 +5,7 @@ long as it keeps trickling; enough of them starve everyone else. Two bounds fix 
 
 - time: a connection must deliver a whole request's headers within `client_timeout` of opening
   (or of its previous answer), else it is closed (aiohttp's keep-alive timer, which trickled bytes
-  do not reset); a body must arrive within the same time, else 408 (`app.serving.rest`).
+  do not reset); a body must arrive within the same time, else 408 (`app.serving.bodies`).
 - count: past `max_connections` open connections a new one is answered 503 with Retry-After and
   closed (after LINGER_SECONDS for at most MAX_REFUSING at once, at once past them), so file
   descriptors stay under max_connections + MAX_REFUSING whatever clients do.

@@ -22,59 +22,42 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from html import escape
 from importlib import resources
-from typing import TypeVar
 
 import numpy as np
 import tensorflow as tf
 from aiohttp import web
 
-from app import safe_json
-from app.data.image_header import DEFAULT_MAX_MEGAPIXELS, ImageRejected, check_size
+from app.data.image_header import ImageRejected, check_size
 from app.errors import UserError
 from app.export import layout
 from app.inference.explain import PhotoExplainer, explain_answer
 from app.inference.runtime import tiny_jpeg
-from app.safe_json import JsonLimits, JsonRejected
-from app.serving import multipart
+from app.serving.app_state import (
+    BATCHER,
+    CHECKING,
+    EXPLAINERS,
+    EXPLAINERS_LOCK,
+    HEADER_POOL,
+    INSTANCES,
+    LIMITS,
+    METRICS,
+    RETRY_AFTER_SECONDS,
+    STORE,
+    Limits,
+)
 from app.serving.batcher import Batcher, InferenceError, Overloaded
+from app.serving.bodies import image_body, json_body
 from app.serving.memory import release_free_memory
-from app.serving.metrics import CONTENT_TYPE, ServingMetrics, log_access
+from app.serving.metrics import CONTENT_TYPE, ServingMetrics
+from app.serving.middleware import declared_size_first, errors_as_json, observed
 from app.serving.store import LoadedModel, ModelStore
 from app.serving.tf_json import ApiError, format_predict, parse_predict, signature_inputs, tensor_info
 
-RETRY_AFTER_SECONDS = 1
 RELEASE_SECONDS = 2.0
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_body_bytes: int = 8 * 2**20
-    max_instances: int = 64
-    max_megapixels: float = DEFAULT_MAX_MEGAPIXELS
-    request_timeout_ms: float = 10_000
-    client_timeout_s: float = 20.0
-
-
-STORE = web.AppKey("store", ModelStore)
-BATCHER = web.AppKey("batcher", Batcher)
-LIMITS = web.AppKey("limits", Limits)
-METRICS = web.AppKey("metrics", ServingMetrics)
-HEADER_POOL = web.AppKey("header_pool", ThreadPoolExecutor)
-CHECKING = web.AppKey("checking", list)  # [instances in header checks], counted against the queue limit
-EXPLAINERS = web.AppKey("explainers", dict)  # version → PhotoExplainer, built on the first :explain
-EXPLAINERS_LOCK = web.AppKey("explainers_lock", object)
-INSTANCES = web.RequestKey("instances", int)  # for the access log
-
-
-def _too_large(limit: int) -> str:
-    return f"request body too large (limit {limit} bytes)"
 
 
 def _model(request: web.Request) -> LoadedModel:
@@ -89,42 +72,6 @@ def _model(request: web.Request) -> LoadedModel:
             404, f"Servable not found for request: Specific({name}, {version}); serving version {model.version}"
         )
     return model
-
-
-async def _in_client_time(request: web.Request, read: Awaitable[T]) -> T:
-    """A body sent slower than the client timeout allows is a 408: a client trickling bytes
-    must not hold a connection and a handler for as long as it likes."""
-    seconds = request.app[LIMITS].client_timeout_s
-    try:
-        return await asyncio.wait_for(read, seconds)
-    except asyncio.TimeoutError:
-        raise ApiError(408, f"the request body did not arrive within {seconds:g} s") from None
-
-
-async def _body(request: web.Request) -> bytes:
-    """The body, refused (413) as soon as it passes the limit. Kept as a list of the chunks that
-    arrived, not grown in one buffer as aiohttp's request.read() does: in the soak, large bodies
-    sent chunked (no Content-Length to refuse them by) grew the server that way."""
-    limit, chunks, size = request.app[LIMITS].max_body_bytes, [], 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            chunks.clear()  # now: the exception below lives in a reference cycle until a full collection
-            raise ApiError(413, _too_large(limit))
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _json_body(request: web.Request) -> dict:
-    """The body as a JSON object, within the byte limit and safe_json's limits on its shape."""
-    data = await _in_client_time(request, _body(request))
-    try:
-        body = safe_json.loads(data, JsonLimits(max_bytes=request.app[LIMITS].max_body_bytes))
-    except JsonRejected as err:
-        raise ApiError(400, f"malformed JSON body: {err}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the JSON body must be an object")
-    return body
 
 
 def _check_images(images: np.ndarray, max_megapixels: float, metrics: ServingMetrics) -> None:
@@ -173,7 +120,7 @@ async def _infer(request: web.Request, model: LoadedModel, signature: str, input
 
 async def predict(request: web.Request) -> web.Response:
     model = _model(request)
-    body = await _json_body(request)
+    body = await json_body(request)
     signature = body.get("signature_name") or "serving_default"
     inputs, rows = parse_predict(body, signature_inputs(model, signature), request.app[LIMITS].max_instances)
     outputs = await _infer(request, model, signature, inputs)
@@ -200,32 +147,11 @@ def _side_from_query(request: web.Request, model: LoadedModel) -> dict[str, np.n
     return inputs
 
 
-async def _uploaded_file(request: web.Request) -> bytes:
-    """The first file of a multipart body, read whole within the byte limit, then parsed within
-    app.serving.multipart's limits: any malformed or over-limit body is the client's fault, a 400."""
-    body = await _body(request)
-    try:
-        return multipart.first_file(body, request.headers.get("Content-Type", ""))
-    except multipart.MultipartRejected as err:
-        raise ApiError(400, f"malformed multipart body: {err}") from None
-
-
-async def _image_body(request: web.Request) -> bytes:
-    """The image as the raw body (any image/* type) or as a multipart file field."""
-    if request.content_type.startswith("multipart/"):
-        data = await _in_client_time(request, _uploaded_file(request))
-    else:
-        data = await _in_client_time(request, _body(request))
-    if not data:
-        raise ApiError(400, "empty body: send the image bytes, or a multipart upload")
-    return data
-
-
 async def classify(request: web.Request) -> web.Response:
     """Convenience: the image as the raw body (any image/* type) or as a multipart file field;
     a side-features model's other inputs as query parameters."""
     model = _model(request)
-    data = await _image_body(request)
+    data = await image_body(request)
     inputs = {"image_bytes": np.array([data], dtype=object), **_side_from_query(request, model)}
     outputs = await _infer(request, model, "serving_default", inputs)
     labels = [c.decode() for c in outputs["classes"][0]]
@@ -245,7 +171,7 @@ async def explain(request: web.Request) -> web.Response:
     """Why: the Grad-CAM map of the top class (or of ?class=LABEL) for the image in the body, as
     :classify takes it (app.inference.explain). Needs the export's run dir, for its weights."""
     model = _model(request)
-    data = await _image_body(request)
+    data = await image_body(request)
     classes = model.metadata().get("classes") or []
     wanted = request.query.get("class")
     if wanted is not None and wanted not in classes:
@@ -337,63 +263,6 @@ async def prometheus(request: web.Request) -> web.Response:
     return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
-def _endpoint(request: web.Request) -> str:
-    """A bounded label for the metrics: the route's kind, never the raw path."""
-    path = request.path
-    for suffix in (":predict", ":classify", "/metadata", "/ui"):
-        if path.endswith(suffix):
-            return suffix.strip(":/")
-    if path == "/":
-        return "ui"
-    if path.startswith("/monitoring/"):
-        return "metrics"
-    return "status" if path.startswith("/v1/models/") else "other"
-
-
-@web.middleware
-async def observed(request: web.Request, handler):
-    """Outermost: counts, times and logs every request, whatever its answer."""
-    start = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    finally:
-        seconds = time.perf_counter() - start
-        request.app[METRICS].observe_request(_endpoint(request), status, seconds)
-        log_access(request.method, request.path, status, request.get(INSTANCES, 0), seconds)
-
-
-@web.middleware
-async def declared_size_first(request: web.Request, handler):
-    """A body whose Content-Length is over the limit is refused before any of it is read: reading
-    it to find out cost the server its memory in the soak (benchmarks/README.md, "Soak")."""
-    limit = request.app[LIMITS].max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise ApiError(413, _too_large(limit))
-    return await handler(request)
-
-
-@web.middleware
-async def errors_as_json(request: web.Request, handler):
-    try:
-        return await handler(request)
-    except ApiError as err:
-        response = web.json_response({"error": str(err)}, status=err.status, headers=err.headers)
-        if err.status == 408:  # the rest of a late body must not be read as the next request
-            response.force_close()
-        return response
-    except InferenceError as err:
-        return web.json_response({"error": str(err)}, status=400)
-    except web.HTTPRequestEntityTooLarge:
-        return web.json_response({"error": _too_large(request.app[LIMITS].max_body_bytes)}, status=413)
-    except web.HTTPException as err:
-        if err.status >= 400:
-            return web.json_response({"error": err.reason}, status=err.status)
-        raise
-
-
 async def _releasing_memory(app: web.Application) -> AsyncIterator[None]:
     """While the server runs: freed memory handed back every RELEASE_SECONDS. Big bodies fragment
     the heap; without this the server keeps their memory (app.serving.memory)."""
@@ -408,7 +277,8 @@ async def _releasing_memory(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
 
 
-def make_app(store: ModelStore, batcher: Batcher, limits: Limits = Limits()) -> web.Application:
+def make_app(store: ModelStore, batcher: Batcher, limits: Limits | None = None) -> web.Application:
+    limits = limits or Limits()
     app = web.Application(
         client_max_size=limits.max_body_bytes, middlewares=[observed, errors_as_json, declared_size_first]
     )

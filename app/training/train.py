@@ -27,7 +27,8 @@ from app.training.frozen import FrozenBackbone
 from app.training.inputs import SAMPLE_IMAGES, augmented_sample, eval_dataset, image_inputs
 from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.ood_fit import fit_and_record
-from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase, save_weights_atomic
+from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase
+from app.training.phase_weights import save_weights_atomic
 from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
 

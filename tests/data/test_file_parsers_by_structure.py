@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.data import sources
+from app.data import manifest as manifest_csv
 from app.data.image_header import ImageRejected, check_size, max_pixels, read_header
-from app.data.sources import ManifestLimits, scan_source
+from app.data.manifest import ManifestLimits
+from app.data.sources import scan_source
 from app.errors import UserError
 from app.storage import read_json_object
 from fuzz.targets import SCRATCH_ENV, TARGETS, image_seeds
@@ -83,7 +84,7 @@ def _photos_and_manifest(folder: Path, rows: list[list[str]]) -> Path:
 
 
 def test_each_manifest_limit_holds_at_the_limit_and_refuses_one_past_it(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(sources, "MANIFEST_LIMITS", ManifestLimits(rows=5, columns=4, cell_chars=12))
+    monkeypatch.setattr(manifest_csv, "MANIFEST_LIMITS", ManifestLimits(rows=5, columns=4, cell_chars=12))
     header = ["path", "label", "split", "keep"]
     rows = [["a.jpg", "cat", "train", ""], ["b.png", "dog", "train", ""], ["a.jpg", "cat", "val", ""]]
     at_limit = _photos_and_manifest(tmp_path, [header, *rows, ["b.png", "dog", "val", "true".ljust(12)]])

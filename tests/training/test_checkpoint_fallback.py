@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from app.errors import UserError
-from app.training.phase import restore_newest_whole
+from app.training.phase_weights import restore_newest_whole
 
 
 def _saved_epochs(folder: Path) -> tf.train.Checkpoint:

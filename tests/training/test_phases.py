@@ -234,7 +234,8 @@ def test_kept_weights_are_put_back_from_memory_and_after_a_resume_from_their_fil
     from types import SimpleNamespace
 
     from app.run_dir import RunDir
-    from app.training.phase import KeptWeights, PhaseFiles
+    from app.training.phase import PhaseFiles
+    from app.training.phase_weights import KeptWeights
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     RunDir(tmp_path).checkpoints.mkdir()  # as the phase's checkpoint manager leaves it
