@@ -3,14 +3,18 @@
 A frozen backbone maps a given photo (and a given augmented view of it) to the same output in
 every run, so a run over a dataset that grew, or one started from an earlier run, needs the
 backbone only for photos it has not seen. The store keeps those outputs by content key
-(`app.data.keyed.content_keys`: the photo's bytes, not its name) in spaces: one file per kind of
-output (pooled features, or activations where phase 2's trained layers begin) of one backbone
+(`app.data.keyed.content_keys`: the photo's bytes, not its name) in spaces: one folder per kind
+of output (pooled features, or activations where phase 2's trained layers begin) of one backbone
 with given weights, image size, decode and view.
 
-Layout, ROOT/<space id>.npz: `space` (what decides the rows, JSON), `keys` (int64, sorted,
-unique) and `rows`. Files are replaced atomically; two runs adding to one space at once keep the last one's
-rows (the other's are computed again when next needed). Past `STORE_LIMIT` bytes the least
-recently used spaces are removed.
+Layout, ROOT/<kind>-<space id>/: `space.json` (what decides the rows) and shards, each a pair
+`<n>.keys.npy` (int64, sorted, unique) and `<n>.rows.npy`, named by when they were written. An
+add writes one new shard of the keys the space lacks, never rewriting the others; a lookup reads
+the shards' keys and, memory-mapped, only the rows it found, so neither loads a space whole. Each
+file is written under a temporary name and renamed; a shard counts once its keys file is there.
+Two runs adding to one space at once both keep their rows. Past `STORE_LIMIT` bytes the least
+recently used spaces are removed. A space in the older one-file layout (`<kind>-<id>.npz`) is
+read once into a shard of the new one.
 
 `load_or_compute` is the audit's cache of its embeddings: one npz file per audit, with the key
 it was computed for.
@@ -18,11 +22,12 @@ it was computed for.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
+import shutil
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +40,7 @@ from app.run_dir import RunDir
 log = logging.getLogger(__name__)
 STORE_LIMIT = 20 * 2**30  # bytes on disk before the least recently used spaces go
 RUN_STORE = "run"  # the feature_store setting that keeps the store in the run dir
+KEYS, ROWS = ".keys.npy", ".rows.npy"
 
 
 def store_root(setting: str, run: RunDir) -> Path:
@@ -51,69 +57,121 @@ def store_root(setting: str, run: RunDir) -> Path:
 class FeatureStore:
     def __init__(self, root: Path, limit: int = STORE_LIMIT) -> None:
         self.root, self.limit = root, limit
-        self._last_read: dict[Path, tuple[tuple[int, int], np.ndarray, np.ndarray]] = {}  # by (mtime, size)
 
     def lookup(self, space: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(found [N] bool, rows [found.sum(), ...] for the found keys, in `keys`' order) from
         `space`; rows is None when the space holds none of them."""
-        with contextlib.suppress(FileNotFoundError):
-            os.utime(self._path(space))  # recently used: pruned last (before reading, so `add` finds it read)
-        stored_keys, rows = self._read(space)
-        if stored_keys is None or not len(stored_keys):
+        folder = self._folder(space)
+        if not folder.is_dir():
             return np.zeros(len(keys), bool), None
-        where = np.minimum(np.searchsorted(stored_keys, keys), len(stored_keys) - 1)
-        found = stored_keys[where] == keys
-        return found, (rows[where[found]] if found.any() else None)
+        os.utime(folder)  # recently used: pruned last
+        found, parts = np.zeros(len(keys), bool), []
+        for shard, stored in self._shards(folder):
+            where = np.minimum(np.searchsorted(stored, keys), len(stored) - 1)
+            new = ~found & (stored[where] == keys)
+            if new.any():
+                rows = _read_rows(shard, where[new])
+                if rows is None:
+                    continue
+                parts.append((np.flatnonzero(new), rows))
+                found |= new
+        if not parts:
+            return found, None
+        place = np.cumsum(found) - 1  # a found key's place among the found, in `keys`' order
+        rows = np.empty((int(found.sum()), *parts[0][1].shape[1:]), parts[0][1].dtype)
+        for at, part in parts:
+            rows[place[at]] = part
+        return found, rows
 
     def add(self, space: dict, keys: np.ndarray, rows: np.ndarray) -> None:
-        """Add rows (keyed like `lookup`'s) to `space`, keeping what it holds."""
+        """Add rows (keyed like `lookup`'s) to `space`: one new shard of the keys it lacks (the
+        first row of a key asked twice)."""
+        keys, first = np.unique(keys, return_index=True)
+        folder = self._folder(space)
+        for _, stored in self._shards(folder) if folder.is_dir() else ():
+            where = np.minimum(np.searchsorted(stored, keys), len(stored) - 1)
+            lacking = stored[where] != keys
+            keys, first = keys[lacking], first[lacking]
         if not len(keys):
             return
-        old_keys, old_rows = self._read(space)
-        if old_keys is not None:
-            keys, rows = np.concatenate([old_keys, keys]), np.concatenate([old_rows, rows])
-        unique_keys, first = np.unique(keys, return_index=True)
-        path = self._path(space)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with storage.atomic_path(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, space=json.dumps(space, sort_keys=True), keys=unique_keys, rows=rows[first])
-        self._prune(keep=path)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "space.json").exists():
+            storage.write_json_atomic(folder / "space.json", space)
+        shard = folder / f"{time.time_ns():020d}-{os.getpid()}"
+        _write_array(shard.with_name(shard.name + ROWS), np.ascontiguousarray(rows[first]))
+        _write_array(shard.with_name(shard.name + KEYS), keys.astype(np.int64))  # last: the shard is complete
+        self._prune(keep=folder)
 
-    def _read(self, space: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """The space's (keys, rows), or (None, None) when it has no file or one that cannot be read
-        (said once; its rows are computed again and the file replaced)."""
-        path = self._path(space)
-        if not path.exists():
-            return None, None
-        try:
-            stamp = (path.stat().st_mtime_ns, path.stat().st_size)
-            if path in self._last_read and self._last_read[path][0] == stamp:
-                return self._last_read[path][1:]  # read by `lookup`, again by `add`: once from disk
-            with np.load(path) as stored:
-                if json.loads(str(stored["space"])) != json.loads(json.dumps(space)):
-                    return None, None  # two spaces whose names collide: the other is replaced
-                self._last_read[path] = (stamp, stored["keys"], stored["rows"])
-                return self._last_read[path][1:]
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-            log.warning("feature store: %s cannot be read (%s); its rows are computed again", path, err)
-            return None, None
+    def _shards(self, folder: Path) -> list[tuple[Path, np.ndarray]]:
+        """(shard, its keys) of each complete shard, oldest first; a shard whose keys cannot be read
+        is said and removed (its rows are computed again)."""
+        shards = []
+        for keys_file in sorted(folder.glob("[!.]*" + KEYS)):  # not another writer's temporary file
+            shard = keys_file.with_name(keys_file.name[: -len(KEYS)])
+            try:
+                shards.append((shard, np.load(keys_file)))
+            except (OSError, ValueError, EOFError) as err:
+                _remove_broken(shard, err)
+        return [(shard, stored) for shard, stored in shards if len(stored)]
 
-    def _path(self, space: dict) -> Path:
+    def _folder(self, space: dict) -> Path:
         digest = hashlib.sha256(json.dumps(space, sort_keys=True).encode()).hexdigest()[:24]
-        return self.root / f"{space.get('kind', 'rows')}-{digest}.npz"
+        folder = self.root / f"{space.get('kind', 'rows')}-{digest}"
+        _adopt_single_file(folder.with_suffix(".npz"), folder, space)
+        return folder
 
     def _prune(self, keep: Path) -> None:
         """Remove the least recently used spaces while the store is over its limit."""
-        files = sorted(self.root.glob("*.npz"), key=lambda p: p.stat().st_mtime)
-        total = sum(p.stat().st_size for p in files)
-        for path in files:
+        spaces = sorted((p for p in self.root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        sizes = {p: sum(f.stat().st_size for f in p.iterdir()) for p in spaces}
+        total = sum(sizes.values())
+        for folder in spaces:
             if total <= self.limit:
                 break
-            if path != keep:
-                total -= path.stat().st_size
-                path.unlink(missing_ok=True)
-                log.info("feature store: removed %s (least recently used; the store keeps %d GiB)", path,
+            if folder != keep:
+                total -= sizes[folder]
+                shutil.rmtree(folder, ignore_errors=True)
+                log.info("feature store: removed %s (least recently used; the store keeps %d GiB)", folder,
                          self.limit // 2**30)  # fmt: skip
+
+
+def _write_array(path: Path, array: np.ndarray) -> None:
+    with storage.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+
+
+def _read_rows(shard: Path, at: np.ndarray) -> np.ndarray | None:
+    """Rows `at` of a shard, read from its memory-mapped file; None (said, and the shard removed)
+    when the file cannot be read."""
+    try:
+        return np.asarray(np.load(shard.with_name(shard.name + ROWS), mmap_mode="r")[at])
+    except (OSError, ValueError, EOFError, IndexError) as err:
+        _remove_broken(shard, err)
+        return None
+
+
+def _remove_broken(shard: Path, err: Exception) -> None:
+    log.warning("feature store: %s cannot be read (%s); its rows are computed again", shard, err)
+    for suffix in (KEYS, ROWS):
+        shard.with_name(shard.name + suffix).unlink(missing_ok=True)
+
+
+def _adopt_single_file(path: Path, folder: Path, space: dict) -> None:
+    """A space in the older one-file layout becomes the first shard of its folder (once)."""
+    if not path.exists():
+        return
+    try:
+        with np.load(path) as stored:
+            if json.loads(str(stored["space"])) == json.loads(json.dumps(space)):
+                keys, rows = stored["keys"], stored["rows"]
+                folder.mkdir(parents=True, exist_ok=True)
+                storage.write_json_atomic(folder / "space.json", space)
+                shard = folder / f"{0:020d}-adopted"
+                _write_array(shard.with_name(shard.name + ROWS), rows)
+                _write_array(shard.with_name(shard.name + KEYS), keys.astype(np.int64))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        log.warning("feature store: %s cannot be read (%s); its rows are computed again", path, err)
+    path.unlink(missing_ok=True)
 
 
 def weights_fingerprint(model) -> str:

@@ -1,7 +1,9 @@
-"""The feature store: rows by content key, per space; merged on add, pruned by last use."""
+"""The feature store: rows by content key, per space; added in shards, never rewritten; pruned by last use."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -35,30 +37,55 @@ def test_add_keeps_what_the_space_holds_and_the_first_row_of_a_key(tmp_path: Pat
     store.add(SPACE, np.array([2, 3], np.int64), _rows([5, 3]))  # key 2 again: the stored row stays
     found, rows = store.lookup(SPACE, np.array([1, 2, 3], np.int64))
     assert found.all() and rows.tolist() == _rows([1, 2, 3]).tolist()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []  # written whole, then renamed
+    assert list(tmp_path.rglob(".tmp*")) == []  # written whole, then renamed
 
 
-def test_a_space_written_with_the_older_seconds_per_row_field_still_reads(tmp_path: Path):
-    """Stores written before the field was dropped hold `seconds_per_row` too: their rows still count."""
+def test_an_add_writes_only_the_new_keys_and_leaves_what_is_stored_untouched(tmp_path: Path):
     store = FeatureStore(tmp_path)
-    store.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]))
-    (path,) = tmp_path.glob("*.npz")
-    with np.load(path) as stored:
-        arrays = {name: stored[name] for name in stored.files}
-    with open(path, "wb") as f:
-        np.savez(f, **arrays, seconds_per_row=np.float64(0.25))
+    store.add(SPACE, np.arange(100, dtype=np.int64), _rows(list(range(100))))
+    (first,) = _shard_files(tmp_path)
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes()) for p in first}
+    store.add(SPACE, np.arange(90, 110, dtype=np.int64), _rows(list(range(90, 110))))
+    first_again, second = _shard_files(tmp_path)
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes()) for p in first_again} == before
+    assert np.load(second[0]).tolist() == list(range(100, 110))  # the keys it lacked, and only those
+    found, rows = FeatureStore(tmp_path).lookup(SPACE, np.array([105, 3, 99], np.int64))
+    assert found.all() and rows.tolist() == _rows([105, 3, 99]).tolist()
+
+
+def test_two_runs_adding_to_one_space_both_keep_their_rows(tmp_path: Path):
+    one, other = FeatureStore(tmp_path), FeatureStore(tmp_path)
+    one.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]))
+    other.add(SPACE, np.array([3], np.int64), _rows([3]))
+    found, rows = one.lookup(SPACE, np.array([3, 1, 2], np.int64))
+    assert found.all() and rows.tolist() == _rows([3, 1, 2]).tolist()
+
+
+def _shard_files(root: Path) -> list[tuple[Path, Path]]:
+    """(keys, rows) files of each shard, oldest first."""
+    return [(k, k.with_name(k.name.replace(".keys.npy", ".rows.npy"))) for k in sorted(root.glob("*/*.keys.npy"))]
+
+
+def test_a_space_in_the_older_one_file_layout_is_read_into_shards_once(tmp_path: Path):
+    """Stores written before shards hold one npz per space (some with `seconds_per_row` too)."""
+    digest = hashlib.sha256(json.dumps(SPACE, sort_keys=True).encode()).hexdigest()[:24]
+    old = tmp_path / f"features-{digest}.npz"
+    with open(old, "wb") as f:
+        np.savez(f, space=json.dumps(SPACE, sort_keys=True), keys=np.array([1, 2], np.int64), rows=_rows([1, 2]),
+                 seconds_per_row=np.float64(0.25))  # fmt: skip
     found, rows = FeatureStore(tmp_path).lookup(SPACE, np.array([2, 3], np.int64))
     assert found.tolist() == [True, False] and rows.tolist() == _rows([2]).tolist()
+    assert not old.exists() and len(_shard_files(tmp_path)) == 1
 
 
-def test_an_unreadable_space_is_said_and_treated_as_empty_then_replaced(tmp_path: Path, caplog):
+def test_an_unreadable_shard_is_said_and_treated_as_empty_then_replaced(tmp_path: Path, caplog):
     store = FeatureStore(tmp_path)
     store.add(SPACE, np.array([1], np.int64), _rows([1]))
-    (path,) = tmp_path.glob("*.npz")
-    path.write_bytes(path.read_bytes()[:40])  # cut short, as a full disk would leave a copy made by hand
+    ((_, rows_file),) = _shard_files(tmp_path)
+    rows_file.write_bytes(rows_file.read_bytes()[:40])  # cut short, as a full disk would leave a copy made by hand
     with caplog.at_level(logging.WARNING):
         assert store.lookup(SPACE, np.array([1], np.int64))[0].tolist() == [False]
-    assert "cannot be read" in caplog.text and path.name in caplog.text
+    assert "cannot be read" in caplog.text and rows_file.name.replace(".rows.npy", "") in caplog.text
     store.add(SPACE, np.array([2], np.int64), _rows([2]))
     assert store.lookup(SPACE, np.array([1, 2], np.int64))[0].tolist() == [False, True]
 
@@ -67,10 +94,10 @@ def test_past_its_limit_the_least_recently_used_spaces_go(tmp_path: Path):
     store = FeatureStore(tmp_path, limit=3000)
     spaces = [{**SPACE, "view": view} for view in range(3)]
     for age, space in enumerate(spaces):
-        before = set(tmp_path.glob("*.npz"))
-        store.add(space, np.arange(100, dtype=np.int64), np.zeros([100, 2], np.float32))  # ~2.4 KB each
-        (path,) = set(tmp_path.glob("*.npz")) - before
-        os.utime(path, (1e9 + age, 1e9 + age))  # each used after the one before
+        before = set(tmp_path.iterdir())
+        store.add(space, np.arange(100, dtype=np.int64), np.zeros([100, 2], np.float32))  # ~2 KB each
+        (folder,) = set(tmp_path.iterdir()) - before
+        os.utime(folder, (1e9 + age, 1e9 + age))  # each used after the one before
     remaining = store.lookup(spaces[0], np.array([1], np.int64))[0], store.lookup(spaces[2], np.array([1], np.int64))[0]
     assert remaining[0].tolist() == [False] and remaining[1].tolist() == [True]  # the oldest went, the newest stays
 
