@@ -22,6 +22,7 @@ it was computed for.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -64,7 +65,8 @@ class FeatureStore:
         folder = self._folder(space)
         if not folder.is_dir():
             return np.zeros(len(keys), bool), None
-        os.utime(folder)  # recently used: pruned last
+        with contextlib.suppress(OSError):  # a store others share read-only is still read
+            os.utime(folder)  # recently used: pruned last
         found, parts = np.zeros(len(keys), bool), []
         for shard, stored in self._shards(folder):
             where = np.minimum(np.searchsorted(stored, keys), len(stored) - 1)
