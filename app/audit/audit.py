@@ -15,6 +15,7 @@ import numpy as np
 
 from app.audit import findings, report
 from app.audit.items import AuditInput, AuditItem, load_audit_input
+from app.audit.neighbours import Nearest, nearest
 from app.audit.scan import Scan, scan_images
 from app.errors import UserError
 
@@ -39,9 +40,11 @@ def _without_pretrained_features(scan: Scan) -> str | None:
     )
 
 
-def _pairs(scan: Scan, items: list[AuditItem], threshold: float, embedded: bool) -> tuple[list[dict], list[dict]]:
-    """(exact duplicate pairs, near duplicate pairs: none without `embedded` features), each
-    {a, b, similarity, kind}."""
+def _pairs(
+    scan: Scan, items: list[AuditItem], threshold: float, found: Nearest | None
+) -> tuple[list[dict], list[dict]]:
+    """(exact duplicate pairs, near duplicate pairs among the nearest `found`: none without
+    pretrained features), each {a, b, similarity, kind}."""
     item = lambda row: items[scan.indices[row]]  # noqa: E731
     exact = []
     for group in findings.exact_duplicate_groups(scan.pixel_hashes):
@@ -51,9 +54,13 @@ def _pairs(scan: Scan, items: list[AuditItem], threshold: float, embedded: bool)
         ]
     near = [
         {"a": _image(item(i)), "b": _image(item(j)), "similarity": round(s, 4), "kind": "near"}
-        for i, j, s in (findings.near_duplicate_pairs(scan.embeddings, threshold) if embedded else [])
+        for i, j, s in (findings.near_duplicate_pairs(scan.embeddings, threshold, found) if found else [])
         if scan.pixel_hashes[i] != scan.pixel_hashes[j]
     ]  # identical pixels are listed as exact
+    if len(near) > len(scan.indices):
+        log.warning("WARNING: %d near-duplicate pairs among %d images: to this backbone most of these images look "
+                    "alike at cosine %g; --near-threshold higher lists the ones that are copies", len(near),
+                    len(scan.indices), threshold)  # fmt: skip
     return exact, near
 
 
@@ -126,15 +133,15 @@ def audit(
     not_looked_for = _without_pretrained_features(scan)
     if not_looked_for:
         log.warning("WARNING: %s", not_looked_for)
-    exact, near = _pairs(scan, audit_input.items, near_threshold, embedded=not not_looked_for)
+    found = None if not_looked_for else nearest(scan.embeddings, findings.NEAR_CANDIDATES)  # once, for both finders
+    exact, near = _pairs(scan, audit_input.items, near_threshold, found)
     leaks = [p for p in exact + near if p["a"]["split"] != p["b"]["split"]]
     mislabels, ranking = ([], []) if not_looked_for else _label_issues(scan, audit_input)
     # features of random weights put every photo near every other: no photo is far from the rest
-    similarity = np.ones(len(scan.indices)) if not_looked_for else findings.neighbour_similarity(scan.embeddings)
+    similarity = findings.neighbour_similarity(scan.embeddings, found=found) if found else np.ones(len(scan.indices))
     odd = findings.outliers(
         similarity, findings.PixelStats(scan.heights, scan.widths, scan.pixel_std, scan.detail, scan.flat_share)
     )
-    thumbnails = {audit_input.items[i].name: thumb for i, thumb in zip(scan.indices, scan.thumbnails)}
     return {
         "data": str(audit_input.root),
         "images": len(audit_input.items),
@@ -155,7 +162,7 @@ def audit(
         ],
         "unreadable": audit_input.unreadable,
         "label_ranking": ranking,
-        "thumbnails": thumbnails,
+        "thumbnails": {audit_input.items[i].name: thumb for i, thumb in zip(scan.indices, scan.thumbnails)},
     }
 
 

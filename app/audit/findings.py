@@ -11,9 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.audit.neighbours import Nearest, nearest
+
 NEAR_DUPLICATE_SIMILARITY = 0.85  # cosine similarity of backbone embeddings; chosen on python -m benchmarks.audit
 OUTLIER_MAD = 4.0  # an image is an outlier when its neighbour similarity is this many MADs below the median
 NEIGHBOURS = 5
+NEAR_CANDIDATES = 32  # a photo's nearest neighbours searched for its near duplicates
 TINY_SIDE = 32
 EXTREME_ASPECT = 4.0
 NEAR_CONSTANT_STD = 4.0  # pixel standard deviation (0..255) below which an image is blank
@@ -30,37 +33,30 @@ def exact_duplicate_groups(pixel_hashes: list[str]) -> list[list[int]]:
 
 
 def near_duplicate_pairs(
-    embeddings: np.ndarray, threshold: float = NEAR_DUPLICATE_SIMILARITY, block_bytes: int = 2**27
+    embeddings: np.ndarray, threshold: float = NEAR_DUPLICATE_SIMILARITY, found: Nearest | None = None
 ) -> list[tuple[int, int, float]]:
-    """(i, j, similarity) with i < j and cosine similarity >= threshold, from blocked matrix
-    products of the L2-normalised embeddings: O(n^2 d) arithmetic in BLAS, O(block x n) memory.
-    About a minute for 50,000 images on 2 cores; beyond a few hundred thousand an approximate
-    nearest-neighbour index (FAISS, ScaNN) is the tool."""
-    n = len(embeddings)
-    rows_per_block = max(1, block_bytes // (4 * max(n, 1)))
-    pairs = []
-    for start in range(0, n, rows_per_block):
-        block = embeddings[start : start + rows_per_block] @ embeddings.T
-        i, j = np.nonzero(block >= threshold)
-        keep = j > i + start
-        pairs += [(int(a + start), int(b), float(block[a, b])) for a, b in zip(i[keep], j[keep])]
-    return sorted(pairs, key=lambda p: -p[2])
+    """(i, j, similarity) with i < j and cosine similarity >= threshold, among each row's
+    NEAR_CANDIDATES nearest (`found`, else app.audit.neighbours.nearest), most similar first: at most
+    NEAR_CANDIDATES pairs a photo, so a set whose photos all look alike to the backbone lists its
+    closest pairs, not a number of pairs that grows with the square of its size."""
+    ids, sims = found or nearest(embeddings, NEAR_CANDIDATES)
+    rows, cols = np.nonzero(sims >= threshold)
+    found = {
+        (min(i, j), max(i, j)): s for i, j, s in zip(rows.tolist(), ids[rows, cols].tolist(), sims[rows, cols].tolist())
+    }
+    return sorted(((i, j, s) for (i, j), s in found.items()), key=lambda p: (-p[2], p[0], p[1]))
 
 
-def neighbour_similarity(embeddings: np.ndarray, k: int = NEIGHBOURS, block_bytes: int = 2**27) -> np.ndarray:
-    """Mean cosine similarity of each row to its k nearest other rows (exact copies excluded, so
-    a duplicated outlier is still one)."""
+def neighbour_similarity(embeddings: np.ndarray, k: int = NEIGHBOURS, found: Nearest | None = None) -> np.ndarray:
+    """Mean cosine similarity of each row to its k nearest other rows among its NEAR_CANDIDATES
+    nearest, exact copies excluded (so a duplicated outlier is still one)."""
     n = len(embeddings)
     k = min(k, n - 1)
-    scores = np.zeros(n, np.float32)
     if k < 1:
-        return scores
-    rows_per_block = max(1, block_bytes // (4 * n))
-    for start in range(0, n, rows_per_block):
-        block = embeddings[start : start + rows_per_block] @ embeddings.T
-        block[block > 0.9999] = -1.0  # itself and identical copies
-        scores[start : start + len(block)] = np.sort(np.partition(block, n - k, axis=1)[:, n - k :], axis=1).mean(1)
-    return scores
+        return np.zeros(n, np.float32)
+    _, sims = found or nearest(embeddings, max(NEAR_CANDIDATES, k))
+    sims = -np.sort(-np.where(sims > 0.9999, -1.0, sims), axis=1)  # copies last
+    return sims[:, :k].mean(1).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,18 @@ def test_bad_input_fails_with_one_line_errors(tmp_path: Path):
         audit(tmp_path, tmp_path / "report", weights="none", near_threshold=1.5)
 
 
+def test_a_threshold_under_what_the_backbone_gives_unlike_photos_is_said(
+    pretrained_weights, dirty_folder: Path, tmp_path: Path, caplog
+):
+    caplog.set_level(logging.WARNING)
+    result = audit(
+        dirty_folder, tmp_path / "report", weights=str(pretrained_weights), image_size=96, near_threshold=0.05
+    )
+    assert len(result["near_duplicates"]) > result["readable"]  # each photo's nearest, not every pair
+    assert len(result["near_duplicates"]) < result["readable"] * (result["readable"] - 1) // 2
+    assert "near-duplicate pairs among" in caplog.text and "--near-threshold higher" in caplog.text
+
+
 def test_pretrained_embeddings_place_a_smaller_recompressed_copy_nearest_its_original(
     pretrained_weights, demo_images: Path, tmp_path: Path
 ):

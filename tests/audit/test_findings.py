@@ -17,7 +17,7 @@ def test_exact_duplicates_group_identical_pixel_hashes():
     assert findings.exact_duplicate_groups(["a", "b"]) == []
 
 
-def test_near_duplicate_pairs_match_brute_force_whatever_the_block_size():
+def test_near_duplicate_pairs_match_brute_force():
     rng = np.random.default_rng(0)
     base = _unit(rng.normal(size=(40, 16)))
     copies = _unit(base[[3, 17, 29]] + 0.05 * rng.normal(size=(3, 16)))  # three near copies
@@ -25,12 +25,20 @@ def test_near_duplicate_pairs_match_brute_force_whatever_the_block_size():
     similarity = embeddings @ embeddings.T
     expected = {(i, j) for i in range(43) for j in range(i + 1, 43) if similarity[i, j] >= 0.9}
     assert {(3, 40), (17, 41), (29, 42)} <= expected
-    for block_bytes in (4 * 43, 4 * 43 * 5, 2**27):  # one row per block, 5 rows, everything at once
-        pairs = findings.near_duplicate_pairs(embeddings, 0.9, block_bytes=block_bytes)
-        assert {(i, j) for i, j, _ in pairs} == expected
-        assert all(i < j for i, j, _ in pairs) and [s for *_, s in pairs] == sorted(
-            (s for *_, s in pairs), reverse=True
-        )
+    pairs = findings.near_duplicate_pairs(embeddings, 0.9)
+    assert {(i, j) for i, j, _ in pairs} == expected
+    assert all(i < j for i, j, _ in pairs) and [s for *_, s in pairs] == sorted((s for *_, s in pairs), reverse=True)
+
+
+def test_a_set_whose_photos_all_look_alike_lists_each_photo_s_closest_pairs_not_every_pair():
+    rng = np.random.default_rng(2)
+    alike = _unit(1.0 + 0.01 * rng.normal(size=(300, 8)))  # every pair is over the threshold
+    pairs = findings.near_duplicate_pairs(alike, 0.9)
+    assert len(pairs) <= 300 * findings.NEAR_CANDIDATES < 300 * 299 // 2
+    similarity = alike @ alike.T
+    np.fill_diagonal(similarity, -np.inf)
+    nearest_of_0 = set(np.argsort(-similarity[0])[: findings.NEAR_CANDIDATES].tolist())
+    assert nearest_of_0 <= {j for i, j, _ in pairs if i == 0} | {i for i, j, _ in pairs if j == 0}
 
 
 def test_neighbour_similarity_is_the_mean_of_the_k_nearest_others():
@@ -39,9 +47,9 @@ def test_neighbour_similarity_is_the_mean_of_the_k_nearest_others():
     similarity = embeddings @ embeddings.T
     np.fill_diagonal(similarity, -np.inf)
     expected = np.sort(similarity, axis=1)[:, -3:].mean(1)
-    np.testing.assert_allclose(
-        findings.neighbour_similarity(embeddings, k=3, block_bytes=4 * 12 * 5), expected, rtol=1e-5
-    )
+    np.testing.assert_allclose(findings.neighbour_similarity(embeddings, k=3), expected, rtol=1e-5)
+    with_a_copy = np.concatenate([embeddings, embeddings[:1]])  # row 0's copy is not its neighbour
+    np.testing.assert_allclose(findings.neighbour_similarity(with_a_copy, k=3)[0], expected[0], rtol=1e-5)
 
 
 def test_outliers_flag_the_image_far_from_a_cluster_and_the_cheap_checks():
