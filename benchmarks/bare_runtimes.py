@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -33,6 +31,7 @@ from app.export import layout
 from app.export.file_runners import ONNXModel, OpenVINOModel, host_precisions
 from app.inference.runtime_choice import cpu_name
 from app.table import format_table
+from benchmarks.common import alternated_ms_per_photo
 
 BASELINE = "onnxruntime float32"
 
@@ -89,14 +88,7 @@ def timed(runs: dict[str, object], images: np.ndarray, batch: int, rounds: int) 
     batches = [images[i : i + batch] for i in range(0, len(images) - batch + 1, batch)]
     for run in runs.values():  # warm: the first calls allocate and pick kernels
         run(batches[0])
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            for b in batches:
-                run(b)
-            times[name].append((time.perf_counter() - start) * 1000 / (len(batches) * batch))
-    return {name: statistics.median(t) for name, t in times.items()}
+    return alternated_ms_per_photo(runs, batches, rounds)
 
 
 def cpu_extensions() -> str:

@@ -1,12 +1,14 @@
 """What several benchmarks share: config variants from the command line, subsets of a split
-photo folder, a timed phase 1, and where the scripts are."""
+photo folder, a timed phase 1, calls timed in alternation, and where the scripts are."""
 
 from __future__ import annotations
 
 import contextlib
 import random
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from app.config import TrainConfig
@@ -64,3 +66,17 @@ def timed_phase1(cfg: TrainConfig) -> tuple[float, object]:
     with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the JSON result
         result = run_phase1(ctx)
     return time.perf_counter() - start, (ctx, result)
+
+
+def alternated_ms_per_photo(runs: dict[str, Callable], batches: list, rounds: int) -> dict[str, float]:
+    """Median ms per photo of each call over `batches`, the calls alternating within each round
+    (A B C A B C ...) so the machine's drift falls on all of them."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    photos = sum(len(b) for b in batches)
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            for b in batches:
+                run(b)
+            times[name].append((time.perf_counter() - start) * 1000 / photos)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +23,7 @@ import numpy as np
 from app.cli import run_cli
 from app.inference.runtime_choice import cpu_name
 from app.table import format_table
+from benchmarks.common import alternated_ms_per_photo
 
 WEIGHTS = {
     "mobilenet_v2": "weights/mobilenet_v2_1.0_no_top.weights.h5",
@@ -70,21 +69,15 @@ def measure(runs: dict[str, object], images: np.ndarray, batch: int, rounds: int
 
     batches = [images[i : i + batch] for i in range(0, len(images) - batch + 1, batch)]
     reference = np.concatenate([runs["tensorflow float32"](b) for b in batches])
-    times = {name: [] for name in runs}
     outputs = {}
     for name, run in runs.items():  # a first, untimed pass: traced or compiled, caches warm
         outputs[name] = np.concatenate([run(b) for b in batches])
-    for _ in range(rounds):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            for b in batches:
-                run(b)
-            times[name].append((time.perf_counter() - start) * 1000 / (len(batches) * batch))
-    base = statistics.median(times["tensorflow float32"])
+    times = alternated_ms_per_photo(runs, batches, rounds)
+    base = times["tensorflow float32"]
     result = {}
     for name in runs:
         cos = host_forward._cosines(outputs[name], reference)
-        ms = statistics.median(times[name])
+        ms = times[name]
         result[name] = {
             "ms_per_photo": round(ms, 3),
             "x_tensorflow": round(base / ms, 2),
