@@ -123,17 +123,21 @@ class FeatureStore:
         return folder
 
     def _prune(self, keep: Path) -> None:
-        """Remove the least recently used spaces while the store is over its limit."""
-        spaces = sorted((p for p in self.root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-        sizes = {p: sum(f.stat().st_size for f in p.iterdir()) for p in spaces}
+        """Remove the least recently used spaces (folders, or files of the older layout not read
+        since) while the store is over its limit."""
+        spaces = sorted(self.root.iterdir(), key=lambda p: p.stat().st_mtime)
+        sizes = {p: sum(f.stat().st_size for f in p.iterdir()) if p.is_dir() else p.stat().st_size for p in spaces}
         total = sum(sizes.values())
-        for folder in spaces:
+        for space in spaces:
             if total <= self.limit:
                 break
-            if folder != keep:
-                total -= sizes[folder]
-                shutil.rmtree(folder, ignore_errors=True)
-                log.info("feature store: removed %s (least recently used; the store keeps %d GiB)", folder,
+            if space != keep:
+                total -= sizes[space]
+                if space.is_dir():
+                    shutil.rmtree(space, ignore_errors=True)
+                else:
+                    space.unlink(missing_ok=True)
+                log.info("feature store: removed %s (least recently used; the store keeps %d GiB)", space,
                          self.limit // 2**30)  # fmt: skip
 
 

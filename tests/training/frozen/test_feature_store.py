@@ -111,3 +111,12 @@ def test_the_store_is_the_users_cache_unless_set(tmp_path: Path, monkeypatch: py
     assert store_root("auto", run) == tmp_path / "xdg" / "photoclf" / "features"
     assert store_root("run", run) == run.feature_store
     assert store_root(str(tmp_path / "there"), run) == tmp_path / "there"
+
+
+def test_files_of_the_older_layout_count_against_the_limit_and_go_first_when_unused(tmp_path: Path):
+    old = tmp_path / "features-000000000000000000000000.npz"  # a space no run has read since
+    old.write_bytes(b"x" * 2000)
+    os.utime(old, (1e9, 1e9))
+    store = FeatureStore(tmp_path, limit=3000)
+    store.add(SPACE, np.arange(100, dtype=np.int64), np.zeros([100, 2], np.float32))  # ~2 KB
+    assert not old.exists() and store.lookup(SPACE, np.array([1], np.int64))[0].tolist() == [True]
