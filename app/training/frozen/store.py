@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import zipfile
@@ -125,7 +126,7 @@ class FeatureStore:
     def _prune(self, keep: Path) -> None:
         """Remove the least recently used spaces (folders, or files of the older layout not read
         since) while the store is over its limit."""
-        spaces = sorted(self.root.iterdir(), key=lambda p: p.stat().st_mtime)
+        spaces = sorted((p for p in self.root.iterdir() if _is_space(p)), key=lambda p: p.stat().st_mtime)
         sizes = {p: sum(f.stat().st_size for f in p.iterdir()) if p.is_dir() else p.stat().st_size for p in spaces}
         total = sum(sizes.values())
         for space in spaces:
@@ -139,6 +140,14 @@ class FeatureStore:
                     space.unlink(missing_ok=True)
                 log.info("feature store: removed %s (least recently used; the store keeps %d GiB)", space,
                          self.limit // 2**30)  # fmt: skip
+
+
+def _is_space(path: Path) -> bool:
+    """A space's folder, or a space's file of the older layout: nothing else in the folder (a
+    user may point `feature_store` at one that holds other files) is ever removed."""
+    if path.is_dir():
+        return (path / "space.json").is_file()
+    return path.suffix == ".npz" and re.fullmatch(r"[a-z_]+-[0-9a-f]{24}", path.stem) is not None
 
 
 def _write_array(path: Path, array: np.ndarray) -> None:

@@ -120,3 +120,14 @@ def test_files_of_the_older_layout_count_against_the_limit_and_go_first_when_unu
     store = FeatureStore(tmp_path, limit=3000)
     store.add(SPACE, np.arange(100, dtype=np.int64), np.zeros([100, 2], np.float32))  # ~2 KB
     assert not old.exists() and store.lookup(SPACE, np.array([1], np.int64))[0].tolist() == [True]
+
+
+def test_pruning_never_touches_what_is_not_the_stores(tmp_path: Path):
+    mine = tmp_path / "my-notes.npz", tmp_path / "photos"
+    mine[0].write_bytes(b"x" * 5000)
+    (mine[1] / "a.jpg").parent.mkdir()
+    (mine[1] / "a.jpg").write_bytes(b"y" * 5000)
+    for path in (*mine, mine[1] / "a.jpg"):
+        os.utime(path, (1e9, 1e9))
+    FeatureStore(tmp_path, limit=3000).add(SPACE, np.arange(100, dtype=np.int64), np.zeros([100, 2], np.float32))
+    assert mine[0].read_bytes() == b"x" * 5000 and (mine[1] / "a.jpg").read_bytes() == b"y" * 5000
