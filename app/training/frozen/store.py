@@ -70,8 +70,8 @@ class FeatureStore:
             os.utime(folder)  # recently used: pruned last
         found, parts = np.zeros(len(keys), bool), []
         for shard, stored in self._shards(folder):
-            where = np.minimum(np.searchsorted(stored, keys), len(stored) - 1)
-            new = ~found & (stored[where] == keys)
+            where, held = _held(stored, keys)
+            new = ~found & held
             if new.any():
                 rows = _read_rows(shard, where[new])
                 if rows is None:
@@ -92,17 +92,14 @@ class FeatureStore:
         keys, first = np.unique(keys, return_index=True)
         folder = self._folder(space)
         for _, stored in self._shards(folder) if folder.is_dir() else ():
-            where = np.minimum(np.searchsorted(stored, keys), len(stored) - 1)
-            lacking = stored[where] != keys
+            lacking = ~_held(stored, keys)[1]
             keys, first = keys[lacking], first[lacking]
         if not len(keys):
             return
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "space.json").exists():
             storage.write_json_atomic(folder / "space.json", space)
-        shard = folder / f"{time.time_ns():020d}-{os.getpid()}"
-        _write_array(shard.with_name(shard.name + ROWS), np.ascontiguousarray(rows[first]))
-        _write_array(shard.with_name(shard.name + KEYS), keys.astype(np.int64))  # last: the shard is complete
+        _write_shard(folder / f"{time.time_ns():020d}-{os.getpid()}", keys, rows[first])
         self._prune(keep=folder)
 
     def _shards(self, folder: Path) -> list[tuple[Path, np.ndarray]]:
@@ -150,9 +147,17 @@ def _is_space(path: Path) -> bool:
     return path.suffix == ".npz" and re.fullmatch(r"[a-z_]+-[0-9a-f]{24}", path.stem) is not None
 
 
-def _write_array(path: Path, array: np.ndarray) -> None:
-    with storage.atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, array)
+def _held(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each key would sit in the sorted `stored`, whether it is there)."""
+    where = np.minimum(np.searchsorted(stored, keys), len(stored) - 1)
+    return where, stored[where] == keys
+
+
+def _write_shard(shard: Path, keys: np.ndarray, rows: np.ndarray) -> None:
+    """The rows, then the keys: a shard counts once its keys file is there, so it is whole."""
+    for suffix, array in ((ROWS, np.ascontiguousarray(rows)), (KEYS, keys.astype(np.int64))):
+        with storage.atomic_path(shard.with_name(shard.name + suffix)) as tmp, open(tmp, "wb") as f:
+            np.save(f, array)
 
 
 def _read_rows(shard: Path, at: np.ndarray) -> np.ndarray | None:
@@ -181,9 +186,7 @@ def _adopt_single_file(path: Path, folder: Path, space: dict) -> None:
                 keys, rows = stored["keys"], stored["rows"]
                 folder.mkdir(parents=True, exist_ok=True)
                 storage.write_json_atomic(folder / "space.json", space)
-                shard = folder / f"{0:020d}-adopted"
-                _write_array(shard.with_name(shard.name + ROWS), rows)
-                _write_array(shard.with_name(shard.name + KEYS), keys.astype(np.int64))
+                _write_shard(folder / f"{0:020d}-adopted", keys, rows)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         log.warning("feature store: %s cannot be read (%s); its rows are computed again", path, err)
     path.unlink(missing_ok=True)
