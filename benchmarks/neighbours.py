@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from app.audit import neighbours
-from app.audit.findings import NEAR_DUPLICATE_SIMILARITY
+from app.audit.findings import NEAR_DUPLICATE_SIMILARITY, near_duplicate_pairs
 from app.audit.neighbours import exact_nearest, without_self
 from app.cli import run_cli
 from app.inference.runtime_choice import cpu_name
@@ -91,19 +91,18 @@ def grown(rows: np.ndarray, size: int, seed: int = 0) -> np.ndarray:
     return np.concatenate([rows, copies])
 
 
-def _pairs(ids: np.ndarray, sims: np.ndarray, threshold: float) -> set[tuple[int, int]]:
-    """The (i, j) pairs, i < j, among the neighbours found, at or over the threshold."""
-    rows, cols = np.nonzero(sims >= threshold)
-    firsts, seconds = np.minimum(rows, ids[rows, cols]), np.maximum(rows, ids[rows, cols])
-    return set(zip(firsts.tolist(), seconds.tolist()))
+def _pairs(found: tuple[np.ndarray, np.ndarray], threshold: float) -> set[tuple[int, int]]:
+    """The (i, j) pairs, i < j, among the neighbours found, at or over the threshold, as the
+    audit's near-duplicate finder takes them."""
+    return {(i, j) for i, j, _ in near_duplicate_pairs(found[0], threshold, found)}
 
 
 def scored(exact: tuple[np.ndarray, np.ndarray], found: tuple[np.ndarray, np.ndarray], threshold: float) -> dict:
     """Recall of the k nearest and of the pairs over `threshold`; the worst outlier-score error."""
     (e_ids, e_sims), (f_ids, f_sims) = exact, found
     knn = np.mean([len(np.intersect1d(a, b)) / len(a) for a, b in zip(e_ids, f_ids)])
-    wanted = _pairs(e_ids, e_sims, threshold)
-    pair_recall = len(wanted & _pairs(f_ids, f_sims, threshold)) / len(wanted) if wanted else 1.0
+    wanted = _pairs(exact, threshold)
+    pair_recall = len(wanted & _pairs(found, threshold)) / len(wanted) if wanted else 1.0
     score_error = float(np.abs(e_sims[:, :5].mean(1) - f_sims[:, :5].mean(1)).max())
     return {"knn_recall": round(float(knn), 4), "pair_recall": round(pair_recall, 4), "pairs": len(wanted),
             "score_error": round(score_error, 4)}  # fmt: skip

@@ -41,10 +41,10 @@ def near_duplicate_pairs(
     closest pairs, not a number of pairs that grows with the square of its size."""
     ids, sims = found or nearest(embeddings, NEAR_CANDIDATES)
     rows, cols = np.nonzero(sims >= threshold)
-    found = {
+    pairs = {
         (min(i, j), max(i, j)): s for i, j, s in zip(rows.tolist(), ids[rows, cols].tolist(), sims[rows, cols].tolist())
     }
-    return sorted(((i, j, s) for (i, j), s in found.items()), key=lambda p: (-p[2], p[0], p[1]))
+    return sorted(((i, j, s) for (i, j), s in pairs.items()), key=lambda p: (-p[2], p[0], p[1]))
 
 
 def neighbour_similarity(embeddings: np.ndarray, k: int = NEIGHBOURS, found: Nearest | None = None) -> np.ndarray:
