@@ -55,7 +55,7 @@ def convert(forward: FrozenForward) -> bytes:
     return proto.SerializeToString()
 
 
-def write_onnx(forward: FrozenForward, version: Path, image_size: int, data_dir: str | None, tta: str) -> dict:
+def write_onnx(forward: FrozenForward, version: Path, reference: parity.Reference) -> dict:
     """Write the ONNX file into the (staged) version folder and check it → metadata["onnx"].
     Without tf2onnx and onnxruntime nothing is written, and it says why."""
     missing = onnx_available()
@@ -65,6 +65,6 @@ def write_onnx(forward: FrozenForward, version: Path, image_size: int, data_dir:
     path = layout.onnx_model_path(version)
     path.parent.mkdir(parents=True, exist_ok=True)
     storage.write_bytes_atomic(path, model)
-    report = parity.checked(ONNXModel(model), version, data_dir, image_size, "float32", tta)
+    report = reference.check(ONNXModel(model), "float32")
     return {"onnx": {"file": str(path.relative_to(version)), "input": "image: float32 [N, S, S, 3], 0..255",
                      "float32": report}}  # fmt: skip

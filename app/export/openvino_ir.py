@@ -32,7 +32,7 @@ def convert(forward: FrozenForward) -> object:
     return model
 
 
-def write_openvino(forward: FrozenForward, version: Path, image_size: int, data_dir: str | None, tta: str) -> dict:
+def write_openvino(forward: FrozenForward, version: Path, reference: parity.Reference) -> dict:
     """Write the IR into the (staged) version folder and check each precision this host runs →
     metadata["openvino"]. Without the openvino package nothing is written, and it says why."""
     precisions = host_precisions()
@@ -44,5 +44,5 @@ def write_openvino(forward: FrozenForward, version: Path, image_size: int, data_
     path = layout.openvino_model_path(version)
     path.parent.mkdir(parents=True, exist_ok=True)
     openvino.save_model(model, str(path), compress_to_fp16=False)
-    checks = {p: parity.checked(OpenVINOModel(model, p), version, data_dir, image_size, p, tta) for p in precisions}
+    checks = {p: reference.check(OpenVINOModel(model, p), p) for p in precisions}
     return {"openvino": {"file": str(path.relative_to(version)), **checks}}

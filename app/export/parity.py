@@ -6,7 +6,7 @@ check failed or is missing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,73 +44,127 @@ def _correct(probabilities: np.ndarray, labels: np.ndarray) -> int:
     return int((probabilities.argmax(-1) == labels).sum())
 
 
+class _Tally:
+    """One file's answers against the SavedModel's, batch by batch."""
+
+    def __init__(self, threshold: float | None) -> None:
+        self.threshold = threshold
+        self.agree = self.agree_unknown = self.correct_file = self.correct_saved = self.total = 0
+        self.max_diff = self.max_ood_diff = 0.0
+
+    def add(self, saved: dict[str, np.ndarray], answered: dict[str, np.ndarray], labels: np.ndarray) -> None:
+        if "ood_score" in saved and "ood_score" in answered:
+            self.max_ood_diff = max(self.max_ood_diff, float(np.abs(saved["ood_score"] - answered["ood_score"]).max()))
+            if self.threshold is not None:
+                unknown = (saved["ood_score"] > self.threshold) == (answered["ood_score"] > self.threshold)
+                self.agree_unknown += int(unknown.sum())
+        probabilities, file_probabilities = saved["probabilities"], answered["probabilities"]
+        self.max_diff = max(self.max_diff, float(np.abs(probabilities - file_probabilities).max()))
+        self.agree += int((probabilities.argmax(-1) == file_probabilities.argmax(-1)).sum())
+        self.correct_saved += _correct(probabilities, labels)
+        self.correct_file += _correct(file_probabilities, labels)
+        self.total += len(labels)
+
+    def report(self, precision: str) -> dict:
+        total = max(self.total, 1)
+        agreement = self.agree / total
+        unknown = self.agree_unknown / total if self.threshold is not None else None
+        passed = (
+            self.total > 0
+            and agreement >= REQUIRED_AGREEMENT[precision]
+            and (unknown is None or unknown >= REQUIRED_AGREEMENT[precision])
+            and (precision != "float32" or self.max_diff <= FLOAT32_MAX_ABS_DIFF)
+        )
+        return {
+            "images": self.total,
+            "top1_agreement": agreement,
+            "max_abs_diff": self.max_diff,
+            "max_abs_diff_ood_score": self.max_ood_diff,
+            **({"unknown_agreement": unknown} if unknown is not None else {}),
+            "passed": passed,
+            "required_agreement": REQUIRED_AGREEMENT[precision],
+            "accuracy": self.correct_file / total,
+            "saved_model_accuracy": self.correct_saved / total,
+        }
+
+
+# A val batch: (images [N, S, S, 3] uint8, side vectors or None, labels), and the SavedModel's answers
+Batch = tuple[tuple[np.ndarray, np.ndarray | None, np.ndarray], dict[str, np.ndarray]]
+
+
+class Reference:
+    """The SavedModel's answers on the validation split, worked out once for every file an export
+    checks against it (LiteRT, OpenVINO in each precision, ONNX): one load, one pass of the
+    SavedModel. The float32 sample is kept whole; of the whole split only the answers are kept,
+    and its images are decoded again for each file, so memory stays flat in the split's size."""
+
+    def __init__(self, saved_model_dir: Path, data_dir: str | None, image_size: int, tta: str = "none") -> None:
+        self.saved_model_dir, self.data_dir, self.image_size, self.tta = saved_model_dir, data_dir, image_size, tta
+        self._predict: Callable | None = None
+        self._sample: list[Batch] | None = None
+        self._answers: list[dict[str, np.ndarray]] | None = None
+
+    def check(self, model: HostModel, precision: str) -> dict:
+        """`report`, or a failed check saying why there was nothing to check against."""
+        try:
+            if not self.data_dir:
+                raise UserError("the run has no data folder")
+            return self.report(model, precision)
+        except UserError as err:
+            return {"passed": False, "missing": f"no validation data to check against: {err}"}
+
+    def report(self, model: HostModel, precision: str) -> dict:
+        """Top-1 agreement, largest probability difference and both accuracies on the val split, or
+        on its first PARITY_IMAGES[precision] (with the export's TTA applied around `model`, as its
+        runtime applies it); for an export with "none of these", how often the file's unknown agrees
+        with the SavedModel's too: a score can drift where the probabilities do not."""
+        tally = _Tally(unknown_threshold(layout.read_metadata(self.saved_model_dir)))
+        for (images, side, labels), saved in self._batches(PARITY_IMAGES[precision]):
+            tally.add(saved, with_tta(lambda x, side=side: model(x, side), images, self.tta), labels)
+        return tally.report(precision)
+
+    def _batches(self, limit: int | None) -> Iterator[Batch]:
+        if limit is not None:
+            if self._sample is None:
+                self._sample = [(batch, self._saved(batch)) for batch in _val_batches(self._split(), limit)]
+            yield from self._sample
+            return
+        answers = self._answers if self._answers is not None else []
+        for i, batch in enumerate(_val_batches(self._split(), None)):
+            if i == len(answers):
+                answers.append(self._saved(batch))
+            yield batch, answers[i]
+        self._answers = answers
+
+    def _split(self) -> tf.data.Dataset:
+        return make_eval_dataset(self.data_dir, split="val", image_size=self.image_size, batch_size=32)
+
+    def _saved(self, batch: tuple[np.ndarray, np.ndarray | None, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._predict is None:
+            self._predict = tf.saved_model.load(str(self.saved_model_dir)).signatures["predict_images"]
+        images, side, _ = batch
+        outputs = self._predict(images=tf.cast(images, tf.float32), **({"side": side} if side is not None else {}))
+        return {name: value.numpy() for name, value in outputs.items() if name in ("probabilities", "ood_score")}
+
+
 def parity_report(
     model: HostModel, saved_model_dir: Path, data_dir: str, image_size: int, precision: str, tta: str = "none"
 ) -> dict:
-    """Top-1 agreement, largest probability difference and both accuracies on the val split, or
-    on its first PARITY_IMAGES[precision] (with the export's TTA applied around `model`, as its
-    runtime applies it); for an export with "none of these", how often the file's unknown agrees
-    with the SavedModel's too: a score can drift where the probabilities do not."""
-    predict = tf.saved_model.load(str(saved_model_dir)).signatures["predict_images"]
-    threshold = unknown_threshold(layout.read_metadata(saved_model_dir))
-    agree = agree_unknown = correct_file = correct_saved = total = 0
-    max_diff = max_ood_diff = 0.0
-    for inputs, labels in _val_batches(data_dir, image_size, PARITY_IMAGES[precision]):
+    """One file's check against the SavedModel (`Reference.report`)."""
+    return Reference(saved_model_dir, data_dir, image_size, tta).report(model, precision)
+
+
+def _val_batches(
+    batches: tf.data.Dataset, limit: int | None
+) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
+    """The val split as numpy (images, side or None, labels); a sample is decoded up front, so
+    that the file's threads do not share the cores with tf.data's decoding (which made the
+    check's time bimodal)."""
+    if limit is not None:
+        batches = list(batches.unbatch().take(limit).batch(32))
+    for inputs, labels in batches:
         images, side = (inputs["image"], inputs["side"]) if isinstance(inputs, dict) else (inputs, None)
-        saved_outputs = predict(images=tf.cast(images, tf.float32), **({"side": side} if side is not None else {}))
-        saved = saved_outputs["probabilities"].numpy()
-        side_values = None if side is None else side.numpy()
-        file_outputs = with_tta(lambda x, side_values=side_values: model(x, side_values), images.numpy(), tta)
-        answered = file_outputs["probabilities"]
-        if "ood_score" in saved_outputs and "ood_score" in file_outputs:
-            saved_score = saved_outputs["ood_score"].numpy()
-            max_ood_diff = max(max_ood_diff, float(np.abs(saved_score - file_outputs["ood_score"]).max()))
-            if threshold is not None:
-                agree_unknown += int(((saved_score > threshold) == (file_outputs["ood_score"] > threshold)).sum())
-        labels = labels.numpy()
-        max_diff = max(max_diff, float(np.abs(saved - answered).max()))
-        agree += int((saved.argmax(-1) == answered.argmax(-1)).sum())
-        correct_saved += _correct(saved, labels)
-        correct_file += _correct(answered, labels)
-        total += len(labels)
-    agreement = agree / max(total, 1)
-    unknown = agree_unknown / max(total, 1) if threshold is not None else None
-    passed = (
-        total > 0
-        and agreement >= REQUIRED_AGREEMENT[precision]
-        and (unknown is None or unknown >= REQUIRED_AGREEMENT[precision])
-        and (precision != "float32" or max_diff <= FLOAT32_MAX_ABS_DIFF)
-    )
-    return {
-        "images": total,
-        "top1_agreement": agreement,
-        "max_abs_diff": max_diff,
-        "max_abs_diff_ood_score": max_ood_diff,
-        **({"unknown_agreement": unknown} if unknown is not None else {}),
-        "passed": passed,
-        "required_agreement": REQUIRED_AGREEMENT[precision],
-        "accuracy": correct_file / max(total, 1),
-        "saved_model_accuracy": correct_saved / max(total, 1),
-    }
-
-
-def _val_batches(data_dir: str, image_size: int, limit: int | None):
-    """The val split in batches of 32; a sample is decoded up front, so that the file's threads
-    do not share the cores with tf.data's decoding (which made the check's time bimodal)."""
-    batches = make_eval_dataset(data_dir, split="val", image_size=image_size, batch_size=32)
-    return batches if limit is None else list(batches.unbatch().take(limit).batch(32))
-
-
-def checked(
-    model: HostModel, saved_model_dir: Path, data_dir: str | None, image_size: int, precision: str, tta: str = "none"
-) -> dict:
-    """`parity_report`, or a failed check saying why there was nothing to check against."""
-    try:
-        if not data_dir:
-            raise UserError("the run has no data folder")
-        return parity_report(model, saved_model_dir, data_dir, image_size, precision, tta)
-    except UserError as err:
-        return {"passed": False, "missing": f"no validation data to check against: {err}"}
+        yield images.numpy(), None if side is None else side.numpy(), labels.numpy()
 
 
 def refusal(parity: dict | None, what: str) -> str | None:

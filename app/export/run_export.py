@@ -21,6 +21,7 @@ from app.export.layout import read_metadata
 from app.export.model_card import write_model_card
 from app.export.onnx_model import write_onnx
 from app.export.openvino_ir import write_openvino
+from app.export.parity import Reference
 from app.export.rebuild import rebuild_served_model
 from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
 from app.export.tflite import write_litert
@@ -71,10 +72,10 @@ def _files_beside(
 ) -> dict:
     """The LiteRT files, the OpenVINO IR and the ONNX file, each with its parity check; then the
     model card."""
-    data, size = finished.config.data, finished.image_size
-    files = {**write_litert(forward, staged, size, data, modes, tta, len(finished.side_features)),
-             **write_openvino(forward, staged, size, data, tta),
-             **write_onnx(forward, staged, size, data, tta)}  # fmt: skip
+    reference = Reference(staged, finished.config.data, finished.image_size, tta)  # one SavedModel pass for all
+    files = {**write_litert(forward, staged, reference, modes, len(finished.side_features)),
+             **write_openvino(forward, staged, reference),
+             **write_onnx(forward, staged, reference)}  # fmt: skip
     write_model_card(staged, {**metadata, **files}, finished.config.to_dict(), name)
     return files
 

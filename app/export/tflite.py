@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from app import storage
 from app.data.pipeline import make_eval_dataset
-from app.errors import UserError
 from app.export import layout, parity
 from app.export.frozen import FrozenForward
 from app.export.saved_model import tensorflow_log_level
@@ -145,13 +144,7 @@ def parity_report(
 
 
 def write_litert(
-    forward: FrozenForward,
-    version: Path,
-    image_size: int,
-    data_dir: str | None,
-    modes: list[str],
-    tta: str = "none",
-    side_width: int = 0,
+    forward: FrozenForward, version: Path, reference: parity.Reference, modes: list[str], side_width: int = 0
 ) -> dict:
     """Write each mode's file into the (staged) version folder → metadata["litert"]. Without
     validation data the check is recorded as missing, and the files will not be served."""
@@ -164,15 +157,11 @@ def write_litert(
                 " are not supported yet (float32 and float16 are)",
             }
             continue
-        tflite_model = convert(forward, image_size, mode, data_dir)  # a float32 graph: export_run rebuilds one
+        tflite_model = convert(forward, reference.image_size, mode, reference.data_dir)  # export_run's float32 graph
         layout.tflite_model_path(version, mode).parent.mkdir(parents=True, exist_ok=True)
         storage.write_bytes_atomic(layout.tflite_model_path(version, mode), tflite_model)
-        try:
-            parity = parity_report(tflite_model, version, data_dir, image_size, mode, tta) if data_dir else None
-        except UserError as err:
-            parity = {"passed": False, "missing": f"no validation data to check against: {err}"}
         result[mode] = {
             "file": str(layout.tflite_model_path(version, mode).relative_to(version)),
-            **(parity or {"passed": False, "missing": "no validation data to check against"}),
+            **reference.check(LiteRTModel(tflite_model), mode),
         }
     return {"litert": result}
