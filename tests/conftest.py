@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Hypothesis keeps caches in ./.hypothesis by default: no test writes inside the repository.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="photoclf-hypothesis-"))
 
-FAST_TIER_WORKERS = 2
+TEST_WORKERS = 2
 TINY_BACKBONE = "tiny_cnn"  # registered below, in every test process
 
 
@@ -82,12 +83,11 @@ def stored_weight_shapes(weights_file: Path) -> list[tuple[int, ...]]:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Two worker processes for the fast tier: most of its time is single-threaded graph tracing,
-    so two take ~40% off even on 2 cores. The slow tier (any -m other than the default) runs in
-    one process: its load, multi-process and browser tests should not compete for the cores."""
-    if config.getoption("markexpr", "") != "not slow":
-        return 0
-    return FAST_TIER_WORKERS
+    """Two worker processes for either tier, even on 2 cores: much of a test's time is
+    single-threaded (graph tracing, file writing, a server waiting on its clients), so two take
+    about a third off. No test's promise depends on having the cores to itself: the load tests
+    count answers, not milliseconds."""
+    return TEST_WORKERS
 
 
 @pytest.fixture(scope="session")
@@ -140,13 +140,34 @@ def shared_photos() -> Path:
     return _shared_path("PHOTOCLF_SHARED_DATA", "shared photo sets", SHARED_DATA_HINT)
 
 
+def _export_the_savedmodel_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs export the SavedModel without the files beside it (LiteRT, OpenVINO, ONNX, each with
+    its parity check, and the model card): most of a tiny run's time, and what the tests of those
+    files (marked export_files, and tests/export) check."""
+    from app.export import run_export
+
+    skipped = {"missing": "not written: a tiny_config test's run (mark it export_files for these files)"}
+    monkeypatch.setattr(run_export, "_files_beside", lambda *_: {"litert": {}, "openvino": skipped, "onnx": skipped})
+
+
+@contextlib.contextmanager
+def savedmodel_only() -> Iterator[None]:
+    """Within the block, runs export as tiny_config's do: the SavedModel only."""
+    with pytest.MonkeyPatch.context() as patch:
+        _export_the_savedmodel_only(patch)
+        yield
+
+
 @pytest.fixture
-def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def tiny_config(demo_records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest):
     """A fast config: the random-init tiny backbone at 64px, 2 steps per epoch; phase 2 on phase 1's
-    views (a random backbone never saturates, so `auto` would pick images: tests/training/test_plan.py)."""
+    views (a random backbone never saturates, so `auto` would pick images: tests/training/test_plan.py).
+    Its runs export the SavedModel only, unless the test is marked export_files."""
     from app.config import TrainConfig
 
     monkeypatch.delenv("PHOTOCLF_WEIGHTS", raising=False)
+    if not request.node.get_closest_marker("export_files"):
+        _export_the_savedmodel_only(monkeypatch)
     return TrainConfig(
         data=str(demo_records),
         out=str(tmp_path / "run"),

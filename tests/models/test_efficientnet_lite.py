@@ -80,6 +80,7 @@ def test_a_file_of_another_network_is_a_clear_error(tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.export_files
 def test_a_run_on_lite0_trains_both_phases_from_the_cut_and_exports_a_checked_litert_file(tiny_config):
     """What MobileNetV2 runs do, on EfficientNet-Lite0: phase 1 on cached features, phase 2 from
     the activations at the cut before its top blocks, "none of these", and a LiteRT file that

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import savedmodel_only
 
 from app.config import TrainConfig
 from app.errors import UserError
@@ -34,9 +35,10 @@ def three_class_run(three_class_records: Path, tmp_path_factory: pytest.TempPath
     from app.training.train import train
 
     run = tmp_path_factory.mktemp("earlier") / "three"
-    train(TrainConfig(data=str(three_class_records), out=str(run), backbone="tiny_cnn", weights="none",
-                      image_size=64, batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2,
-                      phase2_mode="views"))  # fmt: skip
+    with savedmodel_only():  # an earlier run to start from: its files beside the SavedModel are not read
+        train(TrainConfig(data=str(three_class_records), out=str(run), backbone="tiny_cnn", weights="none",
+                          image_size=64, batch_size=8, epochs_head=1, epochs_finetune=1, max_steps_per_epoch=2,
+                          phase2_mode="views"))  # fmt: skip
     return run
 
 
