@@ -20,7 +20,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from app.audit.items import AuditInput
-from app.data.preprocess import EVAL_DECODE, decode_for_eval
+from app.data.preprocess import EVAL_DECODE, eval_decoder
 from app.inference.host_forward import HostForward, expected_precision
 from app.models.backbones import get_backbone
 from app.models.classifier import build_classifier
@@ -137,7 +137,7 @@ def _pass(
             for name, value in zip(cols, values):
                 cols[name].append(value)
             if with_embeddings:
-                pending.append(decode_for_eval(jpeg, size))
+                pending.append(eval_decoder(size)(jpeg))
                 if len(pending) == BATCH:
                     batches.append(extract(pending)), pending.clear()
             bar.update(1)

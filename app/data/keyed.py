@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import AUTOTUNE, load_dataset_info, read_records, train_decoder, verify_shards
-from app.data.preprocess import Augment, as_written, color_jitter, decode_for_eval
+from app.data.preprocess import Augment, as_written, color_jitter, eval_decoder
 
 
 def content_keys(encoded: tf.Tensor) -> tf.Tensor:
@@ -83,7 +83,7 @@ def _keyed_decoder(image_size: int, view_seed: int | None, augment: Augment):
     """(encoded, key) → float32 image: the eval decode, or the training augmentation seeded by
     (view_seed, key): the pipeline's crop and flip, then the colour jitter the train step applies."""
     if view_seed is None:
-        return lambda encoded, key: tf.cast(decode_for_eval(encoded, image_size), tf.float32)
+        return lambda encoded, key: tf.cast(eval_decoder(image_size)(encoded), tf.float32)
     decode = train_decoder(image_size, augment)
 
     def view(encoded: tf.Tensor, key: tf.Tensor) -> tf.Tensor:

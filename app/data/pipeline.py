@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from app import storage
 from app.data import schema
-from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, as_written, decode_for_eval, decode_random_crop
+from app.data.preprocess import DEFAULT_CROP_FRACTION, Augment, as_written, decode_random_crop, eval_decoder
 from app.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -285,10 +285,8 @@ def train_decoder(image_size: int, augment: Augment):
     if augment.random_crop:
         return lambda encoded, seed: decode_random_crop(encoded, image_size, seed, augment)
     if augment.flip:
-        return lambda encoded, seed: tf.image.stateless_random_flip_left_right(
-            decode_for_eval(encoded, image_size), seed
-        )
-    return lambda encoded, seed: decode_for_eval(encoded, image_size)
+        return lambda encoded, seed: tf.image.stateless_random_flip_left_right(eval_decoder(image_size)(encoded), seed)
+    return lambda encoded, seed: eval_decoder(image_size)(encoded)
 
 
 def _files_records(
@@ -384,7 +382,7 @@ def make_eval_dataset(
         record_shard=_record_shard(files, input_context),
     )
     ds = _parse(ds, counter, info, complete_only=not strict)
-    decode = lambda encoded: decode_for_eval(encoded, image_size, crop_fraction)  # noqa: E731
+    decode = eval_decoder(image_size, crop_fraction)
     ds = _decoded(ds, decode, strict=strict, deterministic=True, counter=counter).batch(batch_size)
     if with_filenames:
         return ds.map(as_written(lambda e: (model_inputs(e), e["label"], e["filename"]))).prefetch(AUTOTUNE)

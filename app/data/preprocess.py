@@ -9,6 +9,8 @@ at once, with plain arithmetic: the training step runs it on the device (`app/tr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -78,6 +80,18 @@ def decode_for_eval(encoded: tf.Tensor, image_size: int, crop_fraction: float = 
         lambda: _resize(_eval_any_crop(encoded, crop_fraction), image_size),
     )
     return tf.ensure_shape(image, [image_size, image_size, 3])
+
+
+@functools.cache
+def eval_decoder(image_size: int, crop_fraction: float = DEFAULT_CROP_FRACTION) -> Callable[[tf.Tensor], tf.Tensor]:
+    """`decode_for_eval` at these settings as one traced function for the whole process: every
+    tf.data pipeline that maps it calls the same graph instead of tracing it again, and a photo
+    decoded one at a time (the audit) runs as a graph, not op by op."""
+    return tf.function(
+        lambda encoded: decode_for_eval(encoded, image_size, crop_fraction),
+        input_signature=[tf.TensorSpec([], tf.string)],
+        autograph=False,
+    )
 
 
 def centre_window(height: tf.Tensor, width: tf.Tensor, crop_fraction: float) -> tf.Tensor:
