@@ -4,8 +4,10 @@ photo folder, a timed phase 1, calls timed in alternation, and where the scripts
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from app.config import TrainConfig
 from app.errors import UserError
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+COMMAND = [sys.executable, "-c", "from app.commands import main; main()"]  # photoclf, this checkout's
 
 Variant = tuple[str, dict[str, str]]  # name, config overrides
 
@@ -80,3 +83,18 @@ def alternated_ms_per_photo(runs: dict[str, Callable], batches: list, rounds: in
                 run(b)
             times[name].append((time.perf_counter() - start) * 1000 / photos)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def timed(args: list[str], log: Path, cache: Path | None = None) -> tuple[float, float]:
+    """One photoclf command as its own process, its output into `log`: (wall seconds, peak RSS in
+    MB). Its cache (the feature store, the runtime auto measured) is the benchmark's own: `cache`,
+    else beside the log."""
+    env = {**os.environ, "PHOTOCLF_CACHE_DIR": str(cache or log.parent / "cache")}
+    with log.open("w") as out:
+        start = time.perf_counter()
+        process = subprocess.Popen([*COMMAND, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status):
+        raise UserError(f"{' '.join(args[:2])} exited {os.waitstatus_to_exitcode(status)}; see {log}")
+    return seconds, usage.ru_maxrss / 1024

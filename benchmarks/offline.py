@@ -25,8 +25,6 @@ import os
 import random
 import statistics
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,11 +33,11 @@ from app.errors import UserError
 from app.inference import runtime_choice
 from app.inference.runtime_choice import cpu_name
 from app.table import format_table
+from benchmarks.common import COMMAND, timed
 from benchmarks.suite import SETS, WEIGHTS, prepare
 
 SET = "eurosat5"
 FIRST = "auto, first"  # auto's first command on an export: it times every runtime
-COMMAND = [sys.executable, "-c", "from app.commands import main; main()"]
 
 
 @dataclass
@@ -79,20 +77,6 @@ def trained_run(shared: Path, work: Path) -> Path:
     if done.returncode:
         raise UserError(f"training the benchmark's model failed: {done.stderr.strip().splitlines()[-1]}")
     return run
-
-
-def timed(args: list[str], log: Path) -> tuple[float, float]:
-    """One command, its output into `log`: (wall seconds, peak RSS in MB). Its cache (the runtime
-    auto measured) is the benchmark's own, beside the log."""
-    env = {**os.environ, "PHOTOCLF_CACHE_DIR": str(log.parent / "cache")}
-    with log.open("w") as out:
-        start = time.perf_counter()
-        process = subprocess.Popen([*COMMAND, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status):
-        raise UserError(f"{' '.join(args[:2])} exited {os.waitstatus_to_exitcode(status)}; see {log}")
-    return seconds, usage.ru_maxrss / 1024
 
 
 def evaluate(run: Path, photos: Path, runtime: str, work: Path) -> Timed:
