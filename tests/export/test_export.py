@@ -173,6 +173,32 @@ def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_e
     assert tflite.parity_report(model, version, str(demo_records), 64, "float32") == first
 
 
+def test_every_file_is_checked_against_one_load_and_one_pass_of_the_savedmodel(
+    trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The LiteRT file, the IR in each precision and the ONNX file are checked against the same
+    answers: the SavedModel is loaded once and answers each val photo once (the float32 sample
+    is the first photos of the whole split, answered in a pass of its own)."""
+    from app.export import parity, tflite
+
+    version = trained_run / "export" / "shapes" / "1"
+    litert = tflite.LiteRTModel((version / "litert" / "model_float32.tflite").read_bytes())
+    loads, answered, load = [], [], tf.saved_model.load
+
+    def counted_load(path: str):
+        loads.append(path)
+        signature = load(path).signatures["predict_images"]
+        return type("Loaded", (), {"signatures": {"predict_images": lambda **x: answered.append(len(x["images"]))
+                                                  or signature(**x)}})  # fmt: skip
+
+    monkeypatch.setattr(parity.tf.saved_model, "load", counted_load)
+    reference = parity.Reference(version, str(demo_records), 64)
+    reports = [reference.check(litert, p) for p in ("float32", "bfloat16", "float32", "bfloat16")]
+    assert loads == [str(version)] and sum(answered) == 2 * reports[1]["images"]  # the sample and the split, once
+    assert all(r["passed"] and r["top1_agreement"] == 1.0 for r in reports)
+    assert reports[0] == reports[2] and reports[1] == reports[3]  # the same photos and answers each time
+
+
 @pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
 def test_loading_needs_only_tensorflow(trained_run: Path, demo_records: Path):
     images, _ = _val_bytes(demo_records)
