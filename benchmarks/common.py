@@ -85,6 +85,11 @@ def alternated_ms_per_photo(runs: dict[str, Callable], batches: list, rounds: in
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def disk_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder` (links not followed: what the folder itself adds)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
 def timed(args: list[str], log: Path, cache: Path | None = None) -> tuple[float, float]:
     """One photoclf command as its own process, its output into `log`: (wall seconds, peak RSS in
     MB). Its cache (the feature store, the runtime auto measured) is the benchmark's own: `cache`,

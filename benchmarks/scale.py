@@ -30,7 +30,7 @@ from app.data.pipeline import load_dataset_info
 from app.errors import UserError
 from app.inference.runtime_choice import cpu_name
 from app.table import format_table
-from benchmarks.common import timed
+from benchmarks.common import disk_bytes, timed
 
 QUICK_SIZES, QUICK_SET = (1000, 10000), ("image_size=96", "epochs_head=3", "epochs_finetune=1")
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png"}
@@ -106,11 +106,7 @@ def run_size(size: int, args: argparse.Namespace) -> tuple[list[Stage], dict[str
         read = load_dataset_info(records).num_examples("test") if name == "evaluate" else size
         stages.append(Stage(size, name, read, seconds, rss))
         print(f"{size} photos: {name} {seconds:.1f} s, peak RSS {rss:.0f} MB", flush=True)
-    return stages, {"shards": _bytes(records), "feature store": _bytes(cache / "features")}
-
-
-def _bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+    return stages, {"shards": disk_bytes(records), "feature store": disk_bytes(cache / "features")}
 
 
 def table(stages: list[Stage], disk: dict[int, dict[str, int]]) -> str:

@@ -26,12 +26,9 @@ import numpy as np
 from app.cli import run_cli
 from app.inference.runtime_choice import cpu_name
 from app.training.frozen import FeatureStore
+from benchmarks.common import disk_bytes
 
 SPACE = {"kind": "activations", "backbone": "benchmark", "weights": "random", "view": 0}
-
-
-def _disk_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
 def grow(root: Path, rows: int, batch: int, shape: tuple[int, ...], lookups: int, seed: int = 0) -> dict:
@@ -53,7 +50,7 @@ def grow(root: Path, rows: int, batch: int, shape: tuple[int, ...], lookups: int
     assert found.all() and got.shape == (len(wanted), *shape)
     return {"adds_s": [round(a, 3) for a in adds], "last_add_s": round(adds[-1], 3),
             "median_add_s": round(statistics.median(adds), 3), "lookup_s": round(lookup, 3),
-            "disk_bytes": _disk_bytes(root)}  # fmt: skip
+            "disk_bytes": disk_bytes(root)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,11 +82,15 @@ def decode_for_eval(encoded: tf.Tensor, image_size: int, crop_fraction: float = 
     return tf.ensure_shape(image, [image_size, image_size, 3])
 
 
-@functools.cache
 def eval_decoder(image_size: int, crop_fraction: float = DEFAULT_CROP_FRACTION) -> Callable[[tf.Tensor], tf.Tensor]:
     """`decode_for_eval` at these settings as one traced function for the whole process: every
     tf.data pipeline that maps it calls the same graph instead of tracing it again, and a photo
     decoded one at a time (the audit) runs as a graph, not op by op."""
+    return _traced_eval_decode(image_size, crop_fraction)  # one entry per setting, the fraction given or not
+
+
+@functools.cache
+def _traced_eval_decode(image_size: int, crop_fraction: float) -> Callable[[tf.Tensor], tf.Tensor]:
     return tf.function(
         lambda encoded: decode_for_eval(encoded, image_size, crop_fraction),
         input_signature=[tf.TensorSpec([], tf.string)],
