@@ -8,6 +8,8 @@ it is, so a view's output can be kept too. Reads the shards as app.data.pipeline
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -84,15 +86,22 @@ def _keyed_decoder(image_size: int, view_seed: int | None, augment: Augment):
     (view_seed, key): the pipeline's crop and flip, then the colour jitter the train step applies."""
     if view_seed is None:
         return lambda encoded, key: tf.cast(eval_decoder(image_size)(encoded), tf.float32)
+    view = _traced_view(image_size, augment)
+    return lambda encoded, key: view(encoded, key, tf.constant(view_seed, tf.int64))
+
+
+@functools.cache
+def _traced_view(image_size: int, augment: Augment) -> Callable:
+    """A view of a photo, traced once per process and setting: each view's pipeline (K a run)
+    calls the same graph with its own seed instead of building the augmentation's ops again."""
     decode = train_decoder(image_size, augment)
 
-    def view(encoded: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
-        crop_seed, jitter_seed = tf.unstack(
-            tf.random.experimental.stateless_split(tf.stack([tf.constant(view_seed, tf.int64), key]), 2)
-        )
+    def view(encoded: tf.Tensor, key: tf.Tensor, view_seed: tf.Tensor) -> tf.Tensor:
+        crop_seed, jitter_seed = tf.unstack(tf.random.experimental.stateless_split(tf.stack([view_seed, key]), 2))
         image = decode(encoded, crop_seed)
         if augment.color_jitter <= 0:
             return tf.cast(image, tf.float32)
         return color_jitter(image, jitter_seed, augment.color_jitter)
 
-    return view
+    scalar = lambda dtype: tf.TensorSpec([], dtype)  # noqa: E731
+    return tf.function(view, input_signature=[scalar(tf.string), scalar(tf.int64), scalar(tf.int64)], autograph=False)

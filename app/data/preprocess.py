@@ -180,6 +180,22 @@ def decode_batch(encoded: tf.Tensor, image_size: int, crop_fraction: float, max_
     )
 
 
+def batch_decoder(image_size: int, crop_fraction: float, max_megapixels: float) -> Callable[[tf.Tensor], tf.Tensor]:
+    """`decode_batch` at these settings as one traced function for the whole process: the serving
+    signatures of every export and the host runtimes' decode call the same graph instead of
+    building its ops again (the image-bomb guard's header parsing is a large graph)."""
+    return _traced_batch_decode(image_size, float(crop_fraction), float(max_megapixels))
+
+
+@functools.cache
+def _traced_batch_decode(image_size: int, crop_fraction: float, max_megapixels: float) -> Callable:
+    return tf.function(
+        lambda encoded: decode_batch(encoded, image_size, crop_fraction, max_megapixels),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+        autograph=False,
+    )
+
+
 def decode_random_crop(encoded: tf.Tensor, image_size: int, seed: tf.Tensor, augment: Augment) -> tf.Tensor:
     """Inception-style random-resized crop applied while decoding, then a random flip.
 

@@ -135,7 +135,10 @@ def plot_mistakes(
     if not mistakes:
         return None
     rows = (len(mistakes) + columns - 1) // columns
-    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3.8 * rows), squeeze=False, layout="constrained")
+    no_ticks = {"xticks": [], "yticks": []}  # hidden either way; without any, the layout places no tick labels
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(3 * columns, 3.8 * rows), squeeze=False, layout="constrained", subplot_kw=no_ticks
+    )
     for ax in axes.flat:
         ax.axis("off")
     for i, (ax, m) in enumerate(zip(axes.flat, mistakes)):

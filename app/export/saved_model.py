@@ -38,7 +38,7 @@ import tensorflow as tf
 
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
-from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
+from app.data.preprocess import DEFAULT_CROP_FRACTION, batch_decoder
 from app.errors import UserError
 from app.export import layout
 from app.export.frozen import FrozenForward, frozen_forward, trace
@@ -93,7 +93,8 @@ class ServingModule(tf.Module):
         self.serving_keyed = trace(self._from_bytes_keyed, [image_bytes, *columns, key])
 
     def _decode(self, image_bytes: tf.Tensor) -> tf.Tensor:
-        return tf.cast(decode_batch(image_bytes, self.image_size, self.crop_fraction, self.max_megapixels), tf.float32)
+        decode = batch_decoder(self.image_size, self.crop_fraction, self.max_megapixels)
+        return tf.cast(decode(image_bytes), tf.float32)
 
     def _from_images(self, images: tf.Tensor, *side: tf.Tensor) -> dict[str, tf.Tensor]:
         forward = with_tta(lambda x: self.forward(x, *side), images, self.tta)

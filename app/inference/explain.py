@@ -20,6 +20,7 @@ from app.data.preprocess import DEFAULT_CROP_FRACTION
 from app.errors import UserError
 from app.export.rebuild import rebuild_served_model
 from app.inference.host_runtimes import host_decoder
+from app.inference.runtime import tiny_jpeg
 from app.models import gradcam
 from app.run_dir import RunDir
 
@@ -45,9 +46,11 @@ class PhotoExplainer:
         self.out = out
 
     def warm_up(self) -> None:
-        """Trace the map's function once (about as long as building the model), on a blank image."""
+        """Trace the map's function (about as long as building the model) and the decode once,
+        on a blank image."""
         size = self.maps.image_size
         self.maps(np.zeros((1, size, size, 3), np.float32), [-1])
+        self.decode(np.array([tiny_jpeg()], dtype=object))
 
     def heatmaps(
         self, images: list[bytes], class_ids: list[int], max_side: int | None = None

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from app.data import side_features
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
-from app.data.preprocess import DEFAULT_CROP_FRACTION, decode_batch
+from app.data.preprocess import DEFAULT_CROP_FRACTION, batch_decoder
 from app.errors import UserError
 from app.export import layout
 from app.export.file_runners import ONNXModel, OpenVINOModel, host_precisions
@@ -33,11 +33,7 @@ def host_decoder(version: Path, metadata: dict | None = None):
     string [N] → uint8 [N, S, S, 3]."""
     metadata = layout.read_metadata(version) if metadata is None else metadata
     size, max_mp = int(metadata["input_size"]), float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
-    decode = tf.function(
-        lambda b: decode_batch(b, size, DEFAULT_CROP_FRACTION, max_mp),
-        input_signature=[tf.TensorSpec([None], tf.string)],
-        autograph=False,
-    )
+    decode = batch_decoder(size, DEFAULT_CROP_FRACTION, max_mp)
     return lambda image_bytes: decode(tf.constant(image_bytes)).numpy()
 
 

@@ -138,6 +138,37 @@ def test_deterministic_mode_repeats_exactly(demo_records: Path):
         np.testing.assert_array_equal(ya, yb)
 
 
+def test_a_second_pipeline_calls_the_same_parse_crop_and_views_without_tracing_them_again(demo_records: Path):
+    """A run builds several pipelines (K views, val, test, phase 2's images): each parse, crop and
+    view is traced once per process and setting, not once per pipeline."""
+    from app.data import keyed, pipeline
+    from app.data.keyed import make_keyed_dataset, record_table
+
+    info = load_dataset_info(demo_records)
+    keys = record_table(demo_records, "train")["key"]
+
+    def first_batches() -> list[np.ndarray]:
+        views = [
+            make_keyed_dataset(demo_records, split="train", image_size=40, batch_size=4, wanted=keys, view_seed=seed)
+            for seed in (1, 2)
+        ]
+        train = make_train_dataset(demo_records, image_size=40, batch_size=4, seed=0, deterministic=True)
+        return [next(iter(ds))[0].numpy() for ds in [*views, train]]
+
+    traced = [
+        pipeline._parser(info.side_width, info.multi_label, len(info.classes), True),
+        pipeline._traced_random_crop(40, Augment()),
+        keyed._traced_view(40, Augment()),
+    ]
+    before = first_batches()
+    counts = [fn.experimental_get_tracing_count() for fn in traced]
+    again = first_batches()
+    assert [fn.experimental_get_tracing_count() for fn in traced] == counts
+    assert min(counts) >= 1  # each was traced, by the first pipelines
+    assert all(np.array_equal(a, b) for a, b in zip(before, again))  # the same views from the same graph
+    assert not np.array_equal(before[0], before[1])  # ... and each view's seed still its own
+
+
 def test_augmentation_off_gives_eval_style_images(demo_records: Path):
     ds = make_train_dataset(demo_records, image_size=32, batch_size=64, augment=Augment.off(), seed=0)
     train_images = sorted(x.numpy().sum() for batch, _ in ds for x in batch)
