@@ -126,9 +126,11 @@ def run_suite(
     seeds: tuple[int, ...],
     logs: Path,
     report,
+    runs: list[Run] | None = None,
 ) -> list[Run]:
-    """Every run, seed by seed (a suite stopped early has every set of its first seeds)."""
-    runs: list[Run] = []
+    """Every run, seed by seed (a suite stopped early has every set of its first seeds), appended
+    to `runs` as each ends, so a caller stopped early still has them."""
+    runs = [] if runs is None else runs
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             for name, records in sets.items():
@@ -195,7 +197,7 @@ def worst_sets(runs: list[Run]) -> str:
     return "difference from the defaults, points of test accuracy (mean over seeds)\n" + format_table(table)
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shared", type=Path, default=Path("../shared"), help="folder with data/ and weights/")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "photoclf-suite",
@@ -224,12 +226,20 @@ def main() -> None:
     logs = args.logs or Path(tempfile.mkdtemp(prefix="suite-"))
     logs.mkdir(parents=True, exist_ok=True)
     seeds = args.seeds or ((0,) if args.quick else (0, 1, 2))
-    runs = run_suite(sets, backbones, variants, seeds, logs, lambda line: print(line, file=sys.stderr, flush=True))
+    runs: list[Run] = []
+    stopped = False
+    try:
+        run_suite(sets, backbones, variants, seeds, logs, lambda line: print(line, file=sys.stderr, flush=True), runs)
+    except KeyboardInterrupt:  # hours of runs: a suite stopped early still prints the tables of those that ended
+        stopped = True
+        print(f"stopped: the tables hold the {len(runs)} runs that ended", file=sys.stderr)
+        runs = [r for r in runs if any(b.data == r.data and b.seed == r.seed and b.variant == "defaults" for b in runs)]
     for where in dict.fromkeys(r.data for r in runs):
         print(set_table(runs, where), end="\n\n")
     if len(variants) > 1:
         print(worst_sets(runs), end="\n\n")
     print(json.dumps([{**r.__dict__, "metrics": brief_metrics(r.metrics)} for r in runs]))
+    return 130 if stopped else 0
 
 
 if __name__ == "__main__":

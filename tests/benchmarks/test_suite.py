@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.suite import Cut, cut_folder, set_table, worst_sets
 from benchmarks.training_choices import Run
 
@@ -92,3 +94,21 @@ def test_previous_reruns_only_where_the_old_plan_chose_the_views(tmp_path: Path,
     assert calls[1][2] == {"backbone": "mobilenet_v2", "phase2_mode": "views", "epochs_finetune": "5"}
     hard_previous = next(r for r in runs if r.data == "hard mobilenet_v2" and r.variant == "previous")
     assert hard_previous.metrics["phase1"]["val_accuracy"] == 0.90  # the defaults' own run, relabelled
+
+
+def test_a_suite_stopped_early_keeps_the_runs_that_ended(tmp_path: Path, monkeypatch):
+    """Hours of runs: Ctrl-C during the second leaves the first with the caller, for its tables."""
+    from benchmarks import suite
+
+    def fake_run_once(records, variant, seed, weights, out, log):
+        if records.name == "hard":
+            raise KeyboardInterrupt
+        metrics = {"phase1": {"val_accuracy": 0.9}, "test": {"accuracy": 0.9}}
+        return Run(str(records), variant[0], seed, 10.0, 1.0, metrics)
+
+    monkeypatch.setattr(suite, "run_once", fake_run_once)
+    ended: list[Run] = []
+    with pytest.raises(KeyboardInterrupt):
+        suite.run_suite({"easy": tmp_path / "easy", "hard": tmp_path / "hard"}, {"mobilenet_v2": "w.h5"},
+                        [("defaults", {})], (0,), tmp_path, print, ended)  # fmt: skip
+    assert [(r.data, r.variant) for r in ended] == [("easy mobilenet_v2", "defaults")]

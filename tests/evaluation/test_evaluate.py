@@ -64,7 +64,7 @@ def test_class_mismatch_needs_a_label_map(trained_run: Path, demo_images: Path, 
     with pytest.raises(UserError, match=r"\['round'\] are not among the model's classes"):
         evaluate(trained_run, data, report_dir=tmp_path / "r1")
     (tmp_path / "map.json").write_text('{"round": "circle"}')
-    result = evaluate(trained_run, data, report_dir=tmp_path / "r2", label_map=tmp_path / "map.json")
+    result = evaluate(trained_run, data, report_dir=tmp_path / "r2", label_map=tmp_path / "map.json", runtime="tf")
     assert result.metrics["per_class"]["circle"]["support"] == 12
 
 

@@ -89,7 +89,7 @@ def test_evaluation_reports_per_label_figures_at_the_export_thresholds(multilabe
     from app.evaluation.multilabel import compute_multilabel_metrics
 
     tmp, metrics = multilabel_run
-    result = evaluate(metrics["export"], tmp / "records", split="test", report_dir=tmp / "report")
+    result = evaluate(metrics["export"], tmp / "records", split="test", report_dir=tmp / "report", runtime="tf")
     m = result.metrics
     assert (
         m["task"] == "multi_label"

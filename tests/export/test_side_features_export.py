@@ -161,7 +161,7 @@ def test_evaluation_feeds_each_record_s_side_features_and_matches_training(side_
     from app.inference.batch_predict import predict_files
 
     tmp, metrics = side_run
-    result = evaluate(metrics["export"], tmp / "records", split="test", report_dir=tmp / "report")
+    result = evaluate(metrics["export"], tmp / "records", split="test", report_dir=tmp / "report", runtime="tf")
     assert result.metrics["accuracy"] == pytest.approx(
         metrics["test"]["accuracy"]
     )  # bytes + raw values = training's view

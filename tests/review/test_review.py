@@ -38,7 +38,7 @@ def unlabelled(demo_images: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 def test_the_queue_asks_the_least_sure_first_and_one_photo_of_a_burst_early(trained_run: Path, unlabelled: Path):
     photos = sorted(p for p in unlabelled.iterdir())
-    queue = rank_photos(resolve_model_dir(trained_run), photos)
+    queue = rank_photos(resolve_model_dir(trained_run), photos, runtime="tf")
     assert [Path(f["path"]).name for f in queue.failed] == ["notes.txt"]
     assert len(queue.candidates) == 16 and queue.classes == ["circle", "square", "star", "triangle"]
     burst_places = [i for i, c in enumerate(queue.candidates) if c.path.name.startswith("burst_")]
@@ -63,7 +63,7 @@ def _call(app, calls):
 
 def test_the_pages_api_hands_out_batches_and_writes_each_answer(trained_run: Path, unlabelled: Path, tmp_path: Path):
     photos = sorted(p for p in unlabelled.iterdir() if p.suffix == ".jpg")
-    queue = rank_photos(resolve_model_dir(trained_run), photos)
+    queue = rank_photos(resolve_model_dir(trained_run), photos, runtime="tf")
     manifest = tmp_path / "review.csv"
     review = Review(queue, Answers.open(manifest), unlabelled)
     first, second, third = (json.dumps({"id": i, **a}) for i, a in enumerate(
@@ -180,7 +180,7 @@ def test_the_page_gets_a_phone_sized_photo_shrunk_and_a_small_one_as_it_is(tmp_p
 
 def test_undo_takes_back_the_last_answer_and_its_manifest_row(trained_run: Path, unlabelled: Path, tmp_path: Path):
     photos = sorted(p for p in unlabelled.iterdir() if p.suffix == ".jpg")
-    queue = rank_photos(resolve_model_dir(trained_run), photos)
+    queue = rank_photos(resolve_model_dir(trained_run), photos, runtime="tf")
     manifest = tmp_path / "review.csv"
     review = Review(queue, Answers.open(manifest), unlabelled)
     results = _call(
@@ -243,7 +243,7 @@ def test_the_finished_pages_commands_convert_everything_and_train_again_from_the
     run = RunDir(registry_run)
     answers = loop.start_combined(tmp_path / "all.csv", run, demo_images)
     photos = sorted(p for p in unlabelled.iterdir() if p.suffix == ".jpg")
-    queue = rank_photos(resolve_model_dir(registry_run), photos)
+    queue = rank_photos(resolve_model_dir(registry_run), photos, runtime="tf")
     review = Review(queue, answers, unlabelled, next_steps=loop.next_steps(answers, run))
     said = [{"id": 0, "label": "star"}, {"id": 1, "label": "circle"}, {"id": 2, "action": "not_any_class"}]
     results = _call(
