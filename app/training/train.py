@@ -155,6 +155,7 @@ def _train(ctx: Context) -> dict:
         # 6. Export, figures, then metrics.json, which marks the run complete.
         epochs = sum(p.epochs for p in (phase1, phase2) if p)
         kept = _kept_file(ctx, phases, frozen.decision.phase1_cached)
+        frozen.release()
         _finish(ctx, metrics, confusion, epochs=epochs, kept=kept, ood_score=ood_score)
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics

@@ -36,7 +36,7 @@ from app.models.classifier import FrozenCut
 from app.training.context import Context
 from app.training.frozen.decide import Decision, decide
 from app.training.frozen.gather import gather, keep_features
-from app.training.frozen.passes import eval_images, model_outputs, split_features
+from app.training.frozen.passes import array_batches, eval_images, model_outputs, split_features
 from app.training.frozen.rows import ActivationRows, Phase1Features
 from app.training.inputs import distribute, shuffled_batches
 from app.training.phase import PhaseInputs
@@ -140,13 +140,19 @@ class FrozenBackbone:
             f = self._phase1
             return (f.train_features, f.train_labels, named) if split == "train" else (
                 f.val_features, f.val_labels, named)  # fmt: skip
-        batches = tf.data.Dataset.from_tensor_slices((rows.activations, rows.labels)).batch(self.ctx.cfg.batch_size)
+        batches = array_batches((rows.activations, rows.labels), self.ctx.cfg.batch_size)
         upper = self.cut.upper
         features, labels = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
         if rows.keys is not None:
             precision = self.forward.rows_precision if self.forward else "float32"
             keep_features(self.ctx, self.cut, split, rows.keys, features, precision)
         return features, labels, named
+
+    def release(self) -> None:
+        """Let go of every row held (phase 1's features, the activations at the cut): they grow
+        with the photos, nothing after the "none of these" fit reads them, and the export that
+        follows needs the memory. The decision stays."""
+        self._phase1 = self._val = self._train = self._test = None
 
     def _distributed(self, rows: ActivationRows) -> object:
         batch = self.ctx.cfg.batch_size

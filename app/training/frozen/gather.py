@@ -35,7 +35,7 @@ from app.data.keyed import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.inference.host_forward import Choice, HostForward, expected_precision
 from app.training.context import Context
-from app.training.frozen.passes import forward_outputs, model_outputs, one_stream, views
+from app.training.frozen.passes import array_batches, forward_batches, model_outputs, one_stream, views
 from app.training.frozen.rows import ActivationRows, Phase1Features
 from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
 
@@ -217,20 +217,44 @@ def _full_pass(
     forward = host_forward(ctx, cut, any(keeps), gather_rows)
     others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
     desc = f"Caching features ({views(ctx)} view(s) of train, {others})"
+    sinks = [_PartSink(int(w.sum()), keep) for w, keep in zip(wanted, keeps)]
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
         evaluates = [rows.part.split != "train" for rows in parts]  # val and test judge the model: float32
         exact = lambda keys_and_part: evaluates[int(keys_and_part[1][0])]  # noqa: E731
-        outputs, (keys, part) = forward_outputs(forward, one_stream(streams), bar, on_first_batch, _trim(keeps), exact)
-    features = outputs["features"]
-    kept_parts = part[np.asarray(keeps)[part]]  # the part of each row of the activations (kept parts only)
-    out = []
-    for index, keep in enumerate(keeps):
-        mine = part == index
-        rows = {"keys": keys[mine], "features": features[mine], "activations": None}
-        if keep:
-            rows["activations"] = outputs["activations"][kept_parts == index]
-        out.append(rows)
-    return out, forward.choice
+        for outputs, (keys, part) in forward_batches(forward, one_stream(streams), bar, on_first_batch, exact):
+            sinks[int(part[0])].add(keys, outputs)  # a batch is of one part
+    return [sink.rows() for sink in sinks], forward.choice
+
+
+def _empty_like_rows(batch: np.ndarray, count: int) -> np.ndarray:
+    return np.empty((count, *batch.shape[1:]), batch.dtype)
+
+
+class _PartSink:
+    """A part's computed rows, put in place batch by batch: the pass never holds its batches and
+    a concatenation of them at once (at phase 2's cut the rows are most of a run's memory)."""
+
+    def __init__(self, count: int, keeps_activations: bool) -> None:
+        self.count, self.keeps_activations, self.filled = count, keeps_activations, 0
+        self.keys = np.zeros([count], np.int64)
+        self.features: np.ndarray | None = None
+        self.activations: np.ndarray | None = None
+
+    def add(self, keys: np.ndarray, outputs: dict[str, np.ndarray]) -> None:
+        if self.features is None:
+            self.features = _empty_like_rows(outputs["features"], self.count)
+            if self.keeps_activations:
+                self.activations = _empty_like_rows(outputs["activations"], self.count)
+        at = slice(self.filled, self.filled + len(keys))
+        self.keys[at], self.features[at] = keys, outputs["features"]
+        if self.keeps_activations:
+            self.activations[at] = outputs["activations"]
+        self.filled = at.stop
+
+    def rows(self) -> dict[str, np.ndarray | None]:
+        done = slice(0, self.filled)  # the keyed stream skips what the record table skips: never fewer
+        trimmed = lambda a: None if a is None else a[done]  # noqa: E731
+        return {"keys": self.keys[done], "features": trimmed(self.features), "activations": trimmed(self.activations)}
 
 
 def _stream(ctx: Context, rows: PartRows, keys: np.ndarray) -> tf.data.Dataset:
@@ -256,19 +280,8 @@ def host_forward(ctx: Context, cut: FrozenCut | None, keeps_activations: bool, r
     return HostForward(extract, shape, ctx.cfg.forward_runtime, rows)
 
 
-def _trim(keeps: list[bool]) -> Callable:
-    """Drops a batch's activations where its part does not keep them (a batch is of one part)."""
-
-    def trim(outputs: dict[str, np.ndarray], keys_and_part) -> dict[str, np.ndarray]:
-        if "activations" in outputs and not keeps[int(keys_and_part[1][0])]:
-            return {**outputs, "activations": outputs["activations"][:0]}
-        return outputs
-
-    return trim
-
-
 def _above_cut(ctx: Context, cut: FrozenCut, keys: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
-    batches = tf.data.Dataset.from_tensor_slices((activations, keys)).batch(ctx.cfg.batch_size)
+    batches = array_batches((activations, keys), ctx.cfg.batch_size)
     features, keys = model_outputs(lambda a, k: tf.cast(cut.upper(a, training=False), tf.float32), batches)
     return {"keys": keys.astype(np.int64), "features": features}
 
@@ -283,9 +296,15 @@ def _joined(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.
 def _merged(
     keys: np.ndarray, stored: np.ndarray | None, missing: np.ndarray, new_keys: np.ndarray, new: np.ndarray | None
 ) -> np.ndarray:
-    """One row per key: the stored rows where found (in order), the computed ones by key where not."""
+    """One row per key: the stored rows where found (in order), the computed ones by key where not.
+    Where all were found, or all computed in this order (a cold run), those rows as they are: no
+    second copy of what may be most of a run's memory."""
     if stored is None and new is None:
         return np.zeros([0, 0], np.float32)  # a split with no photos (nothing else has no rows at all)
+    if not missing.any() and stored is not None and stored.dtype == np.float32:
+        return stored
+    if missing.all() and new.dtype == np.float32 and np.array_equal(new_keys, keys):
+        return new
     shape = (stored if stored is not None else new).shape[1:]
     out = np.empty((len(keys), *shape), np.float32)
     if stored is not None:

@@ -9,7 +9,7 @@ augmented views are seeded by each photo's content: `app.data.keyed.make_keyed_d
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -53,25 +53,37 @@ def forward_outputs(
     dataset: tf.data.Dataset,
     bar: tqdm | None = None,
     on_first_batch: Callable[[np.ndarray], None] | None = None,
-    trim: Callable[[Outputs, object], Outputs] | None = None,
     exact: Callable[[object], bool] | None = None,
 ) -> tuple[object, object]:
     """(outputs, labels) as `model_outputs` gives them, of a frozen pass on the host's runtime
-    (`forward`) over the images of every batch (side features do not enter a backbone). `trim`
-    drops what a batch's caller does not keep, as it goes, so it is never held for the pass;
+    (`forward`) over the images of every batch (side features do not enter a backbone);
     `exact(labels)` says which batches run in float32 (HostForward's `exact`)."""
     outputs, labels = [], []
+    for out, y in forward_batches(forward, dataset, bar, on_first_batch, exact):
+        outputs.append(out)
+        labels.append(y)
+    return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))
+
+
+def forward_batches(
+    forward: HostForward,
+    dataset: tf.data.Dataset,
+    bar: tqdm | None = None,
+    on_first_batch: Callable[[np.ndarray], None] | None = None,
+    exact: Callable[[object], bool] | None = None,
+) -> Iterator[tuple[Outputs, object]]:
+    """`forward_outputs` batch by batch, for a caller that puts each batch's rows where they
+    belong as they come instead of holding every batch and a concatenation of them at once."""
+    first = True
     for inputs, y in dataset:
         images = (inputs["image"] if isinstance(inputs, dict) else inputs).numpy()
-        if on_first_batch is not None and not outputs:
+        if on_first_batch is not None and first:
             on_first_batch(images)
+        first = False
         y = tf.nest.map_structure(_integers, y)
-        out = forward(images, exact=exact is not None and exact(y))
-        outputs.append(trim(out, y) if trim is not None else out)
-        labels.append(y)
+        yield forward(images, exact=exact is not None and exact(y)), y
         if bar is not None:
             bar.update(len(tf.nest.flatten(y)[0]))
-    return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))
 
 
 def model_outputs(
@@ -96,6 +108,16 @@ def model_outputs(
         if bar is not None:
             bar.update(len(tf.nest.flatten(y)[0]))
     return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))
+
+
+def array_batches(arrays: tuple[np.ndarray, ...], batch_size: int) -> tf.data.Dataset:
+    """Batches of numpy arrays, row for row, sliced as they are read: `from_tensor_slices` would
+    first copy every row into a tensor (the activations at the cut are most of a run's memory)."""
+    spec = tuple(tf.TensorSpec([None, *a.shape[1:]], tf.as_dtype(a.dtype)) for a in arrays)
+    starts = range(0, len(arrays[0]), batch_size)
+    return tf.data.Dataset.from_generator(
+        lambda: (tuple(a[i : i + batch_size] for a in arrays) for i in starts), output_signature=spec
+    )
 
 
 def _integers(t: tf.Tensor) -> np.ndarray:

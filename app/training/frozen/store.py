@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 STORE_LIMIT = 20 * 2**30  # bytes on disk before the least recently used spaces go
 RUN_STORE = "run"  # the feature_store setting that keeps the store in the run dir
 KEYS, ROWS = ".keys.npy", ".rows.npy"
+WRITE_CHUNK = 1024  # rows copied into a shard's file at a time
 
 
 def store_root(setting: str, run: RunDir) -> Path:
@@ -99,7 +100,7 @@ class FeatureStore:
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "space.json").exists():
             storage.write_json_atomic(folder / "space.json", space)
-        _write_shard(folder / f"{time.time_ns():020d}-{os.getpid()}", keys, rows[first])
+        _write_shard(folder / f"{time.time_ns():020d}-{os.getpid()}", keys, rows, first)
         self._prune(keep=folder)
 
     def _shards(self, folder: Path) -> list[tuple[Path, np.ndarray]]:
@@ -153,11 +154,26 @@ def _held(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return where, stored[where] == keys
 
 
-def _write_shard(shard: Path, keys: np.ndarray, rows: np.ndarray) -> None:
-    """The rows, then the keys: a shard counts once its keys file is there, so it is whole."""
-    for suffix, array in ((ROWS, np.ascontiguousarray(rows)), (KEYS, keys.astype(np.int64))):
-        with storage.atomic_path(shard.with_name(shard.name + suffix)) as tmp, open(tmp, "wb") as f:
-            np.save(f, array)
+def _write_shard(shard: Path, keys: np.ndarray, rows: np.ndarray, order: np.ndarray | None = None) -> None:
+    """`rows[order]` (all of them, in order, without `order`), then the keys: a shard counts once
+    its keys file is there, so it is whole. The rows are copied a chunk at a time into the file,
+    never into a second array of them all."""
+    order = np.arange(len(rows)) if order is None else order
+    with storage.atomic_path(shard.with_name(shard.name + ROWS)) as tmp:
+        if len(order):
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=rows.dtype, shape=(len(order), *rows.shape[1:]))
+            for start in range(0, len(order), WRITE_CHUNK):
+                out[start : start + WRITE_CHUNK] = rows[order[start : start + WRITE_CHUNK]]
+            out.flush()
+            del out
+        else:  # nothing to map
+            np.save(tmp, rows[:0])
+    _write_keys(shard, keys)
+
+
+def _write_keys(shard: Path, keys: np.ndarray) -> None:
+    with storage.atomic_path(shard.with_name(shard.name + KEYS)) as tmp, open(tmp, "wb") as f:
+        np.save(f, keys.astype(np.int64))
 
 
 def _read_rows(shard: Path, at: np.ndarray) -> np.ndarray | None:

@@ -53,6 +53,20 @@ def test_an_add_writes_only_the_new_keys_and_leaves_what_is_stored_untouched(tmp
     assert found.all() and rows.tolist() == _rows([105, 3, 99]).tolist()
 
 
+def test_rows_in_any_order_are_written_a_chunk_at_a_time_sorted_by_key(tmp_path: Path, monkeypatch):
+    """A shard's rows are copied into its file a few at a time (never a second array of all of
+    them), in its keys' sorted order, whatever order they came in."""
+    from app.training.frozen import store as store_module
+
+    monkeypatch.setattr(store_module, "WRITE_CHUNK", 3)
+    keys = np.array([7, 3, 11, 5, 2, 13, 3, 1], np.int64)  # 3 twice: its first row is kept
+    rows = _rows(keys.tolist()) + np.arange(len(keys), dtype=np.float32)[:, None]  # a row for each position
+    FeatureStore(tmp_path).add(SPACE, keys, rows)
+    ((keys_file, rows_file),) = _shard_files(tmp_path)
+    assert np.load(keys_file).tolist() == [1, 2, 3, 5, 7, 11, 13]
+    assert np.load(rows_file).tolist() == rows[[7, 4, 1, 3, 0, 2, 5]].tolist()
+
+
 def test_two_runs_adding_to_one_space_both_keep_their_rows(tmp_path: Path):
     one, other = FeatureStore(tmp_path), FeatureStore(tmp_path)
     one.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]))
