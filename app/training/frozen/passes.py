@@ -49,17 +49,13 @@ def split_features(
 
 
 def forward_outputs(
-    forward: HostForward,
-    dataset: tf.data.Dataset,
-    bar: tqdm | None = None,
-    on_first_batch: Callable[[np.ndarray], None] | None = None,
-    exact: Callable[[object], bool] | None = None,
+    forward: HostForward, dataset: tf.data.Dataset, exact: Callable[[object], bool] | None = None
 ) -> tuple[object, object]:
     """(outputs, labels) as `model_outputs` gives them, of a frozen pass on the host's runtime
     (`forward`) over the images of every batch (side features do not enter a backbone);
     `exact(labels)` says which batches run in float32 (HostForward's `exact`)."""
     outputs, labels = [], []
-    for out, y in forward_batches(forward, dataset, bar, on_first_batch, exact):
+    for out, y in forward_batches(forward, dataset, exact=exact):
         outputs.append(out)
         labels.append(y)
     return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))
