@@ -304,3 +304,44 @@ def test_a_phone_sized_jpeg_gets_the_same_answer_from_every_path(trained_run: Pa
     np.testing.assert_allclose(lite, served, atol=1e-4)
     np.testing.assert_allclose(in_memory, served, atol=1e-4)
     assert lite.argmax() == served.argmax() == in_memory.argmax()
+
+
+def test_a_host_runtime_decodes_the_next_batch_while_its_model_answers_this_one():
+    """Offline commands hand their batches to `answered_batches`: batch i + 1's decode (on its
+    own thread) has started by the time the model answers batch i, and every batch gets its own
+    answers, in order."""
+    import threading
+
+    from app.inference.host_runtimes import HostRuntime
+    from app.inference.runtime import answered_batches
+
+    started = [threading.Event() for _ in range(3)]
+
+    class Overlapping(HostRuntime):
+        def __init__(self) -> None:  # nothing loaded: decode and model stand in
+            self.answered: list[int] = []
+
+        def decode(self, images: np.ndarray) -> np.ndarray:
+            batch = int(images[0].decode())
+            assert threading.current_thread().name.startswith("decode")
+            started[batch].set()
+            return np.full((len(images), 2, 2, 3), batch, np.uint8)
+
+        def signatures(self) -> dict:
+            return {"serving_default": ({}, {})}
+
+        def run_decoded(self, images: np.ndarray, inputs: dict) -> dict[str, np.ndarray]:
+            batch = int(images[0, 0, 0, 0])
+            if batch + 1 < len(started):
+                assert started[batch + 1].wait(10), f"batch {batch + 1} was not being decoded while {batch} ran"
+            self.answered.append(batch)
+            return {"probabilities": np.full((len(images), 2), batch, np.float32), "class_ids": np.zeros(len(images))}
+
+    runtime = Overlapping()
+    batches = [[str(i).encode()] * size for i, size in enumerate((3, 2, 1))]
+    answered = list(answered_batches(runtime, batches, lambda batch: (batch, {}), 40.0))
+    assert runtime.answered == [0, 1, 2]
+    assert [[a["probabilities"].tolist() for a in answers] for _, answers in answered] == [
+        [[0, 0]] * 3, [[1, 1]] * 2, [[2, 2]]
+    ]  # fmt: skip
+    assert all("class_ids" not in a for _, answers in answered for a in answers)  # what offline work keeps
