@@ -26,7 +26,7 @@ from app.data.pipeline import load_dataset_info
 from app.data.sources import class_dirs, list_files
 from app.errors import UserError
 from app.export import layout
-from app.inference.runtime import HostRuntime, TFRuntime, answered_batches, load_runtime, runtime_label
+from app.inference.runtime import HostRuntime, TFRuntime, answers_or_reasons, load_runtime, runtime_label
 
 # encoded image, dataset label id (multi-label: a tuple of ids), filename, side features ({} if none)
 Example = tuple[bytes, int | tuple[int, ...], str, dict]
@@ -136,19 +136,15 @@ def predict(
     model = load_runtime(version_dir, runtime, batch=batch_size) if isinstance(runtime, str) else runtime
     limit = layout.read_metadata(version_dir).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
     with tqdm(total=total, unit="img", desc="Evaluating", dynamic_ncols=True) as bar:
-        batches = _batched(_with_side_features(examples, model, tta), batch_size)
-        for batch, results in answered_batches(model, batches, _request, limit, tta):
+        for batch in _batched(_with_side_features(examples, model, tta), batch_size):
+            side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
+            results = answers_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)
             for example, answer in zip(batch, results):
                 answers.add(example, answer)
             bar.update(len(batch))
     if not answers.labels:
         raise UserError("no image in the evaluation data could be decoded")
     return answers.predictions(runtime_label(model))
-
-
-def _request(batch: list[Example]) -> tuple[list[bytes], dict[str, list]]:
-    """A batch's encoded photos and each side feature's raw values."""
-    return [data for data, _, _, _ in batch], {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
 
 
 def _batched(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:

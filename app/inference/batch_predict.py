@@ -25,7 +25,7 @@ from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export import layout
 from app.inference.host_runtimes import above_threshold
-from app.inference.runtime import answered_batches, load_runtime, runtime_label
+from app.inference.runtime import answers_or_reasons, load_runtime, runtime_label
 
 FORMATS = ("csv", "jsonl")
 
@@ -65,23 +65,20 @@ def read_batches(paths: list[Path], batch_size: int) -> Iterator[list[tuple[Path
             yield batch
 
 
-def _readable(batch: list[tuple[Path, bytes | str]]) -> tuple[list[bytes], dict]:
-    """The batch's photos that could be read: what the model is asked about."""
-    return [data for _, data in batch if isinstance(data, bytes)], {}
-
-
 def _rows(
     batch: list[tuple[Path, bytes | str]],
-    answers: list,
+    model,
     classes: list[str],
     top_k: int,
+    limit: float,
     thresholds: list[float] | None = None,
 ) -> list[dict]:
-    """One row per file, from the `answers` to its readable files; a multi-label model's rows
-    add the labels at or above its thresholds, and a model with an out-of-distribution score its
-    `ood_score` and `unknown`."""
-    answered = iter(answers)
-    results = [next(answered) if isinstance(data, bytes) else data for _, data in batch]  # read errors: their message
+    """One row per file; a multi-label model's rows add the labels at or above its thresholds,
+    and a model with an out-of-distribution score its `ood_score` and `unknown`."""
+    readable = [(i, data) for i, (_, data) in enumerate(batch) if isinstance(data, bytes)]
+    results: list = [data for _, data in batch]  # read errors stay as their message
+    for (i, _), result in zip(readable, answers_or_reasons(model, [d for _, d in readable], limit)):
+        results[i] = result
     rows = []
     for (path, _), result in zip(batch, results):
         if isinstance(result, str):
@@ -208,8 +205,8 @@ def predict_files(
     root = _common_root(paths, source)
     rows: list[dict] = []
     with tqdm(total=len(paths), unit="img", desc="Predicting", dynamic_ncols=True) as bar:
-        for batch, answers in answered_batches(model, read_batches(paths, batch_size), _readable, limit):
-            batch_rows = _rows(batch, answers, classes, top_k, thresholds)
+        for batch in read_batches(paths, batch_size):
+            batch_rows = _rows(batch, model, classes, top_k, limit, thresholds)
             if explainer is not None:
                 _explain(explainer, batch, batch_rows, classes, root)
             rows.extend(batch_rows)

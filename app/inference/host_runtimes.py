@@ -73,16 +73,10 @@ class HostRuntime:
             raise KeyError(signature)
         if signature == "predict_images":
             images, side = np.asarray(inputs["images"], np.float32), inputs.get("side")
-            return self._top_k(with_tta(lambda x: self._model(x, side), images, self.tta))
-        outputs = self.run_decoded(self.decode(inputs["image_bytes"]), inputs)
+        else:
+            images, side = self.decode(inputs["image_bytes"]), self._side_vectors(inputs)
+        outputs = self._top_k(with_tta(lambda x: self._model(x, side), images, self.tta))
         return {**outputs, "key": inputs["key"]} if signature == "serving_keyed" else outputs
-
-    def run_decoded(self, images: np.ndarray, inputs: dict[str, np.ndarray]) -> Outputs:
-        """serving_default's outputs for `images` as this runtime's `decode` gave them (the side
-        features, if any, raw in `inputs` as serving_default takes them): the decode and the
-        model apart, so a caller may decode the next batch while the model answers this one."""
-        side = self._side_vectors(inputs)
-        return self._top_k(with_tta(lambda x: self._model(x, side), images, self.tta))
 
     def _side_vectors(self, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
         """Raw side-feature values → the stored vectors, by the converter's own encoding (the

@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -44,7 +41,6 @@ log = logging.getLogger(__name__)
 
 
 Outputs = dict[str, np.ndarray]
-Batch = TypeVar("Batch")
 
 
 class TFRuntime:
@@ -127,48 +123,6 @@ def _answers(
     if "ood_score" in outputs and runtime.unknown_threshold is not None:  # the averaged score, the export's threshold
         outputs["unknown"] = outputs["ood_score"] > runtime.unknown_threshold
     return outputs
-
-
-def answered_batches(
-    runtime: TFRuntime | HostRuntime,
-    batches: Iterable[Batch],
-    request: Callable[[Batch], tuple[list[bytes], dict[str, list]]],
-    max_megapixels: float,
-    tta: str = "none",
-) -> Iterator[tuple[Batch, list[dict[str, np.ndarray] | str]]]:
-    """Each batch with `answers_or_reasons` of its `request` (images, side features). A host
-    runtime decodes the next batch on a second thread while its model answers this one:
-    TensorFlow's decode and the file's runtime both let go of the GIL, so the decode takes CPU
-    the model leaves idle. A batch whose decode refuses an image is answered image by image, as
-    `answers_or_reasons` does."""
-    if not isinstance(runtime, HostRuntime) or tta != "none":
-        for batch in batches:
-            images, side = request(batch)
-            yield batch, answers_or_reasons(runtime, images, max_megapixels, tta, side)
-        return
-    with ThreadPoolExecutor(1, thread_name_prefix="decode") as pool:
-        ahead = None
-        for batch in batches:
-            images, side = request(batch)
-            decoded = pool.submit(runtime.decode, np.array(images, dtype=object)) if images else None
-            if ahead is not None:
-                yield ahead[0], _decoded_answers(runtime, *ahead[1:], max_megapixels)
-            ahead = (batch, images, side, decoded)
-        if ahead is not None:
-            yield ahead[0], _decoded_answers(runtime, *ahead[1:], max_megapixels)
-
-
-def _decoded_answers(
-    runtime: HostRuntime, images: list[bytes], side: dict[str, list], decoded: Future | None, max_megapixels: float
-) -> list[dict[str, np.ndarray] | str]:
-    if decoded is None:
-        return []
-    try:
-        pixels = decoded.result()
-    except tf.errors.InvalidArgumentError:  # an image over the pixel limit, or undecodable: one at a time
-        return answers_or_reasons(runtime, images, max_megapixels, "none", side)
-    outputs = runtime.run_decoded(pixels, side_arrays(runtime, side or {}))
-    return [{k: outputs[k][i] for k in ANSWER_KEYS if k in outputs} for i in range(len(images))]
 
 
 def answers_or_reasons(
