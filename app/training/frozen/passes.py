@@ -70,12 +70,10 @@ def forward_batches(
 ) -> Iterator[tuple[Outputs, object]]:
     """`forward_outputs` batch by batch, for a caller that puts each batch's rows where they
     belong as they come instead of holding every batch and a concatenation of them at once."""
-    first = True
-    for inputs, y in dataset:
+    for index, (inputs, y) in enumerate(dataset):
         images = (inputs["image"] if isinstance(inputs, dict) else inputs).numpy()
-        if on_first_batch is not None and first:
+        if on_first_batch is not None and index == 0:
             on_first_batch(images)
-        first = False
         y = tf.nest.map_structure(_integers, y)
         yield forward(images, exact=exact is not None and exact(y)), y
         if bar is not None:

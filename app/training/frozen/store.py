@@ -168,10 +168,6 @@ def _write_shard(shard: Path, keys: np.ndarray, rows: np.ndarray, order: np.ndar
             del out
         else:  # nothing to map
             np.save(tmp, rows[:0])
-    _write_keys(shard, keys)
-
-
-def _write_keys(shard: Path, keys: np.ndarray) -> None:
     with storage.atomic_path(shard.with_name(shard.name + KEYS)) as tmp, open(tmp, "wb") as f:
         np.save(f, keys.astype(np.int64))
 
