@@ -10,7 +10,8 @@ classes is held out), a linear probe (multinomial logistic regression: the head'
 in phase 1) and the feature statistics are fitted on the held-in training photos; in
 distribution, the held-in test photos; near, every photo of the held-out classes; far, the test
 photos of another suite set (unlike: eurosat5's satellite tiles for the photo sets, flowers17
-for eurosat5). Scores: MSP, energy, kNN, Mahalanobis, relative Mahalanobis, their even sum (what
+for eurosat5). Scores: MSP, energy, kNN, Mahalanobis, relative Mahalanobis, the features' length (the log
+norm's distance from the val photos', either way, which the shipped gate also reads), their even sum (what
 exports shipped before), ASH-S (Djurisic et al. 2023: the top 10% of the pooled activations,
 rescaled, then energy), SCALE (Xu et al. 2024: all activations rescaled by the same factor), the
 mix a run chooses (app.models.ood_choice: held-out classes within the held-in training and val
@@ -40,7 +41,7 @@ from app.table import format_table, mean_sd
 from benchmarks.ood import folder_photos
 from benchmarks.suite import SETS, WEIGHTS, cut_folder
 
-SCORES = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis", "ash_s", "scale",
+SCORES = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis", "feature length", "ash_s", "scale",
           "msp+distance, even (shipped before)", "msp+distance, chosen mix + gate",
           "shipped: energy+distance, chosen mix + gate")  # fmt: skip
 FAR = {name: "eurosat5" for name in SETS} | {"eurosat5": "flowers17"}
@@ -100,7 +101,7 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
     held_in = (train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in])
     val_probabilities, val_logits = probe.predict_proba(val_x[val_in]), probe.decision_function(val_x[val_in])
     fit = functools.partial(ood.fit_shipped, train_x[inside], train_y[inside], val_x[val_in], val_probabilities)
-    msp_even = fit(mix=0.5)
+    msp_even, val_length = fit(mix=0.5), ood.log_norm(val_x[val_in])
     fitted = {
         "msp+distance, even (shipped before)": dataclasses.replace(msp_even, gate_weight=0.0),
         "msp+distance, chosen mix + gate": fit(mix=choose_mix(*held_in, seed, energy_head=False).mix),
@@ -114,6 +115,8 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
                                                                prune=name == "ash_s")))  # fmt: skip
         if name in fitted:
             return fitted[name](probe.predict_proba(x), x, logits)
+        if name == "feature length":  # how far the log norm lies from the val photos', either way
+            return np.abs(ood.log_norm(x) - val_length.mean()) / val_length.std()
         return ood.scores(name, probabilities=probe.predict_proba(x), logits=logits, features=x, stats=stats)
 
     return {name: (ood.auroc(score(name, known), score(name, near)), ood.auroc(score(name, known), score(name, far)))
@@ -186,7 +189,12 @@ def main() -> None:
     p.add_argument("--backbones", default=",".join(WEIGHTS), help=f"comma-separated, of {', '.join(WEIGHTS)}")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "photoclf-suite" / "ood-features",
                    help="where each set's features are kept, so that a second run computes none")  # fmt: skip
+    p.add_argument("--gate-quantile", type=float, default=ood.GATE_QUANTILE,
+                   help=f"where the shipped score's gate opens (default {ood.GATE_QUANTILE}: the app's)")  # fmt: skip
     args = p.parse_args()
+    if not 0.0 < args.gate_quantile < 1.0:
+        raise UserError(f"--gate-quantile: {args.gate_quantile} is not between 0 and 1")
+    ood.GATE_QUANTILE = args.gate_quantile  # read by fit_shipped and choose_mix
     for path in (args.shared / WEIGHTS[b] for b in args.backbones.split(",")):
         if not path.is_file():
             raise UserError(f"--shared: no weights file {path}")

@@ -68,7 +68,7 @@ class OutOfDistributionScore(keras.layers.Layer):
     the logits at the run's temperature; 1 - max probability for runs fitted before), the
     standardised class distance of the L2-normalised features (relative Mahalanobis: to the
     nearest class mean, less to the training features' overall mean), weighted, plus the
-    gate past the val photos' distances. Its statistics are
+    gate past the val photos' distances and feature lengths. Its statistics are
     constants of the served model (never trained, never saved by Keras: the export freezes them
     into its graph)."""
 
@@ -99,5 +99,9 @@ class OutOfDistributionScore(keras.layers.Layer):
         else:
             head = 1.0 - ops.max(probabilities, axis=-1)
         z_head, z_distance = (head - s.head_mean) / s.head_std, (distance - s.distance_mean) / s.distance_std
-        gate = s.gate_weight * ops.maximum(z_distance - s.gate_at, 0.0)  # app.models.ood.combined
+        atypical = z_distance  # app.models.ood.atypicality, then app.models.ood.combined
+        if s.norm_std:
+            log_norm = ops.log(ops.maximum(ops.norm(features, axis=-1), 1e-12))
+            atypical = ops.maximum(z_distance, ops.abs(log_norm - s.norm_mean) / s.norm_std)
+        gate = s.gate_weight * ops.maximum(atypical - s.gate_at, 0.0)
         return s.head_weight * z_head + s.distance_weight * z_distance + gate

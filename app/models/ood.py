@@ -19,8 +19,11 @@ the validation split: `energy` (the head's doubt, at the run's temperature; it l
 held-out classes of most suite sets) sees a photo the head cannot place, `relative_mahalanobis`
 one whose features lie away from every class. Which of the two separates unseen classes of the
 same kind better depends on the photos, so the run chooses their mix (app.models.ood_choice). A
-gate (`combined`) adds to the score where a photo's distance passes 95% of the val photos', so
-that another kind of picture is answered unknown whatever the mix.
+gate (`combined`) adds to the score where a photo is more atypical than 97% of the val photos,
+in its class distance or in its features' length (the log of their norm, either way: the
+distances see only the features' direction, while a picture of another kind often moves the
+backbone's activations as a whole), so that another kind of picture is answered unknown whatever
+the mix.
 
 The threshold accepts the share of the validation split asked for (95% by default), halfway between
 two of its scores: an image scoring above it is "unknown". NumPy here, for measuring and fitting; the
@@ -152,6 +155,11 @@ def scores(
     raise ValueError(f"unknown OOD method '{method}', expected one of {METHODS}")
 
 
+def log_norm(features: np.ndarray) -> np.ndarray:
+    """The log of each feature vector's length: what the L2-normalised distances leave out."""
+    return np.log(np.maximum(np.linalg.norm(np.asarray(features, np.float64), axis=-1), 1e-12)).astype(np.float32)
+
+
 def threshold_for(in_distribution: np.ndarray, accept: float = DEFAULT_ACCEPT) -> float:
     """A threshold at or under which `ceil(accept * n)` of these (validation) photos fall, placed
     halfway between the last score it accepts and the next higher one, never on a photo's score:
@@ -213,10 +221,12 @@ class ShippedScore:
     accept: float
     head_weight: float = 1.0  # 2 x (1 - mix) and 2 x mix (app.models.ood_choice); 1 and 1: the even sum
     distance_weight: float = 1.0
-    gate_at: float = 0.0  # the standardised distance past which the gate adds (GATE_QUANTILE of val)
+    gate_at: float = 0.0  # the standardised atypicality past which the gate adds (GATE_QUANTILE of val)
     gate_weight: float = 0.0  # what each standard deviation past it adds; 0: no gate (runs fitted before it)
     energy_head: bool = False
     temperature: float = 1.0  # energy's, the run's calibration temperature
+    norm_mean: float = 0.0  # the val photos' log feature length, its mean and spread;
+    norm_std: float = 0.0  # 0: the gate sees the distance alone (runs fitted before)
 
     def head(self, probabilities: np.ndarray, logits: np.ndarray | None) -> np.ndarray:
         if not self.energy_head:
@@ -228,7 +238,9 @@ class ShippedScore:
     def __call__(self, probabilities: np.ndarray, features: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
         z_head = (self.head(probabilities, logits) - self.head_mean) / self.head_std
         z_distance = (self.distance(features) - self.distance_mean) / self.distance_std
-        return combined(z_head, z_distance, self.head_weight, self.distance_weight, self.gate_at, self.gate_weight)
+        z_norm = np.abs(log_norm(features) - self.norm_mean) / self.norm_std if self.norm_std else None
+        weights = self.head_weight, self.distance_weight, self.gate_at, self.gate_weight
+        return combined(z_head, z_distance, *weights, z_norm)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         scalars = {k: np.float64(v) for k, v in vars(self).items() if k != "distance"}
@@ -249,13 +261,20 @@ class ShippedScore:
         parts = (float(arrays[k]) for k in names)
         optional = {"head_weight": arrays.get("head_weight", arrays.get("msp_weight", 1.0)),
                     **{k: arrays.get(k, default) for k, default in (("distance_weight", 1.0), ("gate_at", 0.0),
-                       ("gate_weight", 0.0), ("energy_head", 0.0), ("temperature", 1.0))}}  # fmt: skip
+                       ("gate_weight", 0.0), ("energy_head", 0.0), ("temperature", 1.0), ("norm_mean", 0.0),
+                       ("norm_std", 0.0))}}  # fmt: skip
         rest = {k: bool(v) if k == "energy_head" else float(v) for k, v in optional.items()}
         return ShippedScore(distance, *parts, float(arrays["threshold"]), float(arrays["accept"]), **rest)
 
 
-GATE_QUANTILE = 0.95  # of the val photos' standardised distances: where the gate opens
+GATE_QUANTILE = 0.97  # of the val photos' atypicality: where the gate opens (benchmarks/README.md)
 GATE_WEIGHT = 4.0
+
+
+def atypicality(z_distance: np.ndarray, z_norm: np.ndarray | None) -> np.ndarray:
+    """What the gate reads: the standardised class distance, or the feature length's standardised
+    distance from the val photos' (either way), whichever is larger."""
+    return z_distance if z_norm is None else np.maximum(z_distance, z_norm)
 
 
 def combined(
@@ -265,13 +284,19 @@ def combined(
     distance_weight: float,
     gate_at: float,
     gate_weight: float,
+    z_norm: np.ndarray | None = None,
 ) -> np.ndarray:
     """The shipped score from its standardised parts: the weighted sum, plus the gate, which adds
-    `gate_weight` per standard deviation of distance past `gate_at`. Whatever the mix, a photo
-    whose features lie beyond 95% of the val photos' (a far one: another kind of picture) gains
-    on the others, while the mix ranks photos within the val photos' range."""
-    gate = gate_weight * np.maximum(z_distance - gate_at, 0.0)
+    `gate_weight` per standard deviation of atypicality past `gate_at`. Whatever the mix, a photo
+    more atypical than 97% of the val photos (a far one: another kind of picture) gains on the
+    others, while the mix ranks photos within the val photos' range."""
+    gate = gate_weight * np.maximum(atypicality(z_distance, z_norm) - gate_at, 0.0)
     return (head_weight * z_head + distance_weight * z_distance + gate).astype(np.float32)
+
+
+def standardised(values: np.ndarray) -> tuple[float, float]:
+    """Mean and spread (1 where there is none) of a part on the val photos."""
+    return float(values.mean()), float(values.std()) or 1.0
 
 
 def fit_shipped(
@@ -289,11 +314,12 @@ def fit_shipped(
     sum); with `val_logits` the head's part is energy at `temperature`, else MSP."""
     distance = fit_feature_stats(train_features, train_labels).distance(relative=True)
     head = energy(val_logits, temperature) if val_logits is not None else msp(val_probabilities)
-    parts = head, distance(val_features)
-    (m1, s1), (m2, s2) = ((float(x.mean()), float(x.std()) or 1.0) for x in parts)
-    z_head, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
-    w1, w2, gate_at = 2 * (1 - mix), 2 * mix, float(np.quantile(z_distance, GATE_QUANTILE))
-    threshold = threshold_for(combined(z_head, z_distance, w1, w2, gate_at, GATE_WEIGHT), accept)
+    parts = head, distance(val_features), log_norm(val_features)
+    (m1, s1), (m2, s2), (m3, s3) = (standardised(x) for x in parts)
+    z_head, z_distance, z_norm = (parts[0] - m1) / s1, (parts[1] - m2) / s2, np.abs(parts[2] - m3) / s3
+    w1, w2 = 2 * (1 - mix), 2 * mix
+    gate_at = float(np.quantile(atypicality(z_distance, z_norm), GATE_QUANTILE))
+    threshold = threshold_for(combined(z_head, z_distance, w1, w2, gate_at, GATE_WEIGHT, z_norm), accept)
     energy_head = val_logits is not None
     return ShippedScore(distance, m1, s1, m2, s2, threshold, accept, w1, w2, gate_at, GATE_WEIGHT, energy_head,
-                        temperature)  # fmt: skip
+                        temperature, m3, s3)  # fmt: skip

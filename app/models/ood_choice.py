@@ -72,14 +72,18 @@ def _fold_aurocs(
     distance = ood.fit_feature_stats(features, labels, seed).distance(relative=True)
     unseen = np.concatenate([val[0][~known], train[0][~inside]])
     head = ood.energy if energy_head else (lambda logits: ood.msp(softmax(logits, axis=1)))
-    parts_known = head(probe(val[0][known])), distance(val[0][known])
-    parts_unseen = head(probe(unseen)), distance(unseen)
-    (m1, s1), (m2, s2) = ((float(p.mean()), float(p.std()) or 1.0) for p in parts_known)
-    gate_at = float(np.quantile((parts_known[1] - m2) / s2, ood.GATE_QUANTILE))
+    parts_known = [f(val[0][known]) for f in (lambda x: head(probe(x)), distance, ood.log_norm)]
+    parts_unseen = [f(unseen) for f in (lambda x: head(probe(x)), distance, ood.log_norm)]
+    (m1, s1), (m2, s2), (m3, s3) = (ood.standardised(p) for p in parts_known)
+
+    def standardised(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (parts[0] - m1) / s1, (parts[1] - m2) / s2, np.abs(parts[2] - m3) / s3
+
+    gate_at = float(np.quantile(ood.atypicality(*standardised(parts_known)[1:]), ood.GATE_QUANTILE))
 
     def mixed(parts, mix: float) -> np.ndarray:
-        z_head, z_distance = (parts[0] - m1) / s1, (parts[1] - m2) / s2
-        return ood.combined(z_head, z_distance, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT)
+        z_head, z_distance, z_norm = standardised(parts)
+        return ood.combined(z_head, z_distance, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT, z_norm)
 
     return {m: ood.auroc(mixed(parts_known, m), mixed(parts_unseen, m)) for m in MIXES}
 

@@ -18,19 +18,31 @@ def _clusters(rng: np.random.Generator, classes: int, per_class: int, dims: int,
     return features.astype(np.float32), labels
 
 
-def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_distance():
+def _gate(train, val_features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The val photos' standardised relative distance, and the gate: 4 per standard deviation past
+    the 97th percentile of the larger of that distance and the log feature length's distance from
+    its mean (either way, in standard deviations)."""
+    from app.models import ood
+
+    distance = ood.fit_feature_stats(*train).distance(relative=True)(val_features)
+    log_norm = np.log(np.linalg.norm(val_features, axis=1))
+    z_distance = (distance - distance.mean()) / distance.std()
+    atypical = np.maximum(z_distance, np.abs(log_norm - log_norm.mean()) / log_norm.std())
+    return z_distance, 4.0 * np.maximum(atypical - np.quantile(atypical, 0.97), 0.0)
+
+
+def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_atypical():
     """Mix 0 is the head's part alone (MSP here: no logits given), 1 the distance alone, 0.5 the plain sum;
-    each plus the gate: 4 per standard deviation of distance past the val photos' 95th percentile."""
+    each plus the gate past the val photos' 97th percentile of atypicality."""
     from app.models import ood
 
     rng = np.random.default_rng(2)
     train, val = _clusters(rng, 4, 30, 10, 0.3), _clusters(rng, 4, 10, 10, 0.3)
+    val[0][5] *= 3.0  # a photo at a class's angle, its features three times as long
     probabilities = rng.dirichlet(np.ones(4), len(val[1]))
-    parts = [ood.msp(probabilities)]
-    parts.append(ood.fit_feature_stats(*train).distance(relative=True)(val[0]))
-    z_msp, z_distance = ((p - p.mean()) / p.std() for p in parts)
-    gate = 4.0 * np.maximum(z_distance - np.quantile(z_distance, 0.95), 0.0)
-    assert np.count_nonzero(gate) == 2  # of 40 val photos, the two most distant pass the 95th percentile
+    z_msp = (ood.msp(probabilities) - ood.msp(probabilities).mean()) / ood.msp(probabilities).std()
+    z_distance, gate = _gate(train, val[0])
+    assert np.count_nonzero(gate) == 2 and np.argmax(gate) == 5  # of 40 val photos, 2 pass; the most: by its length
     for mix, expected in ((0.0, 2 * z_msp), (1.0, 2 * z_distance), (0.5, z_msp + z_distance)):
         score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=mix)
         np.testing.assert_allclose(score(probabilities, val[0]), expected + gate, rtol=1e-4, atol=1e-4)
@@ -39,8 +51,9 @@ def test_the_shipped_score_weighs_its_parts_by_the_mix_and_gates_the_distance():
 
 
 def test_with_msp_alone_a_confident_photo_of_another_kind_is_still_unknown():
-    """The gate: a photo whose features lie far from every class, which the head places with
-    full confidence, scores past the threshold even where the mix gave the distance no share."""
+    """The gate: a photo whose features lie far from every class, or at a class's angle but far
+    longer or shorter than the val photos', which the head places with full confidence, scores
+    past the threshold even where the mix gave the distance no share."""
     from app.models import ood
 
     rng = np.random.default_rng(4)
@@ -49,8 +62,11 @@ def test_with_msp_alone_a_confident_photo_of_another_kind_is_still_unknown():
     score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=0.0)
     other_kind = np.zeros((1, 10), np.float32)
     other_kind[0, 9] = 1.0  # a direction no class uses
-    assert score(np.array([[1.0, 0, 0, 0]]), other_kind)[0] > score.threshold
-    assert score(np.array([[1.0, 0, 0, 0]]), val[0][:1])[0] < score.threshold  # a confident known photo passes
+    sure = np.array([[1.0, 0, 0, 0]])
+    assert score(sure, other_kind)[0] > score.threshold
+    for length in (4.0, 0.25):  # the distances see the same angle: only the length tells
+        assert score(sure, val[0][:1] * length)[0] > score.threshold
+    assert score(sure, val[0][:1])[0] < score.threshold  # a confident known photo passes
 
 
 def test_the_chosen_mix_is_the_best_measured_and_recorded_with_every_mix():
@@ -85,9 +101,7 @@ def test_with_logits_the_heads_part_is_energy_at_the_runs_temperature():
     score = ood.fit_shipped(train[0], train[1], val[0], probabilities, mix=0.0, val_logits=logits, temperature=2.0)
     energy = -2.0 * np.log(np.exp(logits / 2.0).sum(axis=1))
     z_energy = (energy - energy.mean()) / energy.std()
-    z_distance = ood.fit_feature_stats(*train).distance(relative=True)(val[0])
-    z_distance = (z_distance - z_distance.mean()) / z_distance.std()
-    gate = 4.0 * np.maximum(z_distance - np.quantile(z_distance, 0.95), 0.0)
+    _, gate = _gate(train, val[0])
     np.testing.assert_allclose(score(probabilities, val[0], logits), 2 * z_energy + gate, rtol=1e-4, atol=1e-4)
     again = ood.ShippedScore.from_arrays(score.to_arrays())
     assert again.energy_head and again.temperature == 2.0
