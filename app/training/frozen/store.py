@@ -12,7 +12,11 @@ Layout, ROOT/<kind>-<space id>/: `space.json` (what decides the rows) and shards
 add writes one new shard of the keys the space lacks, never rewriting the others; a lookup reads
 the shards' keys and, memory-mapped, only the rows it found, so neither loads a space whole. Each
 file is written under a temporary name and renamed; a shard counts once its keys file is there.
-Two runs adding to one space at once both keep their rows. Past `STORE_LIMIT` bytes the least
+Two runs adding to one space at once both keep their rows. Float32 rows are kept in float16
+(half the disk; a lookup gives float32 back) where a shard's largest value lies in
+`HALF_RANGE`: there float16's spacing is at most 2^-11 of a value, and a value that small
+beside the largest is what the next layers cannot see; outside it (the tiny activations of a
+randomly initialised backbone, or values float16 cannot hold) they stay float32. Past `STORE_LIMIT` bytes the least
 recently used spaces are removed. A space in the older one-file layout (`<kind>-<id>.npz`) is
 read once into a shard of the new one.
 
@@ -44,6 +48,7 @@ STORE_LIMIT = 20 * 2**30  # bytes on disk before the least recently used spaces 
 RUN_STORE = "run"  # the feature_store setting that keeps the store in the run dir
 KEYS, ROWS = ".keys.npy", ".rows.npy"
 WRITE_CHUNK = 1024  # rows copied into a shard's file at a time
+HALF_RANGE = (1.0, 6.0e4)  # a shard's largest magnitude for which its float32 rows are kept in float16
 
 
 def store_root(setting: str, run: RunDir) -> Path:
@@ -82,7 +87,8 @@ class FeatureStore:
         if not parts:
             return found, None
         place = np.cumsum(found) - 1  # a found key's place among the found, in `keys`' order
-        rows = np.empty((int(found.sum()), *parts[0][1].shape[1:]), parts[0][1].dtype)
+        dtype = np.float32 if parts[0][1].dtype == np.float16 else parts[0][1].dtype  # float16: kept so on disk only
+        rows = np.empty((int(found.sum()), *parts[0][1].shape[1:]), dtype)
         for at, part in parts:
             rows[place[at]] = part
         return found, rows
@@ -161,7 +167,8 @@ def _write_shard(shard: Path, keys: np.ndarray, rows: np.ndarray, order: np.ndar
     order = np.arange(len(rows)) if order is None else order
     with storage.atomic_path(shard.with_name(shard.name + ROWS)) as tmp:
         if len(order):
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=rows.dtype, shape=(len(order), *rows.shape[1:]))
+            dtype = _disk_dtype(rows, order)
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(len(order), *rows.shape[1:]))
             for start in range(0, len(order), WRITE_CHUNK):
                 out[start : start + WRITE_CHUNK] = rows[order[start : start + WRITE_CHUNK]]
             out.flush()
@@ -170,6 +177,14 @@ def _write_shard(shard: Path, keys: np.ndarray, rows: np.ndarray, order: np.ndar
             np.save(tmp, rows[:0])
     with storage.atomic_path(shard.with_name(shard.name + KEYS)) as tmp, open(tmp, "wb") as f:
         np.save(f, keys.astype(np.int64))
+
+
+def _disk_dtype(rows: np.ndarray, order: np.ndarray) -> np.dtype:
+    """float16 for float32 rows whose largest magnitude lies in HALF_RANGE, else their own dtype."""
+    if rows.dtype != np.float32:
+        return rows.dtype
+    largest = max(float(np.abs(rows[order[i : i + WRITE_CHUNK]]).max()) for i in range(0, len(order), WRITE_CHUNK))
+    return np.dtype(np.float16) if HALF_RANGE[0] <= largest <= HALF_RANGE[1] else rows.dtype
 
 
 def _read_rows(shard: Path, at: np.ndarray) -> np.ndarray | None:

@@ -67,6 +67,31 @@ def test_rows_in_any_order_are_written_a_chunk_at_a_time_sorted_by_key(tmp_path:
     assert np.load(rows_file).tolist() == rows[[7, 4, 1, 3, 0, 2, 5]].tolist()
 
 
+@pytest.mark.parametrize(
+    "scale, kept",
+    [(1.0, np.float16), (1e4, np.float16), (0.01, np.float32), (1e6, np.float32)],
+    ids=["activations", "large", "tiny", "beyond_float16"],
+)
+def test_float32_rows_are_kept_in_float16_where_it_holds_them_and_read_back_as_float32(
+    tmp_path: Path, scale: float, kept: type
+):
+    """Half the disk: a shard whose largest value lies where float16 keeps every value within
+    2^-11 of it is written in float16; a lookup answers float32. Rows too small (a random
+    backbone's activations) or too large for float16 stay float32, exactly."""
+    rows = (np.random.default_rng(0).standard_normal((300, 4, 4, 8)) * scale / 4).astype(np.float32)
+    rows[0, 0, 0, 0] = scale  # the shard's largest magnitude
+    store = FeatureStore(tmp_path)
+    store.add(SPACE, np.arange(300, dtype=np.int64), rows)
+    (files,) = _shard_files(tmp_path)
+    on_disk = np.load(files[1], mmap_mode="r")
+    assert on_disk.dtype == kept and on_disk.nbytes == rows.size * np.dtype(kept).itemsize
+    found, read = store.lookup(SPACE, np.arange(299, -1, -1, dtype=np.int64))
+    assert found.all() and read.dtype == np.float32
+    np.testing.assert_allclose(read[::-1], rows, rtol=2**-11 if kept == np.float16 else 0, atol=2**-25 * scale)
+    if kept == np.float32:
+        np.testing.assert_array_equal(read[::-1], rows)
+
+
 def test_two_runs_adding_to_one_space_both_keep_their_rows(tmp_path: Path):
     one, other = FeatureStore(tmp_path), FeatureStore(tmp_path)
     one.add(SPACE, np.array([1, 2], np.int64), _rows([1, 2]))

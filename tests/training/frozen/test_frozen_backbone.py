@@ -34,6 +34,13 @@ def side_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "records"
 
 
+def _assert_as_stored(read: np.ndarray, computed: np.ndarray) -> None:
+    """Rows read back from the store are the computed ones as float16 keeps them: within half
+    its spacing (2^-11 of a value; 2^-25 below its smallest normal number)."""
+    np.testing.assert_allclose(read, computed, rtol=2**-11, atol=2**-25)
+    assert read.dtype == np.float32
+
+
 def _config(data: str, tiny_config: TrainConfig, side_records: Path) -> TrainConfig:
     if data == "images_and_side_features":
         return tiny_config.replace(data=str(side_records), image_size=32, batch_size=4)
@@ -183,8 +190,8 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     with caplog.at_level(logging.INFO):
         build_phase(ctx, 2, phase1, frozen).inputs.train_iterator()
     assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
-    np.testing.assert_array_equal(frozen._train.activations, built._train.activations)
-    np.testing.assert_array_equal(frozen._val.activations, built._val.activations)
+    _assert_as_stored(frozen._train.activations, built._train.activations)
+    _assert_as_stored(frozen._val.activations, built._val.activations)
 
 
 def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_activations(
@@ -192,7 +199,8 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
 ):
     """A run started from an earlier one (--init-from) has the earlier run's fine-tuned layers
     above the cut and the pretrained ones below: the stored activations still hold, and the
-    features come from the layers above alone, the same as from the whole backbone."""
+    features come from the layers above alone, the same as from the whole backbone (but for
+    the stored activations' float16 rounding)."""
     ctx = setup(tiny_config.replace(cache_features="true"))
     FrozenBackbone(ctx).phase1_features()  # stores the activations at the cut
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)  # the layers phase 2 would have changed
@@ -205,8 +213,8 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
     monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(tmp_path / "empty"))
     whole = FrozenBackbone(ctx).phase1_features()  # every row through the backbone
     scale = np.abs(whole.train_features).max()
-    np.testing.assert_allclose(above.train_features, whole.train_features, rtol=1e-4, atol=1e-5 * scale)
-    np.testing.assert_allclose(above.val_features, whole.val_features, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(above.train_features, whole.train_features, rtol=5e-3, atol=1e-4 * scale)
+    np.testing.assert_allclose(above.val_features, whole.val_features, rtol=5e-3, atol=1e-4 * scale)
 
 
 @pytest.mark.parametrize(
@@ -267,8 +275,8 @@ def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
         again = FrozenBackbone(ctx).phase1_features()
     assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
     assert "0 through the layers above block_2_relu only, 0 computed" in caplog.text
-    np.testing.assert_array_equal(again.train_features, train_features)
-    np.testing.assert_array_equal(again.val_features, val_features)
+    _assert_as_stored(again.train_features, train_features)
+    _assert_as_stored(again.val_features, val_features)
 
 
 def test_validation_stays_on_images_when_the_activations_would_not_fit(
