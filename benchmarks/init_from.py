@@ -16,7 +16,8 @@ whole folder's test split. Per seed, two scenarios:
 
 Prints test accuracy and wall time, mean ± sd over seeds, and each later run's time as a ratio
 (mean over seeds) of the run it is compared with: scratch for `--init-from`, the first run for
-the grown ones.
+the grown ones. `--warm-set KEY=VALUE` (repeatable) changes the two `--init-from` runs only,
+to measure another plan for them (`--warm-set phase2_mode=images`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.cli import run_cli
+from app.config import load_config
 from app.errors import UserError
 from app.table import format_table, mean_sd
 from benchmarks.common import check_split_folder
@@ -80,17 +82,21 @@ def convert(folder: Path, out: Path) -> Path:
     return out
 
 
-def run_seed(data: dict[str, Path], seed: int, weights: str, work: Path, report) -> dict[str, Run]:
-    """The runs of both scenarios for one seed; feature stores are per seed and scenario."""
+def run_seed(
+    data: dict[str, Path], seed: int, weights: str, work: Path, report, warm: dict[str, str] | None = None
+) -> dict[str, Run]:
+    """The runs of both scenarios for one seed; feature stores are per seed and scenario; `warm`:
+    config overrides of the two --init-from runs."""
     stores = {name: str(work / f"store-{name}-{seed}") for name in ("classes", "photos")}
     earlier, first = str(work / "earlier"), str(work / "first")
+    warm = warm or {}
     plan = [
         ("earlier", "fewer_classes", {"feature_store": stores["classes"]}),
         ("scratch", "all", {}),
-        ("init_from", "all", {"feature_store": stores["classes"], "init_from": earlier}),
+        ("init_from", "all", {"feature_store": stores["classes"], "init_from": earlier, **warm}),
         ("first", "fewer_photos", {"feature_store": stores["photos"]}),
         ("grown", "all", {"feature_store": stores["photos"]}),
-        ("grown_init_from", "all", {"feature_store": stores["photos"], "init_from": first}),
+        ("grown_init_from", "all", {"feature_store": stores["photos"], "init_from": first, **warm}),
     ]
     runs = {}
     for name, dataset, overrides in plan:
@@ -98,6 +104,13 @@ def run_seed(data: dict[str, Path], seed: int, weights: str, work: Path, report)
         run = runs[name]
         report(f"seed {seed} {name}: test {run.test_accuracy:.4f}, phase 2 {run.phase2}, {run.seconds:.1f} s")
     return runs
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise UserError(f"--warm-set: expected KEY=VALUE, got '{item}'")
+    return key, value
 
 
 def summary(by_seed: list[dict[str, Run]], held: list[str], grow: float) -> str:
@@ -120,8 +133,15 @@ def main() -> None:
     p.add_argument("--grow", type=float, default=0.1, help="fraction of training photos the first run lacks (0.1)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--weights", default="auto", help="fine_tune.py --weights (default auto)")
+    p.add_argument("--warm-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override of the two --init-from runs only (repeatable)")  # fmt: skip
     args = p.parse_args()
     check_split_folder(args.folder)
+    warm = dict(_key_value(item) for item in args.warm_set)
+    try:
+        load_config(None, warm)  # a bad key or value fails now, not after the first runs
+    except UserError as err:
+        raise UserError(f"--warm-set: {str(err).removeprefix('--set: ')}") from None
     seeds = [int(s) for s in args.seeds.split(",")]
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="photoclf-init-from-") as tmp:
@@ -133,7 +153,7 @@ def main() -> None:
             "fewer_photos": convert(first, work / "fewer-photos"),
             "all": convert(args.folder, work / "all"),
         }
-        by_seed = [run_seed(data, seed, args.weights, work, log) for seed in seeds]
+        by_seed = [run_seed(data, seed, args.weights, work, log, warm) for seed in seeds]
     print(summary(by_seed, held, args.grow))
 
 
