@@ -16,8 +16,9 @@ whole folder's test split. Per seed, two scenarios:
 
 Prints test accuracy and wall time, mean ± sd over seeds, and each later run's time as a ratio
 (mean over seeds) of the run it is compared with: scratch for `--init-from`, the first run for
-the grown ones. `--warm-set KEY=VALUE` (repeatable) changes the two `--init-from` runs only,
-to measure another plan for them (`--warm-set phase2_mode=images`).
+the grown ones. `--set KEY=VALUE` (repeatable) changes every run (`--set
+backbone=efficientnet_lite0` with that backbone's --weights); `--warm-set KEY=VALUE` the two
+`--init-from` runs only, to measure another plan for them (`--warm-set phase2_mode=images`).
 """
 
 from __future__ import annotations
@@ -83,10 +84,16 @@ def convert(folder: Path, out: Path) -> Path:
 
 
 def run_seed(
-    data: dict[str, Path], seed: int, weights: str, work: Path, report, warm: dict[str, str] | None = None
+    data: dict[str, Path],
+    seed: int,
+    weights: str,
+    work: Path,
+    report,
+    every: dict[str, str] | None = None,
+    warm: dict[str, str] | None = None,
 ) -> dict[str, Run]:
-    """The runs of both scenarios for one seed; feature stores are per seed and scenario; `warm`:
-    config overrides of the two --init-from runs."""
+    """The runs of both scenarios for one seed; feature stores are per seed and scenario; `every`:
+    config overrides of every run, `warm`: of the two --init-from runs."""
     stores = {name: str(work / f"store-{name}-{seed}") for name in ("classes", "photos")}
     earlier, first = str(work / "earlier"), str(work / "first")
     warm = warm or {}
@@ -100,17 +107,26 @@ def run_seed(
     ]
     runs = {}
     for name, dataset, overrides in plan:
-        runs[name] = run_once(data[dataset], (name, overrides), seed, weights, work / name, work / f"{name}-{seed}.log")
+        variant = (name, {**(every or {}), **overrides})
+        runs[name] = run_once(data[dataset], variant, seed, weights, work / name, work / f"{name}-{seed}.log")
         run = runs[name]
         report(f"seed {seed} {name}: test {run.test_accuracy:.4f}, phase 2 {run.phase2}, {run.seconds:.1f} s")
     return runs
 
 
-def _key_value(item: str) -> tuple[str, str]:
-    key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise UserError(f"--warm-set: expected KEY=VALUE, got '{item}'")
-    return key, value
+def _overrides(flag: str, items: list[str]) -> dict[str, str]:
+    """KEY=VALUE items as config overrides, checked now rather than after the first runs."""
+    found = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag}: expected KEY=VALUE, got '{item}'")
+        found[key] = value
+    try:
+        load_config(None, found)
+    except UserError as err:
+        raise UserError(f"{flag}: {str(err).removeprefix('--set: ')}") from None
+    return found
 
 
 def summary(by_seed: list[dict[str, Run]], held: list[str], grow: float) -> str:
@@ -133,15 +149,13 @@ def main() -> None:
     p.add_argument("--grow", type=float, default=0.1, help="fraction of training photos the first run lacks (0.1)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--weights", default="auto", help="fine_tune.py --weights (default auto)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override of every run (repeatable)")  # fmt: skip
     p.add_argument("--warm-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override of the two --init-from runs only (repeatable)")  # fmt: skip
     args = p.parse_args()
     check_split_folder(args.folder)
-    warm = dict(_key_value(item) for item in args.warm_set)
-    try:
-        load_config(None, warm)  # a bad key or value fails now, not after the first runs
-    except UserError as err:
-        raise UserError(f"--warm-set: {str(err).removeprefix('--set: ')}") from None
+    every, warm = _overrides("--set", args.set), _overrides("--warm-set", args.warm_set)
     seeds = [int(s) for s in args.seeds.split(",")]
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="photoclf-init-from-") as tmp:
@@ -153,7 +167,7 @@ def main() -> None:
             "fewer_photos": convert(first, work / "fewer-photos"),
             "all": convert(args.folder, work / "all"),
         }
-        by_seed = [run_seed(data, seed, args.weights, work, log, warm) for seed in seeds]
+        by_seed = [run_seed(data, seed, args.weights, work, log, every, warm) for seed in seeds]
     print(summary(by_seed, held, args.grow))
 
 

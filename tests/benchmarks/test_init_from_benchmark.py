@@ -44,3 +44,35 @@ def test_the_first_folder_lacks_the_last_tenth_of_each_class_s_training_photos_o
         assert len(list((out / "val" / name).iterdir())) == len(list((out / "test" / name).iterdir())) == 20
     with pytest.raises(UserError, match="--grow must be a fraction"):
         fewer_photos(folder, tmp_path / "none", 1.0)
+
+
+def test_set_changes_every_run_and_warm_set_only_the_two_init_from_runs(tmp_path: Path, monkeypatch):
+    from benchmarks import init_from
+
+    seen = {}
+
+    def fake_run(data, variant, seed, weights, out, log_file):
+        name, overrides = variant
+        seen[name] = overrides
+        return init_from.Run(str(data), name, seed, 1.0, 1.0, {"test": {"accuracy": 0.5}})
+
+    monkeypatch.setattr(init_from, "run_once", fake_run)
+    data = {name: tmp_path / name for name in ("fewer_classes", "fewer_photos", "all")}
+    every, warm = {"backbone": "efficientnet_lite0"}, {"phase2_mode": "images"}
+    init_from.run_seed(data, 0, "w.npz", tmp_path, lambda _: None, every, warm)
+    assert all(overrides["backbone"] == "efficientnet_lite0" for overrides in seen.values())
+    assert {name for name, overrides in seen.items() if overrides.get("phase2_mode") == "images"} == {
+        "init_from", "grown_init_from"
+    }  # fmt: skip
+    assert seen["init_from"]["init_from"] == str(tmp_path / "earlier")
+
+
+@pytest.mark.parametrize(
+    "flag, items, message",
+    [("--set", ["seed"], "--set: expected KEY=VALUE, got 'seed'"), ("--warm-set", ["nope=1"], "--warm-set: unknown")],
+)
+def test_overrides_are_checked_before_any_run(flag: str, items: list[str], message: str):
+    from benchmarks.init_from import _overrides
+
+    with pytest.raises(UserError, match=message):
+        _overrides(flag, items)
