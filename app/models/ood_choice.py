@@ -76,13 +76,13 @@ def _fold_aurocs(
     parts_unseen = [f(unseen) for f in (lambda x: head(probe(x)), distance, ood.log_norm)]
     (m1, s1), (m2, s2), (m3, s3) = (ood.standardised(p) for p in parts_known)
 
-    def standardised(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def z_scores(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return (parts[0] - m1) / s1, (parts[1] - m2) / s2, np.abs(parts[2] - m3) / s3
 
-    gate_at = float(np.quantile(ood.atypicality(*standardised(parts_known)[1:]), ood.GATE_QUANTILE))
+    gate_at = float(np.quantile(ood.atypicality(*z_scores(parts_known)[1:]), ood.GATE_QUANTILE))
 
     def mixed(parts, mix: float) -> np.ndarray:
-        z_head, z_distance, z_norm = standardised(parts)
+        z_head, z_distance, z_norm = z_scores(parts)
         return ood.combined(z_head, z_distance, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT, z_norm)
 
     return {m: ood.auroc(mixed(parts_known, m), mixed(parts_unseen, m)) for m in MIXES}

@@ -12,13 +12,15 @@ Layout, ROOT/<kind>-<space id>/: `space.json` (what decides the rows) and shards
 add writes one new shard of the keys the space lacks, never rewriting the others; a lookup reads
 the shards' keys and, memory-mapped, only the rows it found, so neither loads a space whole. Each
 file is written under a temporary name and renamed; a shard counts once its keys file is there.
-Two runs adding to one space at once both keep their rows. Float32 rows are kept in float16
-(half the disk; a lookup gives float32 back) where a shard's largest value lies in
-`HALF_RANGE`: there float16's spacing is at most 2^-11 of a value, and a value that small
-beside the largest is what the next layers cannot see; outside it (the tiny activations of a
-randomly initialised backbone, or values float16 cannot hold) they stay float32. Past `STORE_LIMIT` bytes the least
+Two runs adding to one space at once both keep their rows. Past `STORE_LIMIT` bytes the least
 recently used spaces are removed. A space in the older one-file layout (`<kind>-<id>.npz`) is
 read once into a shard of the new one.
+
+Float32 rows are kept in float16 (half the disk; a lookup gives float32 back) where a shard's
+largest value lies in `HALF_RANGE`: there float16's spacing is at most 2^-11 of a value, and a
+value small enough to lose more beside the largest is one the next layers cannot see. Outside it
+(the tiny activations of a randomly initialised backbone, or values float16 cannot hold) they
+stay float32.
 
 `load_or_compute` is the audit's cache of its embeddings: one npz file per audit, with the key
 it was computed for.
