@@ -101,7 +101,7 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
     held_in = (train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in])
     val_probabilities, val_logits = probe.predict_proba(val_x[val_in]), probe.decision_function(val_x[val_in])
     fit = functools.partial(ood.fit_shipped, train_x[inside], train_y[inside], val_x[val_in], val_probabilities)
-    msp_even, val_length = fit(mix=0.5), ood.log_norm(val_x[val_in])
+    msp_even, (length_mean, length_sd) = fit(mix=0.5), ood.standardised(ood.log_norm(val_x[val_in]))
     fitted = {
         "msp+distance, even (shipped before)": dataclasses.replace(msp_even, gate_weight=0.0),
         "msp+distance, chosen mix + gate": fit(mix=choose_mix(*held_in, seed, energy_head=False).mix),
@@ -116,7 +116,7 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
         if name in fitted:
             return fitted[name](probe.predict_proba(x), x, logits)
         if name == "feature length":  # how far the log norm lies from the val photos', either way
-            return np.abs(ood.log_norm(x) - val_length.mean()) / val_length.std()
+            return np.abs(ood.log_norm(x) - length_mean) / length_sd
         return ood.scores(name, probabilities=probe.predict_proba(x), logits=logits, features=x, stats=stats)
 
     return {name: (ood.auroc(score(name, known), score(name, near)), ood.auroc(score(name, known), score(name, far)))
