@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.cli import run_cli
-from app.config import load_config
+from app.config import load_config, parse_set
 from app.errors import UserError
 from app.table import format_table, mean_sd
 from benchmarks.common import check_split_folder
@@ -116,13 +116,8 @@ def run_seed(
 
 def _overrides(flag: str, items: list[str]) -> dict[str, str]:
     """KEY=VALUE items as config overrides, checked now rather than after the first runs."""
-    found = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UserError(f"{flag}: expected KEY=VALUE, got '{item}'")
-        found[key] = value
     try:
+        found = parse_set(items)
         load_config(None, found)
     except UserError as err:
         raise UserError(f"{flag}: {str(err).removeprefix('--set: ')}") from None

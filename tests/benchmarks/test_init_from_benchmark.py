@@ -69,7 +69,7 @@ def test_set_changes_every_run_and_warm_set_only_the_two_init_from_runs(tmp_path
 
 @pytest.mark.parametrize(
     "flag, items, message",
-    [("--set", ["seed"], "--set: expected KEY=VALUE, got 'seed'"), ("--warm-set", ["nope=1"], "--warm-set: unknown")],
+    [("--set", ["seed"], "--set: expected key=value, got 'seed'"), ("--warm-set", ["nope=1"], "--warm-set: unknown")],
 )
 def test_overrides_are_checked_before_any_run(flag: str, items: list[str], message: str):
     from benchmarks.init_from import _overrides
