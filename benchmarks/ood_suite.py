@@ -3,11 +3,13 @@ held out, on the frozen pretrained backbone's features.
 
     python -m benchmarks.ood_suite --shared ../shared                 # every set, both backbones
     python -m benchmarks.ood_suite --shared ../shared --sets food10 --backbones efficientnet_lite0
+    python -m benchmarks.ood_suite --shared ../shared --stand-in smoothed   # the probe trained as the head is
 
 Per set (cut as benchmarks.suite cuts it) and backbone, the pooled features of every photo are
 computed once with the export's eval decode. Then, per fold (seeds 0, 1, 2: which third of the
-classes is held out), a linear probe (multinomial logistic regression: the head's stand-in, as
-in phase 1) and the feature statistics are fitted on the held-in training photos; in
+classes is held out), a linear probe (the head's stand-in: a multinomial logistic regression,
+or with `--stand-in smoothed` one trained with the app's label smoothing, as the head is) and
+the feature statistics are fitted on the held-in training photos; in
 distribution, the held-in test photos; near, every photo of the held-out classes; far, the test
 photos of another suite set (unlike: eurosat5's satellite tiles for the photo sets, flowers17
 for eurosat5). Scores: MSP, energy, kNN, Mahalanobis, relative Mahalanobis, the features' length (the log
@@ -32,8 +34,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import minimize
+from scipy.special import log_softmax, softmax
 
 from app.cli import run_cli
+from app.config import TrainConfig
 from app.errors import UserError
 from app.models import ood
 from app.models.ood_choice import choose_mix
@@ -47,6 +52,8 @@ SCORES = ("msp", "energy", "knn", "mahalanobis", "relative_mahalanobis", "featur
 FAR = {name: "eurosat5" for name in SETS} | {"eurosat5": "flowers17"}
 ASH_KEEP, SCALE_KEEP = 0.10, 0.15  # the share of activations ASH-S keeps; SCALE's percentile (85th)
 FAR_PHOTOS = 400
+PROBE_C = 0.1  # the stand-in's L2 penalty, as scikit-learn's C
+SMOOTHING = TrainConfig().label_smoothing  # the head's, by default
 
 
 def features_model(backbone: str, weights: str):
@@ -87,15 +94,53 @@ def rescaled(features: np.ndarray, keep: float, prune: bool) -> np.ndarray:
     return (top if prune else features) * factor
 
 
-def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) -> dict[str, tuple[float, float]]:
-    """(near AUROC, far AUROC) of each score for one choice of held-out classes."""
-    from sklearn.linear_model import LogisticRegression
+class Probe:
+    """The head's stand-in: features → logits and probabilities."""
 
+    def __init__(self, features: np.ndarray, labels: np.ndarray, smoothing: float | None) -> None:
+        if smoothing is None:
+            from sklearn.linear_model import LogisticRegression
+
+            model = LogisticRegression(C=PROBE_C, max_iter=500).fit(features, labels)
+            self.decision_function = model.decision_function
+        else:
+            self.decision_function = smoothed_probe(features, labels, smoothing, PROBE_C)
+
+    def predict_proba(self, features: np.ndarray) -> np.ndarray:
+        return softmax(self.decision_function(features), axis=1)
+
+
+def smoothed_probe(features: np.ndarray, labels: np.ndarray, smoothing: float, c: float):
+    """A softmax regression trained towards label-smoothed targets, with scikit-learn's penalty
+    (1 / (2 C n) of the squared weights, the biases free): features → logits."""
+    x = np.asarray(features, np.float64)
+    classes, index = np.unique(labels, return_inverse=True)
+    target = np.full((len(x), len(classes)), smoothing / len(classes))
+    target[np.arange(len(x)), index] += 1.0 - smoothing
+    shape, decay = (x.shape[1] + 1, len(classes)), 1.0 / (c * len(x))  # the weights, then the biases' row
+
+    def loss_and_gradient(flat: np.ndarray) -> tuple[float, np.ndarray]:
+        weights = flat.reshape(shape)
+        logits = x @ weights[:-1] + weights[-1]
+        loss = -(target * log_softmax(logits, axis=1)).sum() / len(x) + 0.5 * decay * (weights[:-1] ** 2).sum()
+        error = (softmax(logits, axis=1) - target) / len(x)
+        return float(loss), np.vstack([x.T @ error + decay * weights[:-1], error.sum(axis=0)]).ravel()
+
+    fitted = minimize(loss_and_gradient, np.zeros(np.prod(shape)), jac=True, method="L-BFGS-B",
+                      options={"maxiter": 500}).x.reshape(shape)  # fmt: skip
+    return lambda features: np.asarray(features, np.float64) @ fitted[:-1] + fitted[-1]
+
+
+def fold_scores(
+    data: dict, held_out: np.ndarray, far: np.ndarray, seed: int, smoothing: float | None = None
+) -> dict[str, tuple[float, float]]:
+    """(near AUROC, far AUROC) of each score for one choice of held-out classes; `smoothing`: the
+    stand-in's label smoothing (None: a plain logistic regression)."""
     (train_x, train_y), (val_x, val_y), (test_x, test_y) = data["train"], data["val"], data["test"]
     inside = ~np.isin(train_y, held_out)
     near = np.concatenate([x[np.isin(y, held_out)] for x, y in (data["train"], data["val"], data["test"])])
     known = test_x[~np.isin(test_y, held_out)]
-    probe = LogisticRegression(C=0.1, max_iter=500).fit(train_x[inside], train_y[inside])
+    probe = Probe(train_x[inside], train_y[inside], smoothing)
     stats = ood.fit_feature_stats(train_x[inside], train_y[inside], seed)
     val_in = ~np.isin(val_y, held_out)
     held_in = (train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in])
@@ -123,12 +168,14 @@ def fold_scores(data: dict, held_out: np.ndarray, far: np.ndarray, seed: int) ->
             for name in SCORES}  # fmt: skip
 
 
-def measure(data: dict, far: np.ndarray, folds: int = 3) -> dict[str, list[tuple[float, float]]]:
+def measure(
+    data: dict, far: np.ndarray, folds: int = 3, smoothing: float | None = None
+) -> dict[str, list[tuple[float, float]]]:
     classes = np.unique(data["train"][1])
     per_score: dict[str, list[tuple[float, float]]] = {name: [] for name in SCORES}
     for seed in range(folds):
         held_out = np.random.default_rng(seed).permutation(classes)[: max(1, len(classes) // 3)]
-        for name, figures in fold_scores(data, held_out, far, seed).items():
+        for name, figures in fold_scores(data, held_out, far, seed, smoothing).items():
             per_score[name].append(figures)
     return per_score
 
@@ -191,7 +238,11 @@ def main() -> None:
                    help="where each set's features are kept, so that a second run computes none")  # fmt: skip
     p.add_argument("--gate-quantile", type=float, default=ood.GATE_QUANTILE,
                    help=f"where the shipped score's gate opens (default {ood.GATE_QUANTILE}: the app's)")  # fmt: skip
+    p.add_argument("--stand-in", choices=("logistic", "smoothed"), default="logistic",
+                   help="the head's stand-in: a logistic regression (default), or one trained with the app's"
+                        f" label smoothing ({SMOOTHING}), as the head is")  # fmt: skip
     args = p.parse_args()
+    smoothing = SMOOTHING if args.stand_in == "smoothed" else None
     if not 0.0 < args.gate_quantile < 1.0:
         raise UserError(f"--gate-quantile: {args.gate_quantile} is not between 0 and 1")
     ood.GATE_QUANTILE = args.gate_quantile  # read by fit_shipped and choose_mix
@@ -210,7 +261,7 @@ def main() -> None:
                 found = features_of_set(args.shared, FAR[name], backbone, weights, ("test",), FAR_PHOTOS, args.work)
                 far_sets[FAR[name]] = found["test"][0]
             data = features_of_set(args.shared, name, backbone, weights, work=args.work)
-            per_score = measure(data, far_sets[FAR[name]])
+            per_score = measure(data, far_sets[FAR[name]], smoothing=smoothing)
             results[f"{name} {backbone}"] = per_score
             print(table(f"{name} {backbone}", per_score), end="\n\n", flush=True)
     print(json.dumps(results))
