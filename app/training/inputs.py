@@ -26,15 +26,39 @@ def distribute(ctx: Context, make) -> object:
     return ctx.strategy.distribute_datasets_from_function(make)
 
 
-def shuffled_batches(ctx: Context, rows: Callable[[], tf.data.Dataset], count: int) -> Iterator:
-    """Endless training batches of `count` rows held in memory (cached features or activations):
-    reshuffled every pass, full batches only."""
-    return iter(
-        distribute(
-            ctx,
-            lambda ic: rows().shuffle(count, seed=ctx.cfg.seed).repeat().batch(ctx.cfg.batch_size, drop_remainder=True),
-        )
-    )
+def shuffled_batches(ctx: Context, rows, count: int) -> Iterator:
+    """Endless training batches of `count` rows held in memory (cached features or activations;
+    `rows`: a structure of arrays, row for row): reshuffled every pass, full batches only."""
+    return iter(distribute(ctx, lambda ic: shuffled_rows(rows, count, ctx.cfg.seed, ctx.cfg.batch_size)))
+
+
+def shuffled_rows(rows, count: int, seed: int, batch_size: int) -> tf.data.Dataset:
+    """The batches `from_tensor_slices(rows).shuffle(count, seed).repeat().batch(batch_size,
+    drop_remainder=True)` gives, without its copies: that holds the rows twice more (a tensor of
+    them all, then the shuffle buffer), where this shuffles their indices and reads each batch's
+    rows from the arrays as it goes."""
+    indices = tf.data.Dataset.range(count).shuffle(count, seed=seed).repeat()
+    return indices.batch(batch_size, drop_remainder=True).map(_rows_at(rows))
+
+
+def row_batches(rows, batch_size: int) -> tf.data.Dataset:
+    """The rows in order, `batch_size` at a time, read from the arrays as they go (no copy)."""
+    count = len(tf.nest.flatten(rows)[0])
+    return tf.data.Dataset.range(count).batch(batch_size).map(_rows_at(rows))
+
+
+def _rows_at(rows) -> Callable:
+    """indices → the rows at them, in `rows`' structure."""
+    arrays = tf.nest.flatten(rows)
+    dtypes = [tf.as_dtype(a.dtype) for a in arrays]
+
+    def at(indices: tf.Tensor):
+        found = tf.numpy_function(lambda i: [a[i] for a in arrays], [indices], dtypes, stateful=False)
+        for tensor, array in zip(found, arrays):
+            tensor.set_shape([None, *array.shape[1:]])
+        return tf.nest.pack_sequence_as(rows, found)
+
+    return at
 
 
 def eval_dataset(ctx: Context, split: str) -> object:

@@ -38,7 +38,7 @@ from app.training.frozen.decide import Decision, decide
 from app.training.frozen.gather import gather, keep_features
 from app.training.frozen.passes import array_batches, eval_images, model_outputs, split_features
 from app.training.frozen.rows import ActivationRows, Phase1Features
-from app.training.inputs import distribute, shuffled_batches
+from app.training.inputs import distribute, row_batches, shuffled_batches
 from app.training.phase import PhaseInputs
 
 log = logging.getLogger(__name__)
@@ -84,18 +84,13 @@ class FrozenBackbone:
         has images, drawn from the K views of each. Gathered when the phase first needs them: a
         finished phase, seen again on resume, needs none."""
 
-        def dataset(x: np.ndarray, y: np.ndarray, side: np.ndarray | None) -> tf.data.Dataset:
-            return tf.data.Dataset.from_tensor_slices(({"features": x, "side": side} if side is not None else x, y))
-
         def train_iterator():
             f = self.phase1_features(on_first_batch)
-            return shuffled_batches(self.ctx, lambda: dataset(f.train_features, f.train_labels, f.train_side),
-                                    len(f.train_labels))  # fmt: skip
+            return shuffled_batches(self.ctx, f.arrays("train"), len(f.train_labels))
 
         def val_dataset():
             f = self.phase1_features(on_first_batch)
-            batch = self.ctx.cfg.batch_size
-            return distribute(self.ctx, lambda ic: dataset(f.val_features, f.val_labels, f.val_side).batch(batch))
+            return distribute(self.ctx, lambda ic: row_batches(f.arrays("val"), self.ctx.cfg.batch_size))
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
 
@@ -114,7 +109,7 @@ class FrozenBackbone:
             if not self.phase2_on_views:
                 return on_images.train_iterator()
             _log_views(self.cut, self._train)
-            return shuffled_batches(self.ctx, self._train.dataset, len(self._train.labels))
+            return shuffled_batches(self.ctx, self._train.arrays(), len(self._train.labels))
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
 
@@ -156,7 +151,7 @@ class FrozenBackbone:
 
     def _distributed(self, rows: ActivationRows) -> object:
         batch = self.ctx.cfg.batch_size
-        return distribute(self.ctx, lambda ic: rows.dataset().batch(batch))
+        return distribute(self.ctx, lambda ic: row_batches(rows.arrays(), batch))
 
     def _gather_for_phase2(self) -> None:
         """What phase 2 reads, where phase 1 did not gather it in this process (a resumed run):

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import tensorflow as tf
 
 
 @dataclass(frozen=True)
@@ -19,9 +18,10 @@ class ActivationRows:
     labels: np.ndarray
     keys: np.ndarray | None = None
 
-    def dataset(self) -> tf.data.Dataset:
+    def arrays(self) -> tuple:
+        """(inputs, labels) as a phase reads them, row for row."""
         features = {"activations": self.activations, "side": self.side} if self.side is not None else self.activations
-        return tf.data.Dataset.from_tensor_slices((features, self.labels))
+        return features, self.labels
 
 
 @dataclass(frozen=True)
@@ -35,3 +35,9 @@ class Phase1Features:
     val_labels: np.ndarray  # [M] int32
     train_side: np.ndarray | None = None  # [K * N, F] the side features of each row, when the dataset has them
     val_side: np.ndarray | None = None  # [M, F]
+
+    def arrays(self, split: str) -> tuple:
+        """(inputs, labels) of "train" or "val" as phase 1 reads them, row for row."""
+        x, y, side = (self.train_features, self.train_labels, self.train_side) if split == "train" else (
+            self.val_features, self.val_labels, self.val_side)  # fmt: skip
+        return ({"features": x, "side": side} if side is not None else x), y
