@@ -36,7 +36,7 @@ from app.models.classifier import FrozenCut
 from app.training.context import Context
 from app.training.frozen.decide import Decision, decide
 from app.training.frozen.gather import gather, keep_features
-from app.training.frozen.passes import array_batches, eval_images, model_outputs, split_features
+from app.training.frozen.passes import eval_images, model_outputs, split_features
 from app.training.frozen.rows import ActivationRows, Phase1Features
 from app.training.inputs import distribute, row_batches, shuffled_batches
 from app.training.phase import PhaseInputs
@@ -135,7 +135,7 @@ class FrozenBackbone:
             f = self._phase1
             return (f.train_features, f.train_labels, named) if split == "train" else (
                 f.val_features, f.val_labels, named)  # fmt: skip
-        batches = array_batches((rows.activations, rows.labels), self.ctx.cfg.batch_size)
+        batches = row_batches((rows.activations, rows.labels), self.ctx.cfg.batch_size)
         upper = self.cut.upper
         features, labels = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
         if rows.keys is not None:

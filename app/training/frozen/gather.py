@@ -35,9 +35,10 @@ from app.data.keyed import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.inference.host_forward import Choice, HostForward, expected_precision
 from app.training.context import Context
-from app.training.frozen.passes import array_batches, forward_batches, model_outputs, one_stream, views
+from app.training.frozen.passes import forward_batches, model_outputs, one_stream, views
 from app.training.frozen.rows import ActivationRows, Phase1Features
 from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
+from app.training.inputs import row_batches
 
 if TYPE_CHECKING:
     from app.models.classifier import FrozenCut
@@ -281,7 +282,7 @@ def host_forward(ctx: Context, cut: FrozenCut | None, keeps_activations: bool, r
 
 
 def _above_cut(ctx: Context, cut: FrozenCut, keys: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
-    batches = array_batches((activations, keys), ctx.cfg.batch_size)
+    batches = row_batches((activations, keys), ctx.cfg.batch_size)
     features, keys = model_outputs(lambda a, k: tf.cast(cut.upper(a, training=False), tf.float32), batches)
     return {"keys": keys.astype(np.int64), "features": features}
 

@@ -104,16 +104,6 @@ def model_outputs(
     return tuple(tf.nest.map_structure(lambda *batches: np.concatenate(batches), *parts) for parts in (outputs, labels))
 
 
-def array_batches(arrays: tuple[np.ndarray, ...], batch_size: int) -> tf.data.Dataset:
-    """Batches of numpy arrays, row for row, sliced as they are read: `from_tensor_slices` would
-    first copy every row into a tensor (the activations at the cut are most of a run's memory)."""
-    spec = tuple(tf.TensorSpec([None, *a.shape[1:]], tf.as_dtype(a.dtype)) for a in arrays)
-    starts = range(0, len(arrays[0]), batch_size)
-    return tf.data.Dataset.from_generator(
-        lambda: (tuple(a[i : i + batch_size] for a in arrays) for i in starts), output_signature=spec
-    )
-
-
 def _integers(t: tf.Tensor) -> np.ndarray:
     """Labels as int32; int64 (content keys) kept whole."""
     return t.numpy() if t.dtype == tf.int64 else t.numpy().astype(np.int32)
