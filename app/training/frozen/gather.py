@@ -321,13 +321,26 @@ def _phase1_features(parts: list[PartRows], tables: dict[str, dict]) -> Phase1Fe
     val = next(rows for rows in parts if rows.part.split == "val")
     repeat = lambda column: None if column is None else np.concatenate([column] * len(train))  # noqa: E731
     return Phase1Features(
-        train_features=np.concatenate([rows.features for rows in train]),
+        train_features=_stacked(train),
         train_labels=repeat(tables["train"]["label"]),
         val_features=val.features,
         val_labels=tables["val"]["label"],
         train_side=repeat(tables["train"]["side"]),
         val_side=tables["val"]["side"],
     )
+
+
+def _stacked(parts: list[PartRows]) -> np.ndarray:
+    """The parts' features one after another, each part's own rows let go once copied: at most
+    one part more than the rows is held, where a concatenation holds them all twice."""
+    out = np.empty((sum(len(rows.features) for rows in parts), *parts[0].features.shape[1:]), np.float32)
+    at = 0
+    for rows in parts:
+        count = len(rows.features)
+        out[at : at + count] = rows.features
+        at += count
+        rows.features = None
+    return out
 
 
 def _activation_rows(
