@@ -54,8 +54,8 @@ def _rows_at(rows) -> Callable:
 
     def at(indices: tf.Tensor):
         found = tf.numpy_function(lambda i: [a[i] for a in arrays], [indices], dtypes, stateful=False)
-        for tensor, array in zip(found, arrays):
-            tensor.set_shape([None, *array.shape[1:]])
+        for tensor, array in zip(found, arrays):  # the batch's size as static as the indices' (full batches: known)
+            tensor.set_shape([indices.shape[0], *array.shape[1:]])
         return tf.nest.pack_sequence_as(rows, found)
 
     return at

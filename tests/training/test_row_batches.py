@@ -23,14 +23,15 @@ def _taken(dataset: tf.data.Dataset, batches: int) -> list:
 
 @pytest.mark.parametrize("seed", [0, 7])
 def test_shuffled_rows_are_the_batches_shuffling_the_rows_themselves_gives(seed: int):
-    """Over three passes (each reshuffled), batch for batch and row for row, as
-    `from_tensor_slices(rows).shuffle(count, seed)`: a run's batches do not change with it."""
+    """Over three passes (each reshuffled), batch for batch and row for row, and with the same
+    element spec, as `from_tensor_slices(rows).shuffle(count, seed)`: a run's batches do not
+    change with it."""
     rows, count, size = _rows(50), 50, 8
-    ours = _taken(shuffled_rows(rows, count, seed, size), 3 * count // size)
-    theirs = _taken(
-        tf.data.Dataset.from_tensor_slices(rows).shuffle(count, seed=seed).repeat().batch(size, drop_remainder=True),
-        3 * count // size,
-    )
+    shuffled = shuffled_rows(rows, count, seed, size)
+    before = tf.data.Dataset.from_tensor_slices(rows).shuffle(count, seed=seed).repeat()
+    before = before.batch(size, drop_remainder=True)
+    assert shuffled.element_spec == before.element_spec  # full batches' size known, as the train step was traced with
+    ours, theirs = _taken(shuffled, 3 * count // size), _taken(before, 3 * count // size)
     assert len(ours) == len(theirs) == 18
     for (x, y), (x2, y2) in zip(ours, theirs):
         np.testing.assert_array_equal(y, y2)
