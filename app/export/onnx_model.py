@@ -13,6 +13,7 @@ Runtime, CPU) runs it only where the check passed.
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def convert(forward: FrozenForward) -> bytes:
         proto, _ = tf2onnx.convert.from_graph_def(
             forward.graph_def, input_names=forward.inputs, output_names=forward.outputs, opset=OPSET
         )
+    gc.collect()  # tf2onnx leaves its working graphs in reference cycles: about its own peak, freed now
     for value in [*proto.graph.input, *proto.graph.output]:
         old = value.name
         value.name = renames.get(old, old)

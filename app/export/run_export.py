@@ -71,11 +71,12 @@ def _files_beside(
     finished: FinishedRun, metadata: dict, name: str, modes: list[str], tta: str, staged: Path, forward: FrozenForward
 ) -> dict:
     """The LiteRT files, the OpenVINO IR and the ONNX file, each with its parity check; then the
-    model card."""
+    model card. The ONNX file is converted first: its conversion needs the most memory of the
+    three, and the others' runtimes are not loaded yet."""
     reference = Reference(staged, finished.config.data, finished.image_size, tta)  # one SavedModel pass for all
+    onnx = write_onnx(forward, staged, reference)
     files = {**write_litert(forward, staged, reference, modes, len(finished.side_features)),
-             **write_openvino(forward, staged, reference),
-             **write_onnx(forward, staged, reference)}  # fmt: skip
+             **write_openvino(forward, staged, reference), **onnx}  # fmt: skip
     write_model_card(staged, {**metadata, **files}, finished.config.to_dict(), name)
     return files
 
