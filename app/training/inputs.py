@@ -26,25 +26,29 @@ def distribute(ctx: Context, make) -> object:
     return ctx.strategy.distribute_datasets_from_function(make)
 
 
-def shuffled_batches(ctx: Context, rows, count: int) -> Iterator:
-    """Endless training batches of `count` rows held in memory (cached features or activations;
-    `rows`: a structure of arrays, row for row): reshuffled every pass, full batches only."""
-    return iter(distribute(ctx, lambda ic: shuffled_rows(rows, count, ctx.cfg.seed, ctx.cfg.batch_size)))
+def shuffled_batches(ctx: Context, rows) -> Iterator:
+    """Endless training batches of rows held in memory (cached features or activations; `rows`: a
+    structure of arrays, row for row): reshuffled every pass, full batches only."""
+    return iter(distribute(ctx, lambda ic: shuffled_rows(rows, ctx.cfg.seed, ctx.cfg.batch_size)))
 
 
-def shuffled_rows(rows, count: int, seed: int, batch_size: int) -> tf.data.Dataset:
-    """The batches `from_tensor_slices(rows).shuffle(count, seed).repeat().batch(batch_size,
+def shuffled_rows(rows, seed: int, batch_size: int) -> tf.data.Dataset:
+    """The batches `from_tensor_slices(rows).shuffle(len(rows), seed).repeat().batch(batch_size,
     drop_remainder=True)` gives, without its copies: that holds the rows twice more (a tensor of
     them all, then the shuffle buffer), where this shuffles their indices and reads each batch's
     rows from the arrays as it goes."""
+    count = _count(rows)
     indices = tf.data.Dataset.range(count).shuffle(count, seed=seed).repeat()
     return indices.batch(batch_size, drop_remainder=True).map(_rows_at(rows))
 
 
 def row_batches(rows, batch_size: int) -> tf.data.Dataset:
     """The rows in order, `batch_size` at a time, read from the arrays as they go (no copy)."""
-    count = len(tf.nest.flatten(rows)[0])
-    return tf.data.Dataset.range(count).batch(batch_size).map(_rows_at(rows))
+    return tf.data.Dataset.range(_count(rows)).batch(batch_size).map(_rows_at(rows))
+
+
+def _count(rows) -> int:
+    return len(tf.nest.flatten(rows)[0])
 
 
 def _rows_at(rows) -> Callable:

@@ -27,7 +27,7 @@ def test_shuffled_rows_are_the_batches_shuffling_the_rows_themselves_gives(seed:
     element spec, as `from_tensor_slices(rows).shuffle(count, seed)`: a run's batches do not
     change with it."""
     rows, count, size = _rows(50), 50, 8
-    shuffled = shuffled_rows(rows, count, seed, size)
+    shuffled = shuffled_rows(rows, seed, size)
     before = tf.data.Dataset.from_tensor_slices(rows).shuffle(count, seed=seed).repeat()
     before = before.batch(size, drop_remainder=True)
     assert shuffled.element_spec == before.element_spec  # full batches' size known, as the train step was traced with

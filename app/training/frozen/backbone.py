@@ -86,7 +86,7 @@ class FrozenBackbone:
 
         def train_iterator():
             f = self.phase1_features(on_first_batch)
-            return shuffled_batches(self.ctx, f.arrays("train"), len(f.train_labels))
+            return shuffled_batches(self.ctx, f.arrays("train"))
 
         def val_dataset():
             f = self.phase1_features(on_first_batch)
@@ -109,7 +109,7 @@ class FrozenBackbone:
             if not self.phase2_on_views:
                 return on_images.train_iterator()
             _log_views(self.cut, self._train)
-            return shuffled_batches(self.ctx, self._train.arrays(), len(self._train.labels))
+            return shuffled_batches(self.ctx, self._train.arrays())
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
 
