@@ -72,7 +72,7 @@ class FrozenBackbone:
         activations at the cut that the decision keeps; once per door."""
         if self._phase1 is None:
             d = self.decision
-            got = gather(self.ctx, on_first_batch, d.cut, d.keeps_views, d.keeps_test)
+            got = gather(self.ctx, on_first_batch, d.cut, d.keeps_views, d.keeps_test, d.rows_on_disk)
             self._phase1, self.forward = got.features, got.forward
             if d.cut is not None:
                 self._val, self._train, self._test = got.val_activations, got.train_activations, got.test_activations
@@ -135,9 +135,7 @@ class FrozenBackbone:
             f = self._phase1
             return (f.train_features, f.train_labels, named) if split == "train" else (
                 f.val_features, f.val_labels, named)  # fmt: skip
-        batches = row_batches((rows.activations, rows.labels), self.ctx.cfg.batch_size)
-        upper = self.cut.upper
-        features, labels = model_outputs(lambda activations, labels: upper(activations, training=False), batches)
+        features, labels = _upper_features(self.cut, rows, self.ctx.cfg.batch_size), rows.labels
         if rows.keys is not None:
             precision = self.forward.rows_precision if self.forward else "float32"
             keep_features(self.ctx, self.cut, split, rows.keys, features, precision)
@@ -164,6 +162,21 @@ class FrozenBackbone:
         start = time.perf_counter()
         self._val = _activations(self.cut, eval_images(self.ctx, "val"))
         _log_val(self.cut, self._val, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
+
+
+def _upper_features(cut: FrozenCut, rows: ActivationRows, batch_size: int) -> np.ndarray:
+    """The pooled features the layers above the cut give the rows' activations, each batch put
+    in place as it comes: never the batches and a concatenation of them at once."""
+    spec = tf.TensorSpec([None, *rows.activations.shape[1:]], tf.float32)  # traced once: the last batch is smaller
+    upper = tf.function(lambda x: tf.cast(cut.upper(x, training=False), tf.float32), input_signature=[spec],
+                        autograph=False)  # fmt: skip
+    out = None
+    for at, batch in enumerate(row_batches(rows.activations, batch_size)):
+        features = upper(batch).numpy()
+        if out is None:
+            out = np.empty((len(rows.labels), *features.shape[1:]), np.float32)
+        out[at * batch_size : at * batch_size + len(features)] = features
+    return out if out is not None else np.zeros([0, cut.upper.output.shape[-1]], np.float32)
 
 
 def _activations(cut: FrozenCut, images: tf.data.Dataset) -> ActivationRows:

@@ -1,12 +1,18 @@
 """What the frozen backbone does in a run, decided once from the context before any photo runs:
 whether phase 1 trains on cached features, where phase 2's cut is, which activations there are
-kept, and phase 2's plan. Every memory limit is applied here, and every choice says why.
+kept, whether those rows are held in memory or on disk, and phase 2's plan. Every size limit is
+applied here, and every choice says why.
+
+Rows past ROWS_IN_MEMORY go to files beside the run (`rows.DiskRows`), read a batch at a time, so
+what can be cached is bounded by the disk's free space, not by memory.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -19,7 +25,8 @@ from app.training.plan import Phase2Plan, plan_phase2
 from app.training.strategy import num_workers
 
 log = logging.getLogger(__name__)
-FEATURE_CACHE_LIMIT = 4 * 2**30  # bytes of host memory `cache_features = auto` lets the rows in memory take
+ROWS_IN_MEMORY = 2**30  # bytes of cached rows held in memory; more go to disk
+DISK_SPARE = 2**30  # bytes of free disk the cached rows leave for checkpoints and the export
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,7 @@ class Decision:
     keeps_test: bool  # ... and the test photos' too, so the test split runs only the layers above
     no_views: str | None  # why phase 2 cannot train on the views; None where it can
     plan: Phase2Plan
+    rows_on_disk: Path | None = None  # the directory of the cached rows' files, where they are too many for memory
 
     @property
     def phase2_on_views(self) -> bool:
@@ -39,10 +47,34 @@ class Decision:
 
 def decide(ctx: Context, phase2: bool = True) -> Decision:
     """`phase2=False`: phase 1's inputs alone (a learning-rate sweep), so no cut is built."""
-    cached, reason = phase1_mode(ctx.cfg, ctx.strategy, phase1_bytes(ctx))
-    cut, keeps_views, keeps_test, no_views = _cut(ctx, cached) if phase2 else (None, False, False, "phase 1 alone")
+    limit = cache_limit(ctx.run.root)
+    cached, reason = phase1_mode(ctx.cfg, ctx.strategy, phase1_bytes(ctx), limit)
+    cut, keeps_views, keeps_test, no_views = (
+        _cut(ctx, cached, limit) if phase2 else (None, False, False, "phase 1 alone")
+    )
     plan = plan_phase2(ctx.cfg, no_views, warm_start=ctx.start is not None)
-    return Decision(cached, reason, cut, keeps_views, keeps_test, no_views, plan)
+    on_disk = _rows_on_disk(ctx, cached, cut, keeps_views, keeps_test)
+    return Decision(cached, reason, cut, keeps_views, keeps_test, no_views, plan, on_disk)
+
+
+def cache_limit(directory: Path) -> int:
+    """Bytes of rows a run may cache: what memory holds, or the disk beside the run has free."""
+    return max(ROWS_IN_MEMORY, shutil.disk_usage(directory).free - DISK_SPARE)
+
+
+def _rows_on_disk(ctx: Context, cached: bool, cut: FrozenCut | None, views_kept: bool, test_kept: bool) -> Path | None:
+    """The run's directory where the rows the gather keeps are more than ROWS_IN_MEMORY, else None."""
+    if not cached:
+        return None
+    held = phase1_bytes(ctx)
+    if cut is not None:
+        held += _bytes(ctx, cut, "val") + (_bytes(ctx, cut, "train") * views(ctx) if views_kept else 0)
+        held += _bytes(ctx, cut, "test") if test_kept else 0
+    if held <= ROWS_IN_MEMORY:
+        return None
+    log.info("the cached rows take %.1f GiB (more than %.0f GiB): they are kept on disk beside the run, read a"
+             " batch at a time", held / 2**30, ROWS_IN_MEMORY / 2**30)  # fmt: skip
+    return ctx.run.root
 
 
 def phase1_bytes(ctx: Context) -> int:
@@ -51,11 +83,12 @@ def phase1_bytes(ctx: Context) -> int:
     return rows * (ctx.clf.features_model.output.shape[-1] + ctx.info.side_width) * 4
 
 
-def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes: int) -> tuple[bool, str]:
+def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes: int, limit: int) -> tuple[bool, str]:
     """(train phase 1 on cached features?, why). `auto` caches on a single worker: every image is
     decoded, augmented and run through the frozen backbone K times in all instead of once per
     epoch (and the val split once instead of every epoch). On a CPU the backbone is nearly all of
-    phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate)."""
+    phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate).
+    `limit`: the bytes the cache may take (`cache_limit`)."""
     shown = (
         f"{cfg.feature_views} augmented view(s) per training image"
         if cfg.augment
@@ -66,10 +99,10 @@ def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes:
         return cached, f"cache_features = {cfg.cache_features}" + (f"; {shown}" if cached else "")
     if num_workers(strategy) > 1 or cfg.data_service:
         return False, "cache_features = auto: several workers or a tf.data service decode every epoch"
-    if cache_bytes > FEATURE_CACHE_LIMIT:
+    if cache_bytes > limit:
         return False, (
-            f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB of memory"
-            f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB); set true to cache anyway"
+            f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB, more than the"
+            f" {limit / 2**30:.1f} GiB free beside the run; set true to cache anyway"
         )
     if tf.config.list_physical_devices("GPU"):
         return True, (
@@ -79,11 +112,10 @@ def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes:
     return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {shown}"
 
 
-def _cut(ctx: Context, phase1_cached: bool) -> tuple[FrozenCut | None, bool, bool, str | None]:
+def _cut(ctx: Context, phase1_cached: bool, limit: int) -> tuple[FrozenCut | None, bool, bool, str | None]:
     """(phase 2's cut, keep the views' activations, keep the test photos', why no views). A cut
     where working from it is possible and worth it: one worker (several would each hold every
-    activation), a val split, a single tensor at the cut, and the activations within the memory
-    limit."""
+    activation), a val split, a single tensor at the cut, and the activations within `limit`."""
     has_val = ctx.info.num_examples("val")
     if num_workers(ctx.strategy) > 1 or not has_val or not ctx.cfg.epochs_finetune:
         return None, False, False, "several workers" if has_val else "no val"
@@ -98,25 +130,25 @@ def _cut(ctx: Context, phase1_cached: bool) -> tuple[FrozenCut | None, bool, boo
         log.info("phase 2 validates on images: %s", why)
         return None, False, False, why
     val_bytes, train_bytes = _bytes(ctx, cut, "val"), _bytes(ctx, cut, "train") * views(ctx)
-    if val_bytes > FEATURE_CACHE_LIMIT:
+    if val_bytes > limit:
         why = f"the val activations at {cut.layer} would take {val_bytes / 2**30:.1f} GiB"
         log.info("phase 2 validates on images: %s", why)
         return None, False, False, why
-    keeps_views, why = _keeps_views(ctx, phase1_cached, val_bytes + train_bytes)
+    keeps_views, why = _keeps_views(ctx, phase1_cached, val_bytes + train_bytes, limit)
     test_bytes = _bytes(ctx, cut, "test")
-    keeps_test = 0 < test_bytes <= FEATURE_CACHE_LIMIT - val_bytes - (train_bytes if keeps_views else 0)
+    keeps_test = 0 < test_bytes <= limit - val_bytes - (train_bytes if keeps_views else 0)
     return cut, keeps_views, keeps_test, (None if keeps_views else why)
 
 
-def _keeps_views(ctx: Context, phase1_cached: bool, total_bytes: int) -> tuple[bool, str]:
+def _keeps_views(ctx: Context, phase1_cached: bool, total_bytes: int, limit: int) -> tuple[bool, str]:
     if not phase1_cached:
         return False, "phase 1 trained on images, so there are no cached views (cache_features)"
     if ctx.cfg.phase2_mode == "images":
         return False, "phase2_mode = images"
-    if total_bytes > FEATURE_CACHE_LIMIT:
+    if total_bytes > limit:
         return False, (
             f"the views' activations would take {total_bytes / 2**30:.1f} GiB"
-            f" (more than {FEATURE_CACHE_LIMIT / 2**30:.0f} GiB)"
+            f" (more than the {limit / 2**30:.1f} GiB free beside the run)"
         )
     return True, ""
 

@@ -13,9 +13,10 @@ store (store.py) by content key: a resumed run, a run over a dataset that grew, 
 renamed photos computes only the photos the store has not seen. Where phase 2's trained layers
 begin at a cut, the store also keeps the activations there: they come from the frozen layers
 below it, the same in a run started from an earlier run's fine-tuned weights (`--init-from`),
-which then runs only the layers above the cut for photos the earlier run saw. In memory the
-features take K x N x D x 4 bytes (MobileNetV2: D = 1280); float16 would halve that but flushes
-the tiny activations of a randomly initialised backbone to 0.
+which then runs only the layers above the cut for photos the earlier run saw. The features take
+K x N x D x 4 bytes (MobileNetV2: D = 1280), in memory or, past decide.ROWS_IN_MEMORY, in files
+on disk (rows.DiskRows); float16 would halve that but flushes the tiny activations of a randomly
+initialised backbone to 0.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import keras
@@ -36,7 +38,7 @@ from app.data.preprocess import EVAL_DECODE
 from app.inference.host_forward import Choice, HostForward, expected_precision
 from app.training.context import Context
 from app.training.frozen.passes import forward_batches, model_outputs, one_stream, views
-from app.training.frozen.rows import ActivationRows, Phase1Features
+from app.training.frozen.rows import ActivationRows, DiskRows, Phase1Features, copy_rows, new_rows
 from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
 from app.training.inputs import row_batches
 
@@ -82,18 +84,19 @@ def gather(
     cut: FrozenCut | None = None,
     train_activations: bool = False,
     test_activations: bool = False,
+    on_disk: Path | None = None,
 ) -> Gathered:
     """Phase 1's features and, with phase 2's `cut`, the activations there in the same pass: the
     val photos', the training views' too with `train_activations`, and the test photos' with
     `test_activations` (the test pass then runs only the layers above the cut). `on_first_batch`
     sees the first computed batch's images (float32 0..255) as the backbone gets them: a sample
-    at no extra cost."""
+    at no extra cost. `on_disk`: a directory where the rows are kept in files instead of memory."""
     parts = _parts(ctx, cut, train_activations, test_activations)
     tables = {split: record_table(ctx.cfg.data, split) for split in dict.fromkeys(part.split for part in parts)}
     parts = [PartRows(part, tables[part.split]["key"]) for part in parts]
     store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
     start = time.perf_counter()
-    counts, forward = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch)
+    counts, forward = _fill(ctx, store, _Spaces(ctx, cut), parts, cut, on_first_batch, on_disk)
     above = f", {counts['upper']} through the layers above {cut.layer} only" if cut is not None else ""
     test = f", {len(tables['test']['key'])} test photos (activations only)" if "test" in tables else ""
     log.info(
@@ -102,10 +105,10 @@ def gather(
         sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]), test,
         counts["stored"], store.root, above, counts["computed"], time.perf_counter() - start,
     )  # fmt: skip
-    features = _phase1_features(parts, tables)
+    features = _phase1_features(parts, tables, on_disk)
     if cut is None:
         return Gathered(features, None, None, None, forward)
-    return Gathered(features, *_activation_rows(parts, features, tables), forward)
+    return Gathered(features, *_activation_rows(parts, features, tables, on_disk), forward)
 
 
 def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_activations: bool) -> list[Part]:
@@ -155,7 +158,13 @@ class _Spaces:
 
 
 def _fill(
-    ctx: Context, store: FeatureStore, spaces: _Spaces, parts: list[PartRows], cut: FrozenCut | None, on_first_batch
+    ctx: Context,
+    store: FeatureStore,
+    spaces: _Spaces,
+    parts: list[PartRows],
+    cut: FrozenCut | None,
+    on_first_batch,
+    on_disk: Path | None,
 ) -> tuple[dict[str, int], Choice | None]:
     """Every part's features (and activations where it keeps them): looked up, then the missing
     ones run through the layers above the cut (activations stored) or the whole backbone; what
@@ -165,20 +174,21 @@ def _fill(
     stored = [_lookup(store, spaces, rows) for rows in parts]
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
-    computed, choice = _full_pass(ctx, parts, full, cut, total, on_first_batch)
+    computed, choice = _full_pass(ctx, parts, full, cut, total, on_first_batch, on_disk)
     spaces.precision = choice.rows_precision if choice else spaces.precision
     computed_rows = sum(int(m.sum()) for m in full)
     upper = 0
     for rows, (missing_feat, missing_act), new in zip(parts, stored, computed):
         if rows.part.keeps_activations:
-            rows.activations = _merged(rows.keys, rows.activations, missing_act, new["keys"], new["activations"])
+            rows.activations = _merged(rows.keys, rows.activations, missing_act, new["keys"], new["activations"],
+                                       on_disk)  # fmt: skip
             store.add(spaces.activations(rows.part), new["keys"], new["activations"])
             above = missing_feat & ~missing_act  # stored activations, no stored features
             if above.any():
                 new = _joined(new, _above_cut(ctx, cut, rows.keys[above], rows.activations[above]))
                 upper += int(above.sum())
         if rows.part.keeps_features:
-            rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"])
+            rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"], on_disk)
             store.add(spaces.features(rows.part), new["keys"], new["features"])
     return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper}, choice
 
@@ -202,6 +212,7 @@ def _full_pass(
     cut: FrozenCut | None,
     gather_rows: int,
     on_first_batch,
+    on_disk: Path | None = None,
 ) -> tuple[list[dict[str, np.ndarray]], Choice | None]:
     """For each part, {"keys", "features"(, "activations")} of the photos `wanted` marks, from
     one stream over every part's missing photos through the backbone, and the runtime that ran
@@ -218,7 +229,7 @@ def _full_pass(
     forward = host_forward(ctx, cut, any(keeps), gather_rows)
     others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
     desc = f"Caching features ({views(ctx)} view(s) of train, {others})"
-    sinks = [_PartSink(int(w.sum()), keep) for w, keep in zip(wanted, keeps)]
+    sinks = [_PartSink(int(w.sum()), keep, on_disk) for w, keep in zip(wanted, keeps)]
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
         evaluates = [rows.part.split != "train" for rows in parts]  # val and test judge the model: float32
         exact = lambda keys_and_part: evaluates[int(keys_and_part[1][0])]  # noqa: E731
@@ -227,25 +238,21 @@ def _full_pass(
     return [sink.rows() for sink in sinks], forward.choice
 
 
-def _empty_like_rows(batch: np.ndarray, count: int) -> np.ndarray:
-    return np.empty((count, *batch.shape[1:]), batch.dtype)
-
-
 class _PartSink:
     """A part's computed rows, put in place batch by batch: the pass never holds its batches and
     a concatenation of them at once (at phase 2's cut the rows are most of a run's memory)."""
 
-    def __init__(self, count: int, keeps_activations: bool) -> None:
-        self.count, self.keeps_activations, self.filled = count, keeps_activations, 0
+    def __init__(self, count: int, keeps_activations: bool, on_disk: Path | None = None) -> None:
+        self.count, self.keeps_activations, self.filled, self.on_disk = count, keeps_activations, 0, on_disk
         self.keys = np.zeros([count], np.int64)
         self.features: np.ndarray | None = None
         self.activations: np.ndarray | None = None
 
     def add(self, keys: np.ndarray, outputs: dict[str, np.ndarray]) -> None:
         if self.features is None:
-            self.features = _empty_like_rows(outputs["features"], self.count)
+            self.features = self._room_for(outputs["features"])
             if self.keeps_activations:
-                self.activations = _empty_like_rows(outputs["activations"], self.count)
+                self.activations = self._room_for(outputs["activations"])
         at = slice(self.filled, self.filled + len(keys))
         self.keys[at], self.features[at] = keys, outputs["features"]
         if self.keeps_activations:
@@ -254,8 +261,19 @@ class _PartSink:
 
     def rows(self) -> dict[str, np.ndarray | None]:
         done = slice(0, self.filled)  # the keyed stream skips what the record table skips: never fewer
-        trimmed = lambda a: None if a is None else a[done]  # noqa: E731
-        return {"keys": self.keys[done], "features": trimmed(self.features), "activations": trimmed(self.activations)}
+        return {"keys": self.keys[done], "features": self._trimmed(self.features),
+                "activations": self._trimmed(self.activations)}  # fmt: skip
+
+    def _room_for(self, batch: np.ndarray) -> np.ndarray | DiskRows:
+        return new_rows(self.count, batch.shape[1:], batch.dtype, self.on_disk)
+
+    def _trimmed(self, rows: np.ndarray | DiskRows | None) -> np.ndarray | DiskRows | None:
+        if rows is None or len(rows) == self.filled or isinstance(rows, np.ndarray):
+            return None if rows is None else rows[: self.filled]
+        kept = new_rows(self.filled, rows.shape[1:], rows.dtype, self.on_disk)
+        positions = np.arange(self.filled)
+        copy_rows(kept, positions, rows, positions)
+        return kept
 
 
 def _stream(ctx: Context, rows: PartRows, keys: np.ndarray) -> tf.data.Dataset:
@@ -295,8 +313,13 @@ def _joined(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.
 
 
 def _merged(
-    keys: np.ndarray, stored: np.ndarray | None, missing: np.ndarray, new_keys: np.ndarray, new: np.ndarray | None
-) -> np.ndarray:
+    keys: np.ndarray,
+    stored: np.ndarray | None,
+    missing: np.ndarray,
+    new_keys: np.ndarray,
+    new: np.ndarray | DiskRows | None,
+    on_disk: Path | None = None,
+) -> np.ndarray | DiskRows:
     """One row per key: the stored rows where found (in order), the computed ones by key where not.
     Where all were found, or all computed in this order (a cold run), those rows as they are: no
     second copy of what may be most of a run's memory."""
@@ -307,21 +330,21 @@ def _merged(
     if missing.all() and new.dtype == np.float32 and np.array_equal(new_keys, keys):
         return new
     shape = (stored if stored is not None else new).shape[1:]
-    out = np.empty((len(keys), *shape), np.float32)
+    out = new_rows(len(keys), shape, np.float32, on_disk)
     if stored is not None:
-        out[~missing] = stored
+        copy_rows(out, np.flatnonzero(~missing), stored, np.arange(len(stored)))
     if missing.any():
         order = np.argsort(new_keys, kind="stable")
-        out[missing] = new[order[np.searchsorted(new_keys[order], keys[missing])]]
+        copy_rows(out, np.flatnonzero(missing), new, order[np.searchsorted(new_keys[order], keys[missing])])
     return out
 
 
-def _phase1_features(parts: list[PartRows], tables: dict[str, dict]) -> Phase1Features:
+def _phase1_features(parts: list[PartRows], tables: dict[str, dict], on_disk: Path | None) -> Phase1Features:
     train = [rows for rows in parts if rows.part.split == "train"]
     val = next(rows for rows in parts if rows.part.split == "val")
     repeat = lambda column: None if column is None else np.concatenate([column] * len(train))  # noqa: E731
     return Phase1Features(
-        train_features=_stacked(train),
+        train_features=_stacked(train, "features", on_disk),
         train_labels=repeat(tables["train"]["label"]),
         val_features=val.features,
         val_labels=tables["val"]["label"],
@@ -330,29 +353,33 @@ def _phase1_features(parts: list[PartRows], tables: dict[str, dict]) -> Phase1Fe
     )
 
 
-def _stacked(parts: list[PartRows]) -> np.ndarray:
-    """The parts' features one after another, each part's own rows let go once copied: at most
-    one part more than the rows is held, where a concatenation holds them all twice."""
-    out = np.empty((sum(len(rows.features) for rows in parts), *parts[0].features.shape[1:]), np.float32)
-    at = 0
+def _stacked(parts: list[PartRows], field: str, on_disk: Path | None) -> np.ndarray | DiskRows:
+    """The parts' `field` ("features" or "activations") one after another, each part's own rows
+    let go once copied: at most one part more than the rows is held, where a concatenation holds
+    them all twice. A single part's rows are taken as they are."""
+    if len(parts) == 1:
+        return getattr(parts[0], field)
+    first = getattr(parts[0], field)
+    out = new_rows(sum(len(getattr(rows, field)) for rows in parts), first.shape[1:], np.float32, on_disk)
+    at, first = 0, None
     for rows in parts:
-        count = len(rows.features)
-        out[at : at + count] = rows.features
+        count = len(getattr(rows, field))
+        copy_rows(out, np.arange(at, at + count), getattr(rows, field), np.arange(count))
         at += count
-        rows.features = None
+        setattr(rows, field, None)
     return out
 
 
 def _activation_rows(
-    parts: list[PartRows], features: Phase1Features, tables: dict[str, dict]
+    parts: list[PartRows], features: Phase1Features, tables: dict[str, dict], on_disk: Path | None
 ) -> tuple[ActivationRows, ActivationRows | None, ActivationRows | None]:
     """The activations at phase 2's cut: the val part's, every view's when phase 2 may train on
     them, and the test part's when it was gathered."""
     val = next(rows for rows in parts if rows.part.split == "val")
     train = None
     if any(rows.part.split == "train" and rows.part.keeps_activations for rows in parts):
-        activations = np.concatenate([rows.activations for rows in parts if rows.part.split == "train"])
         keys = np.concatenate([rows.keys for rows in parts if rows.part.split == "train"])
+        activations = _stacked([rows for rows in parts if rows.part.split == "train"], "activations", on_disk)
         train = ActivationRows(activations, features.train_side, features.train_labels, keys)
     test = next((ActivationRows(rows.activations, tables["test"]["side"], tables["test"]["label"], rows.keys)
                  for rows in parts if rows.part.split == "test"), None)  # fmt: skip

@@ -1,19 +1,108 @@
-"""What the frozen backbone hands a phase, held in memory row for row: phase 1's pooled features
-of each view, and the activations at phase 2's cut."""
+"""What the frozen backbone hands a phase, row for row: phase 1's pooled features of each view,
+and the activations at phase 2's cut. They are held in memory, or past a size (decide.py) in
+files on disk (`DiskRows`), read a batch at a time: then what can be cached is bounded by the
+disk, not by memory."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+READ_LIMIT = 2**30  # bytes of one read or write: os.pread and os.pwrite move at most about 2 GiB
+COPY_BYTES = 64 * 2**20  # bytes of rows a copy holds at once
+
+
+class DiskRows:
+    """Rows of one shape and dtype in a file with no name (the system removes it when it is
+    closed, or the process ends: nothing is left behind), indexed as an array is and read or
+    written with pread and pwrite. The rows then live in the page cache, which the system
+    shrinks as it needs to, instead of in this process's memory (a memory map would count each
+    page read in its resident size)."""
+
+    def __init__(self, directory: Path, count: int, row_shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.shape, self.dtype = (count, *row_shape), np.dtype(dtype)
+        self._row_bytes = int(np.prod(row_shape, dtype=np.int64)) * self.dtype.itemsize
+        self._file = tempfile.TemporaryFile(dir=directory, prefix=".rows-")  # noqa: SIM115 (open while the rows live)
+        self._file.truncate(count * self._row_bytes)
+
+    ndim = property(lambda self: len(self.shape))
+    nbytes = property(lambda self: self.shape[0] * self._row_bytes)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index) -> np.ndarray:
+        """The rows at `index` (a slice, an integer array or a boolean mask), in its order."""
+        positions = self._positions(index)
+        out = np.empty((len(positions), *self.shape[1:]), self.dtype)
+        for at, first, count in _runs(positions, self._rows_per_call()):
+            data = os.pread(self._file.fileno(), count * self._row_bytes, first * self._row_bytes)
+            if len(data) != count * self._row_bytes:
+                raise OSError(f"{self._file.name}: read {len(data)} bytes of rows, expected {count * self._row_bytes}")
+            out[at] = np.frombuffer(data, self.dtype).reshape(count, *self.shape[1:])
+        return out
+
+    def __setitem__(self, index, values) -> None:
+        positions = self._positions(index)
+        values = np.broadcast_to(np.asarray(values, self.dtype), (len(positions), *self.shape[1:]))
+        for at, first, _ in _runs(positions, self._rows_per_call()):
+            data = np.ascontiguousarray(values[at]).data.cast("B")
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self._file.fileno(), data[written:], first * self._row_bytes + written)
+
+    def _positions(self, index) -> np.ndarray:
+        if isinstance(index, slice):
+            return np.arange(*index.indices(len(self)))
+        positions = np.asarray(index)
+        if positions.dtype == bool:
+            return np.flatnonzero(positions)
+        if positions.ndim != 1 or (len(positions) and not 0 <= positions.min() <= positions.max() < len(self)):
+            raise IndexError(f"rows {index!r} of {len(self)}: expected a slice, a mask or row numbers in range")
+        return positions.astype(np.int64)
+
+    def _rows_per_call(self) -> int:
+        return max(1, READ_LIMIT // max(1, self._row_bytes))
+
+
+def _runs(positions: np.ndarray, longest: int):
+    """(where in `positions`, first row, count) of each run of consecutive rows among them, in
+    row order and at most `longest` rows: one read or write for each."""
+    order = np.argsort(positions, kind="stable")
+    rows = positions[order]
+    starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
+    for start, stop in zip(starts, [*starts[1:], len(rows)]):
+        for first in range(start, stop, longest):
+            last = min(stop, first + longest)
+            yield order[first:last], int(rows[first]), last - first
+
+
+def new_rows(count: int, row_shape: tuple[int, ...], dtype: np.dtype, on_disk: Path | None) -> np.ndarray | DiskRows:
+    """Room for `count` rows: in memory, or with `on_disk` a directory, in a file there."""
+    if on_disk is None:
+        return np.empty((count, *row_shape), dtype)
+    return DiskRows(on_disk, count, tuple(row_shape), dtype)
+
+
+def copy_rows(target, target_at: np.ndarray, source, source_at: np.ndarray) -> None:
+    """target[target_at] = source[source_at], COPY_BYTES of rows at a time: either side may be
+    on disk, and all of them at once would be in memory."""
+    chunk = max(1, COPY_BYTES // max(1, int(np.prod(target.shape[1:], dtype=np.int64)) * target.dtype.itemsize))
+    for start in range(0, len(target_at), chunk):
+        target[target_at[start : start + chunk]] = source[source_at[start : start + chunk]]
 
 
 @dataclass(frozen=True)
 class ActivationRows:
-    """Activations at phase 2's cut, with their side features (if any) and labels, row for row;
-    `keys`: each row's photo content key, where the rows came from the gather."""
+    """Activations at phase 2's cut (in memory or `DiskRows`), with their side features (if any)
+    and labels, row for row; `keys`: each row's photo content key, where the rows came from the
+    gather."""
 
-    activations: np.ndarray
+    activations: np.ndarray | DiskRows
     side: np.ndarray | None
     labels: np.ndarray
     keys: np.ndarray | None = None
@@ -27,11 +116,11 @@ class ActivationRows:
 @dataclass(frozen=True)
 class Phase1Features:
     """Phase 1's input: the pooled backbone features of K views of every training photo, and of
-    each val photo once."""
+    each val photo once (in memory or `DiskRows`)."""
 
-    train_features: np.ndarray  # [K * N, D] float32: K views of each training image
+    train_features: np.ndarray | DiskRows  # [K * N, D] float32: K views of each training image
     train_labels: np.ndarray  # [K * N] int32
-    val_features: np.ndarray  # [M, D] float32
+    val_features: np.ndarray | DiskRows  # [M, D] float32
     val_labels: np.ndarray  # [M] int32
     train_side: np.ndarray | None = None  # [K * N, F] the side features of each row, when the dataset has them
     val_side: np.ndarray | None = None  # [M, F]

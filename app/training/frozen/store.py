@@ -164,19 +164,17 @@ def _held(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def _write_shard(shard: Path, keys: np.ndarray, rows: np.ndarray, order: np.ndarray | None = None) -> None:
     """`rows[order]` (all of them, in order, without `order`), then the keys: a shard counts once
-    its keys file is there, so it is whole. The rows are copied a chunk at a time into the file,
-    never into a second array of them all."""
+    its keys file is there, so it is whole. The rows are written a chunk at a time, never copied
+    into a second array of them all nor mapped (a written map's pages count in the process's
+    memory until it is closed)."""
     order = np.arange(len(rows)) if order is None else order
-    with storage.atomic_path(shard.with_name(shard.name + ROWS)) as tmp:
-        if len(order):
-            dtype = _disk_dtype(rows, order)
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(len(order), *rows.shape[1:]))
-            for start in range(0, len(order), WRITE_CHUNK):
-                out[start : start + WRITE_CHUNK] = rows[order[start : start + WRITE_CHUNK]]
-            out.flush()
-            del out
-        else:  # nothing to map
-            np.save(tmp, rows[:0])
+    with storage.atomic_path(shard.with_name(shard.name + ROWS)) as tmp, open(tmp, "wb") as f:
+        dtype = _disk_dtype(rows, order) if len(order) else np.dtype(rows.dtype)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": (len(order), *rows.shape[1:])}  # fmt: skip
+        np.lib.format.write_array_header_2_0(f, header)
+        for start in range(0, len(order), WRITE_CHUNK):
+            f.write(np.ascontiguousarray(rows[order[start : start + WRITE_CHUNK]], dtype).tobytes())
     with storage.atomic_path(shard.with_name(shard.name + KEYS)) as tmp, open(tmp, "wb") as f:
         np.save(f, keys.astype(np.int64))
 

@@ -249,7 +249,7 @@ def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
     ctx = setup(tiny_config)
     split = FrozenBackbone(ctx).cut
     val_bytes = decide._bytes(ctx, split, "val")
-    monkeypatch.setattr(decide, "FEATURE_CACHE_LIMIT", val_bytes)
+    monkeypatch.setattr(decide, "cache_limit", lambda _: val_bytes)
     frozen = FrozenBackbone(ctx)
     assert frozen.cut is not None and not frozen.decision.keeps_views and not frozen.phase2_on_views
     assert frozen.decision.no_views.startswith("the views' activations would take")
@@ -282,7 +282,7 @@ def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
 def test_validation_stays_on_images_when_the_activations_would_not_fit(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    monkeypatch.setattr(decide, "FEATURE_CACHE_LIMIT", 1000)
+    monkeypatch.setattr(decide, "cache_limit", lambda _: 1000)
     with caplog.at_level(logging.INFO, logger="app.training.frozen"):
         _, phase = _phase2_after_phase1(tiny_config)
     assert phase.val_steps is None and phase.validation is phase.steps
@@ -343,7 +343,7 @@ def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
     ctx = setup(tiny_config.replace(cache_features="true"))
     cut = FrozenBackbone(ctx).cut
     held = decide._bytes(ctx, cut, "val") + 2 * decide._bytes(ctx, cut, "train")
-    monkeypatch.setattr(decide, "FEATURE_CACHE_LIMIT", held)  # the views fit, the test photos do not
+    monkeypatch.setattr(decide, "cache_limit", lambda _: held)  # the views fit, the test photos do not
     frozen = FrozenBackbone(ctx)
     assert frozen.decision.keeps_views and not frozen.decision.keeps_test
     frozen.phase1_features()

@@ -17,7 +17,7 @@ from app.config import TrainConfig
 from app.data.pipeline import make_eval_dataset
 from app.inference import host_forward
 from app.training.context import setup
-from app.training.frozen import FEATURE_CACHE_LIMIT, FrozenBackbone, model_outputs, phase1_bytes, phase1_mode
+from app.training.frozen import FrozenBackbone, model_outputs, phase1_bytes, phase1_mode
 from app.training.frozen.gather import gather
 from app.training.frozen.passes import one_stream
 from app.training.train import run_phase1
@@ -226,13 +226,14 @@ def test_auto_caches_on_a_cpu_and_says_why(tiny_config: TrainConfig):
     assert not off.phase1_cached and off.phase1_reason == "cache_features = false"
 
 
-def test_auto_caches_on_a_gpu_too_unless_the_cache_would_not_fit_in_memory(tiny_config: TrainConfig, monkeypatch):
+def test_auto_caches_on_a_gpu_too_unless_the_cache_would_not_fit_on_disk(tiny_config: TrainConfig, monkeypatch):
     strategy = tf.distribute.get_strategy()
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
-    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=2**20)
+    limit = 4 * 2**30  # what the disk beside the run has free
+    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=2**20, limit=limit)
     assert cached and "on a GPU the CPU's decoding is the bottleneck" in why
-    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=FEATURE_CACHE_LIMIT + 2**29)
-    assert not cached and "4.5 GiB of memory" in why and "set true to cache anyway" in why
-    assert phase1_mode(tiny_config.replace(cache_features="true"), strategy, cache_bytes=FEATURE_CACHE_LIMIT + 1)[0]
-    cached, why = phase1_mode(tiny_config.replace(data_service="grpc://host:5000"), strategy, cache_bytes=2**20)
+    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=limit + 2**29, limit=limit)
+    assert not cached and "would take 4.5 GiB, more than the 4.0 GiB free" in why and "set true to cache anyway" in why
+    assert phase1_mode(tiny_config.replace(cache_features="true"), strategy, cache_bytes=limit + 1, limit=limit)[0]
+    cached, why = phase1_mode(tiny_config.replace(data_service="grpc://host:5000"), strategy, 2**20, limit)
     assert not cached and "tf.data service" in why
