@@ -131,10 +131,10 @@ class FrozenBackbone:
             features, labels = split_features(ctx.clf.features_model, ctx.cfg.data, split, ctx.image_size,
                                               ctx.cfg.batch_size, ctx.cfg.forward_runtime)  # fmt: skip
             return features, labels, f"{split} photos"
-        if upper_unchanged and self._phase1 is not None:
+        if upper_unchanged and self._phase1 is not None:  # [:]: read whole where the rows are on disk
             f = self._phase1
-            return (f.train_features, f.train_labels, named) if split == "train" else (
-                f.val_features, f.val_labels, named)  # fmt: skip
+            return (f.train_features[:], f.train_labels, named) if split == "train" else (
+                f.val_features[:], f.val_labels, named)  # fmt: skip
         features, labels = _upper_features(self.cut, rows, self.ctx.cfg.batch_size), rows.labels
         if rows.keys is not None:
             precision = self.forward.rows_precision if self.forward else "float32"

@@ -38,7 +38,7 @@ from app.data.preprocess import EVAL_DECODE
 from app.inference.host_forward import Choice, HostForward, expected_precision
 from app.training.context import Context
 from app.training.frozen.passes import forward_batches, model_outputs, one_stream, views
-from app.training.frozen.rows import ActivationRows, DiskRows, Phase1Features, copy_rows, new_rows
+from app.training.frozen.rows import ActivationRows, DiskRows, Phase1Features, RowsAt, copy_rows, new_rows
 from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
 from app.training.inputs import row_batches
 
@@ -185,7 +185,7 @@ def _fill(
             store.add(spaces.activations(rows.part), new["keys"], new["activations"])
             above = missing_feat & ~missing_act  # stored activations, no stored features
             if above.any():
-                new = _joined(new, _above_cut(ctx, cut, rows.keys[above], rows.activations[above]))
+                new = _joined(new, _above_cut(ctx, cut, rows.keys[above], RowsAt(rows.activations, above)))
                 upper += int(above.sum())
         if rows.part.keeps_features:
             rows.features = _merged(rows.keys, rows.features, missing_feat, new["keys"], new["features"], on_disk)
@@ -299,7 +299,7 @@ def host_forward(ctx: Context, cut: FrozenCut | None, keeps_activations: bool, r
     return HostForward(extract, shape, ctx.cfg.forward_runtime, rows)
 
 
-def _above_cut(ctx: Context, cut: FrozenCut, keys: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
+def _above_cut(ctx: Context, cut: FrozenCut, keys: np.ndarray, activations: RowsAt) -> dict[str, np.ndarray]:
     batches = row_batches((activations, keys), ctx.cfg.batch_size)
     features, keys = model_outputs(lambda a, k: tf.cast(cut.upper(a, training=False), tf.float32), batches)
     return {"keys": keys.astype(np.int64), "features": features}

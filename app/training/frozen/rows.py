@@ -81,6 +81,21 @@ def _runs(positions: np.ndarray, longest: int):
             yield order[first:last], int(rows[first]), last - first
 
 
+class RowsAt:
+    """The rows of `rows` (in memory or on disk) that `where` marks, read only as they are
+    indexed: a batch at a time, not all at once."""
+
+    def __init__(self, rows: np.ndarray | DiskRows, where: np.ndarray) -> None:
+        self.rows, self.positions = rows, np.flatnonzero(where) if where.dtype == bool else where
+        self.shape, self.dtype = (len(self.positions), *rows.shape[1:]), rows.dtype
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, index) -> np.ndarray:
+        return self.rows[self.positions[index]]
+
+
 def new_rows(count: int, row_shape: tuple[int, ...], dtype: np.dtype, on_disk: Path | None) -> np.ndarray | DiskRows:
     """Room for `count` rows: in memory, or with `on_disk` a directory, in a file there."""
     if on_disk is None:

@@ -194,13 +194,19 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     _assert_as_stored(frozen._val.activations, built._val.activations)
 
 
+@pytest.mark.parametrize("rows_in_memory", [decide.ROWS_IN_MEMORY, 1000], ids=["in memory", "on disk"])
 def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_activations(
-    tiny_config: TrainConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    rows_in_memory: int,
+    tiny_config: TrainConfig,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ):
     """A run started from an earlier one (--init-from) has the earlier run's fine-tuned layers
     above the cut and the pretrained ones below: the stored activations still hold, and the
     features come from the layers above alone, the same as from the whole backbone (but for
     the stored activations' float16 rounding)."""
+    monkeypatch.setattr(decide, "ROWS_IN_MEMORY", rows_in_memory)
     ctx = setup(tiny_config.replace(cache_features="true"))
     FrozenBackbone(ctx).phase1_features()  # stores the activations at the cut
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)  # the layers phase 2 would have changed
@@ -212,9 +218,9 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
     assert "61 through the layers above block_2_relu only, 0 computed" in caplog.text
     monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(tmp_path / "empty"))
     whole = FrozenBackbone(ctx).phase1_features()  # every row through the backbone
-    scale = np.abs(whole.train_features).max()
-    np.testing.assert_allclose(above.train_features, whole.train_features, rtol=5e-3, atol=1e-4 * scale)
-    np.testing.assert_allclose(above.val_features, whole.val_features, rtol=5e-3, atol=1e-4 * scale)
+    scale = np.abs(whole.train_features[:]).max()  # [:]: the rows, read whole where they are on disk
+    np.testing.assert_allclose(above.train_features[:], whole.train_features[:], rtol=5e-3, atol=1e-4 * scale)
+    np.testing.assert_allclose(above.val_features[:], whole.val_features[:], rtol=5e-3, atol=1e-4 * scale)
 
 
 @pytest.mark.parametrize(
@@ -350,12 +356,14 @@ def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
     assert frozen.test_dataset() is None  # train._evaluate_test then decodes the test photos
 
 
+@pytest.mark.parametrize("rows_in_memory", [decide.ROWS_IN_MEMORY, 1000], ids=["in memory", "on disk"])
 def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_features(
-    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
+    rows_in_memory: int, tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ):
     """Phase 2 did not run (or kept none of its epochs): the layers above the cut hold the weights
     phase 1's cache was built with, so the out-of-distribution fit takes that cache's pooled
     features, the ones the layers above the cut would give, and runs no layer."""
+    monkeypatch.setattr(decide, "ROWS_IN_MEMORY", rows_in_memory)
     ctx = setup(tiny_config.replace(cache_features="true", phase2_mode="views"))
     frozen = FrozenBackbone(ctx)
     phase1 = run_phase1(ctx, frozen)
@@ -367,7 +375,8 @@ def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_f
     np.testing.assert_allclose(frozen.pooled_features("val", upper_unchanged=True)[0],
                                frozen.pooled_features("val")[0], rtol=1e-4, atol=1e-4)  # fmt: skip
 
-    monkeypatch.setattr(door, "model_outputs", lambda *_: pytest.fail("a layer ran"))
+    assert (frozen.decision.rows_on_disk is not None) == (rows_in_memory == 1000)
+    monkeypatch.setattr(door, "_upper_features", lambda *_: pytest.fail("a layer ran"))
     monkeypatch.setattr(door, "split_features", lambda *_: pytest.fail("a pass over photos ran"))
     _, fitted_on, _ = ood_fit.fit_ood_score(ctx, {1: phase1, 2: None}, 1.0, frozen)
     assert fitted_on == f"{len(cached[1])} train views, {ctx.info.num_examples('val')} val photos"
