@@ -194,7 +194,10 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     _assert_as_stored(frozen._val.activations, built._val.activations)
 
 
-@pytest.mark.parametrize("rows_in_memory", [decide.ROWS_IN_MEMORY, 1000], ids=["in memory", "on disk"])
+@pytest.mark.parametrize(
+    "rows_in_memory",
+    [pytest.param(decide.ROWS_IN_MEMORY, id="in memory"), pytest.param(1000, id="on disk", marks=pytest.mark.slow)],
+)
 def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_activations(
     rows_in_memory: int,
     tiny_config: TrainConfig,
@@ -356,7 +359,10 @@ def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
     assert frozen.test_dataset() is None  # train._evaluate_test then decodes the test photos
 
 
-@pytest.mark.parametrize("rows_in_memory", [decide.ROWS_IN_MEMORY, 1000], ids=["in memory", "on disk"])
+@pytest.mark.parametrize(
+    "rows_in_memory",
+    [pytest.param(decide.ROWS_IN_MEMORY, id="in memory"), pytest.param(1000, id="on disk", marks=pytest.mark.slow)],
+)
 def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_features(
     rows_in_memory: int, tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ):
