@@ -38,7 +38,7 @@ from app.data.preprocess import EVAL_DECODE
 from app.inference.host_forward import Choice, HostForward, expected_precision
 from app.training.context import Context
 from app.training.frozen.passes import forward_batches, model_outputs, one_stream, views
-from app.training.frozen.rows import ActivationRows, DiskRows, Phase1Features, RowsAt, copy_rows, new_rows
+from app.training.frozen.rows import ActivationRows, DiskRows, PartSink, Phase1Features, RowsAt, copy_rows, new_rows
 from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
 from app.training.inputs import row_batches
 
@@ -229,51 +229,13 @@ def _full_pass(
     forward = host_forward(ctx, cut, any(keeps), gather_rows)
     others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
     desc = f"Caching features ({views(ctx)} view(s) of train, {others})"
-    sinks = [_PartSink(int(w.sum()), keep, on_disk) for w, keep in zip(wanted, keeps)]
+    sinks = [PartSink(int(w.sum()), keep, on_disk) for w, keep in zip(wanted, keeps)]
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
         evaluates = [rows.part.split != "train" for rows in parts]  # val and test judge the model: float32
         exact = lambda keys_and_part: evaluates[int(keys_and_part[1][0])]  # noqa: E731
         for outputs, (keys, part) in forward_batches(forward, one_stream(streams), bar, on_first_batch, exact):
             sinks[int(part[0])].add(keys, outputs)  # a batch is of one part
     return [sink.rows() for sink in sinks], forward.choice
-
-
-class _PartSink:
-    """A part's computed rows, put in place batch by batch: the pass never holds its batches and
-    a concatenation of them at once (at phase 2's cut the rows are most of a run's memory)."""
-
-    def __init__(self, count: int, keeps_activations: bool, on_disk: Path | None = None) -> None:
-        self.count, self.keeps_activations, self.filled, self.on_disk = count, keeps_activations, 0, on_disk
-        self.keys = np.zeros([count], np.int64)
-        self.features: np.ndarray | None = None
-        self.activations: np.ndarray | None = None
-
-    def add(self, keys: np.ndarray, outputs: dict[str, np.ndarray]) -> None:
-        if self.features is None:
-            self.features = self._room_for(outputs["features"])
-            if self.keeps_activations:
-                self.activations = self._room_for(outputs["activations"])
-        at = slice(self.filled, self.filled + len(keys))
-        self.keys[at], self.features[at] = keys, outputs["features"]
-        if self.keeps_activations:
-            self.activations[at] = outputs["activations"]
-        self.filled = at.stop
-
-    def rows(self) -> dict[str, np.ndarray | None]:
-        done = slice(0, self.filled)  # the keyed stream skips what the record table skips: never fewer
-        return {"keys": self.keys[done], "features": self._trimmed(self.features),
-                "activations": self._trimmed(self.activations)}  # fmt: skip
-
-    def _room_for(self, batch: np.ndarray) -> np.ndarray | DiskRows:
-        return new_rows(self.count, batch.shape[1:], batch.dtype, self.on_disk)
-
-    def _trimmed(self, rows: np.ndarray | DiskRows | None) -> np.ndarray | DiskRows | None:
-        if rows is None or len(rows) == self.filled or isinstance(rows, np.ndarray):
-            return None if rows is None else rows[: self.filled]
-        kept = new_rows(self.filled, rows.shape[1:], rows.dtype, self.on_disk)
-        positions = np.arange(self.filled)
-        copy_rows(kept, positions, rows, positions)
-        return kept
 
 
 def _stream(ctx: Context, rows: PartRows, keys: np.ndarray) -> tf.data.Dataset:

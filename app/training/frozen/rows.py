@@ -111,6 +111,47 @@ def copy_rows(target, target_at: np.ndarray, source, source_at: np.ndarray) -> N
         target[target_at[start : start + chunk]] = source[source_at[start : start + chunk]]
 
 
+class PartSink:
+    """A part's computed rows (gather.py), put in place batch by batch: the pass never holds its
+    batches and a concatenation of them at once (at phase 2's cut the rows are most of a run's
+    memory)."""
+
+    def __init__(self, count: int, keeps_activations: bool, on_disk: Path | None = None) -> None:
+        self.count, self.keeps_activations, self.filled, self.on_disk = count, keeps_activations, 0, on_disk
+        self.keys = np.zeros([count], np.int64)
+        self.features: np.ndarray | None = None
+        self.activations: np.ndarray | None = None
+
+    def add(self, keys: np.ndarray, outputs: dict[str, np.ndarray]) -> None:
+        if self.features is None:
+            self.features = self._room_for(outputs["features"])
+            if self.keeps_activations:
+                self.activations = self._room_for(outputs["activations"])
+        at = slice(self.filled, self.filled + len(keys))
+        self.keys[at], self.features[at] = keys, outputs["features"]
+        if self.keeps_activations:
+            self.activations[at] = outputs["activations"]
+        self.filled = at.stop
+
+    def rows(self) -> dict[str, np.ndarray | None]:
+        done = slice(0, self.filled)  # the keyed stream skips what the record table skips: never fewer
+        return {"keys": self.keys[done], "features": self._trimmed(self.features),
+                "activations": self._trimmed(self.activations)}  # fmt: skip
+
+    def _room_for(self, batch: np.ndarray) -> np.ndarray | DiskRows:
+        return new_rows(self.count, batch.shape[1:], batch.dtype, self.on_disk)
+
+    def _trimmed(self, rows: np.ndarray | DiskRows | None) -> np.ndarray | DiskRows | None:
+        if rows is None or len(rows) == self.filled:
+            return rows
+        if isinstance(rows, np.ndarray):
+            return rows[: self.filled]
+        kept = new_rows(self.filled, rows.shape[1:], rows.dtype, self.on_disk)
+        positions = np.arange(self.filled)
+        copy_rows(kept, positions, rows, positions)
+        return kept
+
+
 @dataclass(frozen=True)
 class ActivationRows:
     """Activations at phase 2's cut (in memory or `DiskRows`), with their side features (if any)
