@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from app.data.pipeline import AUTOTUNE, load_dataset_info, read_records, train_decoder, verify_shards
+from app.data.pipeline import AUTOTUNE, load_dataset_info, read_records, train_decoder
 from app.data.preprocess import Augment, as_written, color_jitter, eval_decoder
+from app.data.shard_check import verify_shards
 
 
 def content_keys(encoded: tf.Tensor) -> tf.Tensor:

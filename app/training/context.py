@@ -14,9 +14,10 @@ import keras
 import tensorflow as tf
 
 from app.config import TrainConfig
-from app.data.pipeline import DatasetInfo, dataset_fingerprint, load_dataset_info, shard_policy, verify_shards
+from app.data.pipeline import DatasetInfo, dataset_fingerprint, load_dataset_info, shard_policy
 from app.data.preprocess import Augment
 from app.data.service import check_reachable
+from app.data.shard_check import verify_shards
 from app.errors import UserError
 from app.models.backbones import get_backbone
 from app.models.classifier import Classifier, build_classifier
