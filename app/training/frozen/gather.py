@@ -171,7 +171,7 @@ def _fill(
     was computed is added to the store, under the precision it ran in."""
     total = sum(len(rows.keys) for rows in parts)
     spaces.precision = expected_precision(ctx.cfg.forward_runtime, total)
-    stored = [_lookup(store, spaces, rows) for rows in parts]
+    stored = [_lookup(store, spaces, rows, on_disk) for rows in parts]
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
     computed, choice = _full_pass(ctx, parts, full, cut, total, on_first_batch, on_disk)
@@ -193,14 +193,18 @@ def _fill(
     return {"computed": computed_rows, "upper": upper, "stored": total - computed_rows - upper}, choice
 
 
-def _lookup(store: FeatureStore, spaces: _Spaces, rows: PartRows) -> tuple[np.ndarray, np.ndarray]:
-    """(features missing, activations missing) masks; the found rows are put on `rows`."""
-    found, stored = store.lookup(spaces.features(rows.part), rows.keys) if rows.part.keeps_features else (
+def _lookup(
+    store: FeatureStore, spaces: _Spaces, rows: PartRows, on_disk: Path | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(features missing, activations missing) masks; the found rows are put on `rows` (in
+    files in `on_disk` where it is given)."""
+    room = lambda count, shape, dtype: new_rows(count, shape, dtype, on_disk)  # noqa: E731
+    found, stored = store.lookup(spaces.features(rows.part), rows.keys, room) if rows.part.keeps_features else (
         np.ones(len(rows.keys), bool), None)  # fmt: skip
     rows.features = stored
     missing_act = np.zeros(len(rows.keys), bool)
     if rows.part.keeps_activations:
-        found_act, rows.activations = store.lookup(spaces.activations(rows.part), rows.keys)
+        found_act, rows.activations = store.lookup(spaces.activations(rows.part), rows.keys, room)
         missing_act = ~found_act
     return ~found, missing_act
 

@@ -23,11 +23,36 @@ class DiskRows:
     shrinks as it needs to, instead of in this process's memory (a memory map would count each
     page read in its resident size)."""
 
-    def __init__(self, directory: Path, count: int, row_shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.shape, self.dtype = (count, *row_shape), np.dtype(dtype)
-        self._row_bytes = int(np.prod(row_shape, dtype=np.int64)) * self.dtype.itemsize
-        self._file = tempfile.TemporaryFile(dir=directory, prefix=".rows-")  # noqa: SIM115 (open while the rows live)
-        self._file.truncate(count * self._row_bytes)
+    def __init__(self, file, shape: tuple[int, ...], dtype: np.dtype, offset: int = 0) -> None:
+        """Rows of `shape` and `dtype` from byte `offset` of the open `file`: see `scratch` and `npy`."""
+        self._file, self.shape, self.dtype, self._offset = file, tuple(shape), np.dtype(dtype), offset
+        self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    @classmethod
+    def scratch(cls, directory: Path, count: int, row_shape: tuple[int, ...], dtype: np.dtype) -> DiskRows:
+        """Room for `count` rows in a new file with no name in `directory`."""
+        file = tempfile.TemporaryFile(dir=directory, prefix=".rows-")  # noqa: SIM115 (open while the rows live)
+        rows = cls(file, (count, *row_shape), dtype)
+        file.truncate(rows.nbytes)
+        return rows
+
+    @classmethod
+    def npy(cls, path: Path) -> DiskRows:
+        """The rows of a `.npy` file, read-only; ValueError where the file is not whole."""
+        file = open(path, "rb")  # noqa: SIM115 (open while the rows live)
+        try:
+            version = np.lib.format.read_magic(file)
+            readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in readers:
+                raise ValueError(f"npy format {version}")
+            shape, fortran_order, dtype = readers[version](file)
+            rows = cls(file, shape if shape else (0,), dtype, file.tell())
+            if fortran_order or len(shape) < 1 or os.fstat(file.fileno()).st_size != rows._offset + rows.nbytes:
+                raise ValueError(f"{path}: not {shape} rows of {dtype} in C order")
+        except BaseException:
+            file.close()
+            raise
+        return rows
 
     ndim = property(lambda self: len(self.shape))
     nbytes = property(lambda self: self.shape[0] * self._row_bytes)
@@ -40,7 +65,7 @@ class DiskRows:
         positions = self._positions(index)
         out = np.empty((len(positions), *self.shape[1:]), self.dtype)
         for at, first, count in _runs(positions, self._rows_per_call()):
-            data = os.pread(self._file.fileno(), count * self._row_bytes, first * self._row_bytes)
+            data = os.pread(self._file.fileno(), count * self._row_bytes, self._offset + first * self._row_bytes)
             if len(data) != count * self._row_bytes:
                 raise OSError(f"{self._file.name}: read {len(data)} bytes of rows, expected {count * self._row_bytes}")
             out[at] = np.frombuffer(data, self.dtype).reshape(count, *self.shape[1:])
@@ -53,7 +78,9 @@ class DiskRows:
             data = np.ascontiguousarray(values[at]).data.cast("B")
             written = 0
             while written < len(data):
-                written += os.pwrite(self._file.fileno(), data[written:], first * self._row_bytes + written)
+                written += os.pwrite(
+                    self._file.fileno(), data[written:], self._offset + first * self._row_bytes + written
+                )
 
     def _positions(self, index) -> np.ndarray:
         if isinstance(index, slice):
@@ -100,7 +127,7 @@ def new_rows(count: int, row_shape: tuple[int, ...], dtype: np.dtype, on_disk: P
     """Room for `count` rows: in memory, or with `on_disk` a directory, in a file there."""
     if on_disk is None:
         return np.empty((count, *row_shape), dtype)
-    return DiskRows(on_disk, count, tuple(row_shape), dtype)
+    return DiskRows.scratch(on_disk, count, tuple(row_shape), dtype)
 
 
 def copy_rows(target, target_at: np.ndarray, source, source_at: np.ndarray) -> None:

@@ -10,7 +10,7 @@ with given weights, image size, decode and view.
 Layout, ROOT/<kind>-<space id>/: `space.json` (what decides the rows) and shards, each a pair
 `<n>.keys.npy` (int64, sorted, unique) and `<n>.rows.npy`, named by when they were written. An
 add writes one new shard of the keys the space lacks, never rewriting the others; a lookup reads
-the shards' keys and, memory-mapped, only the rows it found, so neither loads a space whole. Each
+the shards' keys and only the rows it found, a chunk at a time, so neither loads a space whole. Each
 file is written under a temporary name and renamed; a shard counts once its keys file is there.
 Two runs adding to one space at once both keep their rows. Past `STORE_LIMIT` bytes the least
 recently used spaces are removed. A space in the older one-file layout (`<kind>-<id>.npz`) is
@@ -44,6 +44,7 @@ import numpy as np
 
 from app import storage
 from app.run_dir import RunDir
+from app.training.frozen.rows import DiskRows, copy_rows
 
 log = logging.getLogger(__name__)
 STORE_LIMIT = 20 * 2**30  # bytes on disk before the least recently used spaces go
@@ -68,9 +69,11 @@ class FeatureStore:
     def __init__(self, root: Path, limit: int = STORE_LIMIT) -> None:
         self.root, self.limit = root, limit
 
-    def lookup(self, space: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def lookup(self, space: dict, keys: np.ndarray, room: Callable | None = None) -> tuple[np.ndarray, object | None]:
         """(found [N] bool, rows [found.sum(), ...] for the found keys, in `keys`' order) from
-        `space`; rows is None when the space holds none of them."""
+        `space`; rows is None when the space holds none of them. `room(count, row_shape, dtype)`
+        gives where the rows go (in memory by default; rows.new_rows on disk); they are read into
+        it a chunk at a time, from the shards' files, never all at once."""
         folder = self._folder(space)
         if not folder.is_dir():
             return np.zeros(len(keys), bool), None
@@ -80,20 +83,18 @@ class FeatureStore:
         for shard, stored in self._shards(folder):
             where, held = _held(stored, keys)
             new = ~found & held
-            if new.any():
-                rows = _read_rows(shard, where[new])
-                if rows is None:
-                    continue
-                parts.append((np.flatnonzero(new), rows))
+            if new.any() and (rows := _shard_rows(shard, len(stored))) is not None:
+                parts.append((np.flatnonzero(new), rows, where[new]))
                 found |= new
         if not parts:
             return found, None
         place = np.cumsum(found) - 1  # a found key's place among the found, in `keys`' order
-        dtype = np.float32 if parts[0][1].dtype == np.float16 else parts[0][1].dtype  # float16: kept so on disk only
-        rows = np.empty((int(found.sum()), *parts[0][1].shape[1:]), dtype)
-        for at, part in parts:
-            rows[place[at]] = part
-        return found, rows
+        first = parts[0][1]
+        dtype = np.float32 if first.dtype == np.float16 else first.dtype  # float16: kept so on disk only
+        out = (room or _in_memory)(int(found.sum()), first.shape[1:], dtype)
+        for at, rows, where in parts:
+            copy_rows(out, place[at], rows, where)
+        return found, out
 
     def add(self, space: dict, keys: np.ndarray, rows: np.ndarray) -> None:
         """Add rows (keyed like `lookup`'s) to `space`: one new shard of the keys it lacks (the
@@ -187,14 +188,21 @@ def _disk_dtype(rows: np.ndarray, order: np.ndarray) -> np.dtype:
     return np.dtype(np.float16) if HALF_RANGE[0] <= largest <= HALF_RANGE[1] else rows.dtype
 
 
-def _read_rows(shard: Path, at: np.ndarray) -> np.ndarray | None:
-    """Rows `at` of a shard, read from its memory-mapped file; None (said, and the shard removed)
-    when the file cannot be read."""
+def _shard_rows(shard: Path, count: int) -> DiskRows | None:
+    """A shard's `count` rows, read as they are indexed; None (said, and the shard removed) when
+    its file cannot be read or does not hold them."""
     try:
-        return np.asarray(np.load(shard.with_name(shard.name + ROWS), mmap_mode="r")[at])
-    except (OSError, ValueError, EOFError, IndexError) as err:
+        rows = DiskRows.npy(shard.with_name(shard.name + ROWS))
+        if len(rows) != count:
+            raise ValueError(f"{len(rows)} rows for {count} keys")
+        return rows
+    except (OSError, ValueError, EOFError) as err:
         _remove_broken(shard, err)
         return None
+
+
+def _in_memory(count: int, row_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.empty((count, *row_shape), dtype)
 
 
 def _remove_broken(shard: Path, err: Exception) -> None:

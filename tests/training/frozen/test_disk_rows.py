@@ -20,7 +20,7 @@ from app.training.train import run_phase1
 
 def _pair(tmp_path: Path, count: int = 50, shape=(3, 2)) -> tuple[np.ndarray, DiskRows]:
     values = np.random.default_rng(0).normal(size=(count, *shape)).astype(np.float32)
-    on_disk = DiskRows(tmp_path, count, shape, np.float32)
+    on_disk = DiskRows.scratch(tmp_path, count, shape, np.float32)
     on_disk[:] = values
     return values, on_disk
 

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from app.run_dir import RunDir
-from app.training.frozen import FeatureStore, store_root
+from app.training.frozen import DiskRows, FeatureStore, store_root
+from app.training.frozen import rows as rows_module
+from app.training.frozen.rows import new_rows
 
 SPACE = {"kind": "features", "backbone": "b", "weights": "w1", "view": 0}
 
@@ -29,6 +31,22 @@ def test_lookup_finds_rows_by_key_in_the_asked_order_and_says_which_are_missing(
     assert rows.tolist() == _rows([20, 10, 20]).tolist()  # duplicates asked twice get the row twice
     assert store.lookup(SPACE, np.array([99, -5], np.int64))[0].tolist() == [False, False]
     assert store.lookup({**SPACE, "weights": "w2"}, np.array([10], np.int64)) == (pytest.approx([False]), None)
+
+
+def test_a_lookup_reads_its_rows_a_chunk_at_a_time_into_the_room_it_is_given(tmp_path: Path, monkeypatch):
+    """Found rows go where the caller says (rows.new_rows: a file where a run's rows are on disk),
+    read from several shards a few rows at a time: never all of a space in memory at once."""
+    monkeypatch.setattr(rows_module, "COPY_BYTES", 3 * 2 * 4)  # three rows a copy
+    store = FeatureStore(tmp_path / "store")
+    store.add(SPACE, np.arange(0, 20, 2, dtype=np.int64), _rows(list(range(0, 20, 2))))
+    store.add(SPACE, np.arange(1, 20, 2, dtype=np.int64), _rows(list(range(1, 20, 2))))
+    asked = np.array([19, 4, 7, 7, 100, 0, 12, 13], np.int64)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    found, rows = store.lookup(SPACE, asked, lambda count, shape, dtype: new_rows(count, shape, dtype, scratch))
+    assert isinstance(rows, DiskRows) and found.tolist() == [True] * 4 + [False] + [True] * 3
+    np.testing.assert_array_equal(rows[:], _rows([19, 4, 7, 7, 0, 12, 13]))
+    np.testing.assert_array_equal(store.lookup(SPACE, asked)[1], rows[:])  # in memory by default: the same
 
 
 def test_add_keeps_what_the_space_holds_and_the_first_row_of_a_key(tmp_path: Path):
