@@ -39,11 +39,16 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def _half_then_no_space(data, f, **kwargs):
+    f.write('{"accu')
+    _no_space()
+
+
 def test_a_full_disk_is_one_line_naming_the_file_and_keeps_the_old_content(tmp_path: Path, monkeypatch):
     report = tmp_path / "metrics.json"
     storage.write_json_atomic(report, {"accuracy": 0.5})
     with monkeypatch.context() as patched:
-        patched.setattr(Path, "write_bytes", _no_space)  # the disk fills while the new content is written
+        patched.setattr(storage.json, "dump", _half_then_no_space)  # the disk fills while the new content is written
         with pytest.raises(UserError, match=rf"^{report}: no space left on the device; nothing half-written"):
             storage.write_json_atomic(report, {"accuracy": 0.9})
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]  # no temp file left

@@ -45,15 +45,12 @@ def _pairs(
 ) -> tuple[list[dict], list[dict]]:
     """(exact duplicate pairs, near duplicate pairs among the nearest `found`: none without
     pretrained features), each {a, b, similarity, kind}."""
-    item = lambda row: items[scan.indices[row]]  # noqa: E731
+    images = [_image(items[index]) for index in scan.indices]  # one dict an image, shared by its pairs
     exact = []
     for group in findings.exact_duplicate_groups(scan.pixel_hashes):
-        exact += [
-            {"a": _image(item(group[0])), "b": _image(item(row)), "similarity": 1.0, "kind": "exact"}
-            for row in group[1:]
-        ]
+        exact += [{"a": images[group[0]], "b": images[row], "similarity": 1.0, "kind": "exact"} for row in group[1:]]
     near = [
-        {"a": _image(item(i)), "b": _image(item(j)), "similarity": round(s, 4), "kind": "near"}
+        {"a": images[i], "b": images[j], "similarity": round(s, 4), "kind": "near"}
         for i, j, s in (findings.near_duplicate_pairs(scan.embeddings, threshold, found) if found else [])
         if scan.pixel_hashes[i] != scan.pixel_hashes[j]
     ]  # identical pixels are listed as exact

@@ -41,10 +41,13 @@ def near_duplicate_pairs(
     closest pairs, not a number of pairs that grows with the square of its size."""
     ids, sims = found or nearest(embeddings, NEAR_CANDIDATES)
     rows, cols = np.nonzero(sims >= threshold)
-    pairs = {
-        (min(i, j), max(i, j)): s for i, j, s in zip(rows.tolist(), ids[rows, cols].tolist(), sims[rows, cols].tolist())
-    }
-    return sorted(((i, j, s) for (i, j), s in pairs.items()), key=lambda p: (-p[2], p[0], p[1]))
+    first, second, similarity = np.minimum(rows, ids[rows, cols]), np.maximum(rows, ids[rows, cols]), sims[rows, cols]
+    pair = first.astype(np.int64) * max(len(ids), 1) + second  # a pair met from both of its photos counts once
+    _, last = np.unique(pair[::-1], return_index=True)  # the later meeting's similarity, as a dict keeps it
+    kept = len(pair) - 1 - last
+    first, second, similarity = first[kept], second[kept], similarity[kept]
+    order = np.lexsort((second, first, -similarity))
+    return list(zip(first[order].tolist(), second[order].tolist(), similarity[order].tolist()))
 
 
 def neighbour_similarity(embeddings: np.ndarray, k: int = NEIGHBOURS, found: Nearest | None = None) -> np.ndarray:
