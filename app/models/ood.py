@@ -41,6 +41,7 @@ SHIPPED = "energy+relative_mahalanobis"  # what every export computes: benchmark
 DEFAULT_ACCEPT = 0.95
 KNN_K = 10
 BANK_SIZE = 2048  # training feature vectors kept for knn (measured by benchmarks.ood, not exported)
+STATS_CHUNK = 8192  # rows normalised and centred at a time by fit_feature_stats
 
 
 def l2_normalise(features: np.ndarray) -> np.ndarray:
@@ -113,24 +114,39 @@ class FeatureStats:
 
 
 def fit_feature_stats(features: np.ndarray, labels: np.ndarray, seed: int = 0) -> FeatureStats:
-    z = l2_normalise(features).astype(np.float64)
+    """The statistics of the L2-normalised features (float64), worked out STATS_CHUNK rows at a
+    time: a run's views are held once, as they came, never as normalised and centred copies."""
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
-    bank = z[np.sort(rng.choice(len(z), BANK_SIZE, replace=False))] if len(z) > BANK_SIZE else z
-    classes = np.unique(labels)
-    means = np.stack([z[labels == c].mean(axis=0) for c in classes])
-    background_mean = z.mean(axis=0)
-    return FeatureStats(
-        bank.astype(np.float32),
-        means,
-        _shrunk_precision(z - means[np.searchsorted(classes, labels)]),
-        background_mean,
-        _shrunk_precision(z - background_mean),
-    )
+    kept = np.sort(rng.choice(len(features), BANK_SIZE, replace=False)) if len(features) > BANK_SIZE else slice(None)
+    classes, place = np.unique(labels, return_inverse=True)
+    sums = np.zeros((len(classes), features.shape[1]))
+    for at, z in _normalised_chunks(features):
+        sums += np.eye(len(classes))[place[at]].T @ z
+    means = sums / np.bincount(place, minlength=len(classes))[:, None]
+    background_mean = sums.sum(axis=0) / max(len(features), 1)
+    within, background = np.zeros((2, features.shape[1], features.shape[1]))
+    for at, z in _normalised_chunks(features):
+        within += _scatter(z - means[place[at]])
+        background += _scatter(z - background_mean)
+    precision, background_precision = (_shrunk_precision(m, len(features)) for m in (within, background))
+    return FeatureStats(l2_normalise(features[kept]), means, precision, background_mean, background_precision)
 
 
-def _shrunk_precision(centred: np.ndarray) -> np.ndarray:
-    covariance = centred.T @ centred / max(len(centred) - 1, 1)
+def _normalised_chunks(features: np.ndarray):
+    for start in range(0, len(features), STATS_CHUNK):
+        at = slice(start, start + STATS_CHUNK)
+        yield at, l2_normalise(features[at]).astype(np.float64)
+
+
+def _scatter(centred: np.ndarray) -> np.ndarray:
+    return centred.T @ centred
+
+
+def _shrunk_precision(scatter: np.ndarray, count: int) -> np.ndarray:
+    """The inverse of the covariance whose scatter matrix (sum of the centred rows' outer
+    products) over `count` rows is given, shrunk towards a multiple of the identity."""
+    covariance = scatter / max(count - 1, 1)
     shrink = 0.1 * np.trace(covariance) / covariance.shape[0]  # fewer photos than dimensions: regularise
     return np.linalg.inv(covariance + shrink * np.eye(covariance.shape[0]))
 

@@ -118,3 +118,21 @@ def test_the_shipped_score_survives_its_file_and_reads_a_plain_mahalanobis_one()
     older |= {"mahalanobis_mean": 10.0, "mahalanobis_std": 2.0, "threshold": 1.0, "accept": 0.95}
     expected = (ood.msp(probabilities) - 0.5) / 0.25 + (stats.distance(relative=False)(val) - 10.0) / 2.0
     np.testing.assert_allclose(ood.ShippedScore.from_arrays(older)(probabilities, val), expected, rtol=1e-5)
+
+
+def test_the_feature_statistics_are_those_of_the_whole_set_whatever_the_chunk(monkeypatch: pytest.MonkeyPatch):
+    """A run's views are worked through a chunk of rows at a time; the statistics are the ones
+    the normalised, centred rows give all at once (to float64 rounding)."""
+    rng = np.random.default_rng(3)
+    features, labels = rng.standard_normal((300, 5)) + 2.0, rng.integers(0, 3, 300)
+    z = ood.l2_normalise(features).astype(np.float64)
+    means = np.stack([z[labels == c].mean(axis=0) for c in range(3)])
+    monkeypatch.setattr(ood, "STATS_CHUNK", 7)  # chunks that split classes and end mid-set
+    stats = ood.fit_feature_stats(features, labels)
+    np.testing.assert_allclose(stats.means, means, rtol=1e-12)
+    np.testing.assert_allclose(stats.background_mean, z.mean(axis=0), rtol=1e-12)
+    centred = z - means[labels]
+    covariance = centred.T @ centred / 299
+    expected = np.linalg.inv(covariance + 0.1 * np.trace(covariance) / 5 * np.eye(5))
+    np.testing.assert_allclose(stats.precision, expected, rtol=1e-9)
+    assert stats.bank.dtype == np.float32 and np.allclose(np.linalg.norm(stats.bank, axis=1), 1.0)
