@@ -17,11 +17,11 @@ COPY_BYTES = 64 * 2**20  # bytes of rows a copy holds at once
 
 
 class DiskRows:
-    """Rows of one shape and dtype in a file with no name (the system removes it when it is
-    closed, or the process ends: nothing is left behind), indexed as an array is and read or
-    written with pread and pwrite. The rows then live in the page cache, which the system
-    shrinks as it needs to, instead of in this process's memory (a memory map would count each
-    page read in its resident size)."""
+    """Rows of one shape and dtype in a file, indexed as an array is and read or written with
+    pread and pwrite: a run's scratch file with no name (the system removes it when it is closed
+    or the process ends: nothing is left behind), or a store shard's `.npy` file, read-only. The
+    rows then live in the page cache, which the system shrinks as it needs to, instead of in this
+    process's memory (a memory map would count each page read in its resident size)."""
 
     def __init__(self, file, shape: tuple[int, ...], dtype: np.dtype, offset: int = 0) -> None:
         """Rows of `shape` and `dtype` from byte `offset` of the open `file`: see `scratch` and `npy`."""
