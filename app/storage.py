@@ -186,7 +186,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 def write_json_atomic(path: str | Path, data: object) -> None:
     """`data` as indented JSON, written as it is encoded: a report of millions of entries is never
     held as one string (nor as the pieces it is joined from) beside the data."""
-    with atomic_path(path) as tmp, (_gfile().GFile(tmp, "w") if is_url(tmp) else open(tmp, "w")) as f:
+    with atomic_path(path) as tmp, _gfile().GFile(tmp, "w") if is_url(tmp) else open(tmp, "w") as f:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -36,8 +37,8 @@ from app.models.classifier import FrozenCut
 from app.training.context import Context
 from app.training.frozen.decide import Decision, decide
 from app.training.frozen.gather import gather, keep_features
-from app.training.frozen.passes import eval_images, model_outputs, split_features
-from app.training.frozen.rows import ActivationRows, Phase1Features
+from app.training.frozen.passes import eval_images, split_features
+from app.training.frozen.rows import ActivationRows, PartSink, Phase1Features
 from app.training.inputs import distribute, row_batches, shuffled_batches
 from app.training.phase import PhaseInputs
 
@@ -160,7 +161,8 @@ class FrozenBackbone:
             self.phase1_features()
             return
         start = time.perf_counter()
-        self._val = _activations(self.cut, eval_images(self.ctx, "val"))
+        count, on_disk = self.ctx.info.num_examples("val"), self.decision.rows_on_disk
+        self._val = _activations(self.cut, eval_images(self.ctx, "val"), count, on_disk)
         _log_val(self.cut, self._val, f"as phase 2 started ({time.perf_counter() - start:.1f}s)")
 
 
@@ -179,13 +181,21 @@ def _upper_features(cut: FrozenCut, rows: ActivationRows, batch_size: int) -> np
     return out if out is not None else np.zeros([0, cut.upper.output.shape[-1]], np.float32)
 
 
-def _activations(cut: FrozenCut, images: tf.data.Dataset) -> ActivationRows:
-    """Every image's activation at the cut (with its side features and label), in dataset order."""
-    outputs, labels = model_outputs(
-        lambda inputs, labels: map_image(inputs, lambda x: cut.lower(x, training=False)), images
-    )
-    x, side = (outputs["image"], outputs["side"]) if isinstance(outputs, dict) else (outputs, None)
-    return ActivationRows(x, side, labels)
+def _activations(cut: FrozenCut, images: tf.data.Dataset, count: int, on_disk: Path | None) -> ActivationRows:
+    """Every image's activation at the cut (with its side features and label), in dataset order
+    (at most `count`), each batch put in place as it comes: in a file in `on_disk` where given."""
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), images.element_spec[0])
+    lower = tf.function(lambda inputs: map_image(inputs, lambda x: cut.lower(x, training=False)),
+                        input_signature=[spec], autograph=False)  # fmt: skip
+    sink, sides, labels = PartSink(count, keeps_activations=False, on_disk=on_disk), [], []
+    for inputs, y in images:
+        outputs = lower(inputs)
+        x = outputs["image"] if isinstance(outputs, dict) else outputs
+        sink.add(np.zeros(len(y), np.int64), {"features": x.numpy().astype(np.float32)})  # its one kind of rows
+        sides += [inputs["side"].numpy()] if isinstance(inputs, dict) else []
+        labels.append(y.numpy().astype(np.int32))
+    side = np.concatenate(sides) if sides else None
+    return ActivationRows(sink.rows()["features"], side, np.concatenate(labels) if labels else np.zeros([0], np.int32))
 
 
 def _log_val(cut: FrozenCut, val: ActivationRows, when: str) -> None:

@@ -63,10 +63,9 @@ def cache_limit(directory: Path) -> int:
 
 
 def _rows_on_disk(ctx: Context, cached: bool, cut: FrozenCut | None, views_kept: bool, test_kept: bool) -> Path | None:
-    """The run's directory where the rows the gather keeps are more than ROWS_IN_MEMORY, else None."""
-    if not cached:
-        return None
-    held = phase1_bytes(ctx)
+    """The run's directory where the rows the run keeps (phase 1's features, the activations at
+    the cut) are more than ROWS_IN_MEMORY, else None."""
+    held = phase1_bytes(ctx) if cached else 0
     if cut is not None:
         held += _bytes(ctx, cut, "val") + (_bytes(ctx, cut, "train") * views(ctx) if views_kept else 0)
         held += _bytes(ctx, cut, "test") if test_kept else 0

@@ -106,3 +106,20 @@ def test_auto_trains_phase1_on_images_only_when_the_rows_would_not_fit_on_disk(
     door = FrozenBackbone(setup(tiny_config.replace(cache_features="auto")))
     assert not door.decision.phase1_cached and door.decision.rows_on_disk is None
     assert "GiB free beside the run; set true to cache anyway" in door.decision.phase1_reason
+
+
+def test_phase2s_val_activations_made_apart_from_phase1_go_to_disk_too(
+    tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
+):
+    """Phase 1 on images (or finished in an earlier process): phase 2 computes the val photos'
+    activations itself, into a file where the run's rows are on disk, the same as in memory."""
+    ctx = setup(tiny_config.replace(cache_features="false"))
+    in_memory = FrozenBackbone(ctx)
+    in_memory._gather_for_phase2()
+    monkeypatch.setattr(decide, "ROWS_IN_MEMORY", 1000)
+    door = FrozenBackbone(ctx)
+    assert not door.decision.phase1_cached and door.decision.rows_on_disk == ctx.run.root
+    door._gather_for_phase2()
+    assert isinstance(door._val.activations, DiskRows) and len(door._val.labels) == ctx.info.num_examples("val")
+    np.testing.assert_allclose(door._val.activations[:], in_memory._val.activations, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(door._val.labels, in_memory._val.labels)
