@@ -9,8 +9,10 @@ audit of the same files with the same backbone and weights reuses them.
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,12 +100,15 @@ def scan_images(
     def embed() -> dict[str, np.ndarray]:
         forward = HostForward(lambda x: features(x, training=False), (size, size, 3), forward_runtime,
                               len(audit_input.items))  # fmt: skip
-        batches = _pass(audit_input, cols, forward, size, with_embeddings=True)
-        return {"embeddings": _normalised(batches, features.output_shape[-1])}
+        rows = _Rows(len(audit_input.items), features.output_shape[-1])
+        _pass(audit_input, cols, forward, size, rows.add)
+        del forward
+        gc.collect()  # the converted runtime's graphs sit in reference cycles: freed now, before the finders
+        return {"embeddings": _normalised(rows.filled())}
 
     arrays = load_or_compute(cache, key, embed, "audit embeddings")
     if not cols["indices"]:  # the embeddings came from the cache: the cheap part of the pass still runs
-        _pass(audit_input, cols, None, size, with_embeddings=False)
+        _pass(audit_input, cols, None, size)
     return Scan(
         np.array(cols["indices"], np.int64),
         cols["hashes"],
@@ -120,42 +125,50 @@ def scan_images(
 
 
 def _pass(
-    audit_input: AuditInput, cols: dict[str, list], forward: HostForward | None, size: int, with_embeddings: bool
-) -> list[np.ndarray]:
-    """Read every image once: fill `cols`; return the batches of `forward`'s embeddings (if asked)."""
-
-    def extract(images: list[tf.Tensor]) -> np.ndarray:
-        return forward(tf.stack(images).numpy().astype(np.float32))
-
-    batches, pending = [], []
+    audit_input: AuditInput,
+    cols: dict[str, list],
+    forward: HostForward | None,
+    size: int,
+    embedded: Callable[[np.ndarray], None] | None = None,
+) -> None:
+    """Read every image once: fill `cols`; hand each batch of `forward`'s embeddings to
+    `embedded` (where given), in the images' order."""
+    pending = []
     total = len(audit_input.items)
-    with tqdm(total=total, unit="img", desc="Embedding" if with_embeddings else "Reading", dynamic_ncols=True) as bar:
+    with tqdm(total=total, unit="img", desc="Embedding" if embedded else "Reading", dynamic_ncols=True) as bar:
         for index, jpeg in audit_input.read():
             pixels = tf.io.decode_jpeg(jpeg, channels=3).numpy()
             digest, std, detail, flat = _describe(pixels)
             values = (index, digest, pixels.shape[0], pixels.shape[1], std, detail, flat, _thumbnail(pixels))
             for name, value in zip(cols, values):
                 cols[name].append(value)
-            if with_embeddings:
+            if embedded:
                 pending.append(eval_decoder(size)(jpeg))
                 if len(pending) == BATCH:
-                    batches.append(extract(pending)), pending.clear()
+                    embedded(forward(tf.stack(pending).numpy().astype(np.float32))), pending.clear()
             bar.update(1)
         if pending:
-            batches.append(extract(pending))
+            embedded(forward(tf.stack(pending).numpy().astype(np.float32)))
         bar.update(total - bar.n)  # unreadable files count as done
-    return batches
 
 
-def _normalised(batches: list[np.ndarray], dim: int) -> np.ndarray:
-    """The batches' rows, each of length 1, in one array: each batch let go once copied, and the
-    rows scaled in place, so the embeddings are held about once, not four times."""
-    embeddings = np.empty((sum(len(batch) for batch in batches), dim), np.float32)
-    at = 0
-    for index, batch in enumerate(batches):
-        embeddings[at : at + len(batch)] = batch
-        at += len(batch)
-        batches[index] = None
+class _Rows:
+    """The embeddings put in place batch by batch as the pass makes them: held once, never as
+    batches and a concatenation of them."""
+
+    def __init__(self, count: int, dim: int) -> None:
+        self.rows, self.count = np.empty((count, dim), np.float32), 0
+
+    def add(self, batch: np.ndarray) -> None:
+        self.rows[self.count : self.count + len(batch)] = batch
+        self.count += len(batch)
+
+    def filled(self) -> np.ndarray:
+        return self.rows[: self.count]  # fewer where some images did not decode
+
+
+def _normalised(embeddings: np.ndarray) -> np.ndarray:
+    """The rows scaled, in place, to length 1 (an all-zero row stays zero)."""
     lengths = np.sqrt(np.einsum("ij,ij->i", embeddings, embeddings))  # no squared copy of them all
     embeddings /= np.maximum(lengths, 1e-12)[:, None]
     return embeddings
