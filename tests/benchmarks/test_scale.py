@@ -6,7 +6,9 @@ import argparse
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from benchmarks.scale import PHOTO_SUFFIXES, Stage, grown_folder, run_size, table
 
@@ -24,17 +26,31 @@ def test_past_the_folder_s_count_each_copy_is_another_photo_of_the_same_class(de
     assert grown_folder(demo_images, tmp_path / "grown", 2 * len(originals) + 5) == grown  # a second call adds nothing
 
 
-def test_the_table_gives_each_size_per_photo_and_the_growth_from_the_smallest():
-    stages = [Stage(100, "convert", 100, 2.0, 500), Stage(1000, "convert", 1000, 10.0, 750),
-              Stage(100, "evaluate", 10, 1.0, 400), Stage(1000, "evaluate", 100, 5.0, 400)]  # fmt: skip
-    disk = {100: {"shards": 100 * 1024, "feature store": 0}, 1000: {"shards": 2000 * 1024, "feature store": 0}}
+def test_copies_of_a_small_tile_are_each_unlike_the_others_pixel_for_pixel(tmp_path: Path):
+    """A share-of-the-size inset rounds to the same crop on small tiles (1% of 64 px is none), so
+    copies were exact duplicates: one photo to the store and the audit, not several."""
+    source = tmp_path / "tiles" / "field"
+    source.mkdir(parents=True)
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 16, 3), np.uint8)
+    Image.fromarray(pixels).save(source / "tile.jpg", quality=95)
+    grown = grown_folder(source.parent, tmp_path / "grown", 10)  # copies 1..9: past the 4-pixel cycle
+    decoded = [np.asarray(Image.open(p).convert("RGB")).tobytes() for p in sorted(grown.rglob("*.jpg"))]
+    assert len(decoded) == 10 and len(set(decoded)) == 10
+
+
+def test_the_table_gives_each_size_per_photo_and_the_growth_from_the_size_before_the_largest():
+    stages = [Stage(100, "convert", 100, 5.0, 400), Stage(1000, "convert", 1000, 20.0, 500),
+              Stage(10000, "convert", 10000, 100.0, 750),
+              Stage(100, "evaluate", 10, 1.0, 400), Stage(1000, "evaluate", 100, 5.0, 400),
+              Stage(10000, "evaluate", 1000, 40.0, 400)]  # fmt: skip
+    disk = {n: {"shards": n * 1024 * k, "feature store": 0} for n, k in ((100, 1), (1000, 1), (10000, 2))}
     lines = table(stages, disk).splitlines()
     convert = next(line.split() for line in lines if line.startswith("convert"))
-    assert convert[1:] == ["20.0", "10.0", "500", "750", "0.50", "1.50"]  # 20 → 10 ms a photo; 1.5× the memory
+    assert convert[1:] == ["50.0", "20.0", "10.0", "400", "500", "750", "0.50", "1.50"]  # against 1,000, not 100
     evaluate = next(line.split() for line in lines if line.startswith("evaluate"))
-    assert evaluate[1:3] == ["100.0", "50.0"]  # per photo evaluated (its test split), not per photo converted
+    assert evaluate[1:4] == ["100.0", "50.0", "40.0"]  # per photo evaluated (its test split), not per photo converted
     shards = next(line for line in lines if line.startswith("shards"))
-    assert shards.split()[-3:] == ["1.0", "2.0", "2.00"]
+    assert shards.split()[-4:] == ["1.0", "1.0", "2.0", "2.00"]
 
 
 @pytest.mark.slow
