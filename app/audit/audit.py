@@ -8,6 +8,7 @@ affected validation or test images.
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def _pairs(
         exact += [{"a": images[group[0]], "b": images[row], "similarity": 1.0, "kind": "exact"} for row in group[1:]]
     near = [
         {"a": images[i], "b": images[j], "similarity": round(s, 4), "kind": "near"}
-        for i, j, s in (findings.near_duplicate_pairs(scan.embeddings, threshold, found) if found else [])
+        for chunk in (findings.near_duplicate_chunks(scan.embeddings, threshold, found) if found else [])
+        for i, j, s in chunk
         if scan.pixel_hashes[i] != scan.pixel_hashes[j]
     ]  # identical pixels are listed as exact
     if len(near) > len(scan.indices):
@@ -127,13 +129,15 @@ def audit(
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     scan = scan_images(audit_input, report_dir / EMBEDDINGS_FILE, backbone, weights, image_size)
+    gc.collect()  # the backbone's models, in reference cycles: freed before the finders' own peaks
     not_looked_for = _without_pretrained_features(scan)
     if not_looked_for:
         log.warning("WARNING: %s", not_looked_for)
+    # the finders one after another, each one's working memory let go before the next's
+    mislabels, ranking = ([], []) if not_looked_for else _label_issues(scan, audit_input)
     found = None if not_looked_for else nearest(scan.embeddings, findings.NEAR_CANDIDATES)  # once, for both finders
     exact, near = _pairs(scan, audit_input.items, near_threshold, found)
     leaks = [p for p in exact + near if p["a"]["split"] != p["b"]["split"]]
-    mislabels, ranking = ([], []) if not_looked_for else _label_issues(scan, audit_input)
     # features of random weights put every photo near every other: no photo is far from the rest
     similarity = findings.neighbour_similarity(scan.embeddings, found=found) if found else np.ones(len(scan.indices))
     odd = findings.outliers(

@@ -7,6 +7,7 @@ JSON report is exactly what they found. Each has a small synthetic test with a k
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ NEAR_DUPLICATE_SIMILARITY = 0.85  # cosine similarity of backbone embeddings; ch
 OUTLIER_MAD = 4.0  # an image is an outlier when its neighbour similarity is this many MADs below the median
 NEIGHBOURS = 5
 NEAR_CANDIDATES = 32  # a photo's nearest neighbours searched for its near duplicates
+PAIRS_CHUNK = 65536  # near-duplicate pairs made into Python objects at a time
 TINY_SIDE = 32
 EXTREME_ASPECT = 4.0
 NEAR_CONSTANT_STD = 4.0  # pixel standard deviation (0..255) below which an image is blank
@@ -39,6 +41,13 @@ def near_duplicate_pairs(
     NEAR_CANDIDATES nearest (`found`, else app.audit.neighbours.nearest), most similar first: at most
     NEAR_CANDIDATES pairs a photo, so a set whose photos all look alike to the backbone lists its
     closest pairs, not a number of pairs that grows with the square of its size."""
+    return [pair for chunk in near_duplicate_chunks(embeddings, threshold, found) for pair in chunk]
+
+
+def near_duplicate_chunks(
+    embeddings: np.ndarray, threshold: float = NEAR_DUPLICATE_SIMILARITY, found: Nearest | None = None
+) -> Iterator[list[tuple[int, int, float]]]:
+    """`near_duplicate_pairs` a chunk at a time: millions of pairs are never all Python tuples at once."""
     ids, sims = found or nearest(embeddings, NEAR_CANDIDATES)
     rows, cols = np.nonzero(sims >= threshold)
     first, second, similarity = np.minimum(rows, ids[rows, cols]), np.maximum(rows, ids[rows, cols]), sims[rows, cols]
@@ -47,7 +56,9 @@ def near_duplicate_pairs(
     kept = len(pair) - 1 - last
     first, second, similarity = first[kept], second[kept], similarity[kept]
     order = np.lexsort((second, first, -similarity))
-    return list(zip(first[order].tolist(), second[order].tolist(), similarity[order].tolist()))
+    for start in range(0, len(order), PAIRS_CHUNK):
+        at = order[start : start + PAIRS_CHUNK]
+        yield list(zip(first[at].tolist(), second[at].tolist(), similarity[at].tolist()))
 
 
 def neighbour_similarity(embeddings: np.ndarray, k: int = NEIGHBOURS, found: Nearest | None = None) -> np.ndarray:
