@@ -27,7 +27,7 @@ from app.inference.host_forward import HostForward, expected_precision
 from app.models.backbones import get_backbone
 from app.models.classifier import build_classifier
 from app.models.pretrained import load_pretrained_backbone
-from app.training.frozen import load_or_compute, weights_fingerprint
+from app.training.frozen import RowSink, load_or_compute, weights_fingerprint
 
 THUMBNAIL_SIDE = 112
 BATCH = 32
@@ -100,11 +100,12 @@ def scan_images(
     def embed() -> dict[str, np.ndarray]:
         forward = HostForward(lambda x: features(x, training=False), (size, size, 3), forward_runtime,
                               len(audit_input.items))  # fmt: skip
-        rows = _Rows(len(audit_input.items), features.output_shape[-1])
-        _pass(audit_input, cols, forward, size, rows.add)
+        rows = RowSink(len(audit_input.items))  # held once, never as batches and a concatenation of them
+        _pass(audit_input, cols, forward, size, lambda batch: rows.add(np.asarray(batch, np.float32)))
         del forward
         gc.collect()  # the converted runtime's graphs sit in reference cycles: freed now, before the finders
-        return {"embeddings": _normalised(rows.filled())}
+        embeddings = rows.done() if rows.rows is not None else np.zeros((0, features.output_shape[-1]), np.float32)
+        return {"embeddings": _normalised(embeddings)}
 
     arrays = load_or_compute(cache, key, embed, "audit embeddings")
     if not cols["indices"]:  # the embeddings came from the cache: the cheap part of the pass still runs
@@ -150,21 +151,6 @@ def _pass(
         if pending:
             embedded(forward(tf.stack(pending).numpy().astype(np.float32)))
         bar.update(total - bar.n)  # unreadable files count as done
-
-
-class _Rows:
-    """The embeddings put in place batch by batch as the pass makes them: held once, never as
-    batches and a concatenation of them."""
-
-    def __init__(self, count: int, dim: int) -> None:
-        self.rows, self.count = np.empty((count, dim), np.float32), 0
-
-    def add(self, batch: np.ndarray) -> None:
-        self.rows[self.count : self.count + len(batch)] = batch
-        self.count += len(batch)
-
-    def filled(self) -> np.ndarray:
-        return self.rows[: self.count]  # fewer where some images did not decode
 
 
 def _normalised(embeddings: np.ndarray) -> np.ndarray:

@@ -27,8 +27,8 @@ def distribute(ctx: Context, make) -> object:
 
 
 def shuffled_batches(ctx: Context, rows) -> Iterator:
-    """Endless training batches of rows held in memory (cached features or activations; `rows`: a
-    structure of arrays, row for row): reshuffled every pass, full batches only."""
+    """Endless training batches of cached rows (features or activations, in memory or on disk;
+    `rows`: a structure of arrays, row for row): reshuffled every pass, full batches only."""
     return iter(distribute(ctx, lambda ic: shuffled_rows(rows, ctx.cfg.seed, ctx.cfg.batch_size)))
 
 

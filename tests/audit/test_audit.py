@@ -17,10 +17,11 @@ from PIL import Image
 from app.audit.audit import audit, run_audit
 from app.audit.items import load_audit_input
 from app.audit.report import summary
-from app.audit.scan import _normalised, _Rows, scan_images
+from app.audit.scan import _normalised, scan_images
 from app.data.sources import scan_source
 from app.data.writer import write_tfrecords
 from app.errors import UserError
+from app.training.frozen import RowSink
 
 # Random weights: only exact findings are meaningful. The tiny backbone embeds in a fraction of MobileNetV2's time.
 FAST = {"backbone": TINY_BACKBONE, "weights": "none", "image_size": 64, "near_threshold": 1.0}
@@ -226,11 +227,11 @@ def test_cli_refuses_bad_input_in_one_line(demo_records: Path, tmp_path: Path):
 def test_the_embeddings_are_the_batches_rows_in_order_scaled_to_length_one():
     rng = np.random.default_rng(0)
     batches = [rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(2, 4)), np.zeros((1, 4), np.float32)]
-    rows = _Rows(10, 4)  # two images did not decode: fewer rows than images
+    rows = RowSink(10)  # two images did not decode: fewer rows than images
     for batch in batches:
         rows.add(batch)
     whole = np.concatenate(batches)
-    embeddings = _normalised(rows.filled())
+    embeddings = _normalised(rows.done())
     assert embeddings.dtype == np.float32 and embeddings.shape == (8, 4)
     np.testing.assert_allclose(embeddings[:7], whole[:7] / np.linalg.norm(whole[:7], axis=1, keepdims=True), rtol=1e-6)
     np.testing.assert_array_equal(embeddings[7], 0.0)  # an all-zero row stays zero, not NaN

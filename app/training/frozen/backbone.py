@@ -38,7 +38,7 @@ from app.training.context import Context
 from app.training.frozen.decide import Decision, decide
 from app.training.frozen.gather import gather, keep_features
 from app.training.frozen.passes import eval_images, split_features
-from app.training.frozen.rows import ActivationRows, PartSink, Phase1Features
+from app.training.frozen.rows import ActivationRows, Phase1Features, RowSink
 from app.training.inputs import distribute, row_batches, shuffled_batches
 from app.training.phase import PhaseInputs
 
@@ -172,13 +172,10 @@ def _upper_features(cut: FrozenCut, rows: ActivationRows, batch_size: int) -> np
     spec = tf.TensorSpec([None, *rows.activations.shape[1:]], tf.float32)  # traced once: the last batch is smaller
     upper = tf.function(lambda x: tf.cast(cut.upper(x, training=False), tf.float32), input_signature=[spec],
                         autograph=False)  # fmt: skip
-    out = None
-    for at, batch in enumerate(row_batches(rows.activations, batch_size)):
-        features = upper(batch).numpy()
-        if out is None:
-            out = np.empty((len(rows.labels), *features.shape[1:]), np.float32)
-        out[at * batch_size : at * batch_size + len(features)] = features
-    return out if out is not None else np.zeros([0, cut.upper.output.shape[-1]], np.float32)
+    sink = RowSink(len(rows.labels))
+    for batch in row_batches(rows.activations, batch_size):
+        sink.add(upper(batch).numpy())
+    return sink.done() if sink.rows is not None else np.zeros([0, cut.upper.output.shape[-1]], np.float32)
 
 
 def _activations(cut: FrozenCut, images: tf.data.Dataset, count: int, on_disk: Path | None) -> ActivationRows:
@@ -187,15 +184,14 @@ def _activations(cut: FrozenCut, images: tf.data.Dataset, count: int, on_disk: P
     spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), images.element_spec[0])
     lower = tf.function(lambda inputs: map_image(inputs, lambda x: cut.lower(x, training=False)),
                         input_signature=[spec], autograph=False)  # fmt: skip
-    sink, sides, labels = PartSink(count, keeps_activations=False, on_disk=on_disk), [], []
+    sink, sides, labels = RowSink(count, on_disk), [], []
     for inputs, y in images:
         outputs = lower(inputs)
-        x = outputs["image"] if isinstance(outputs, dict) else outputs
-        sink.add(np.zeros(len(y), np.int64), {"features": x.numpy().astype(np.float32)})  # its one kind of rows
+        sink.add((outputs["image"] if isinstance(outputs, dict) else outputs).numpy().astype(np.float32))
         sides += [inputs["side"].numpy()] if isinstance(inputs, dict) else []
         labels.append(y.numpy().astype(np.int32))
     side = np.concatenate(sides) if sides else None
-    return ActivationRows(sink.rows()["features"], side, np.concatenate(labels) if labels else np.zeros([0], np.int32))
+    return ActivationRows(sink.done(), side, np.concatenate(labels) if labels else np.zeros([0], np.int32))
 
 
 def _log_val(cut: FrozenCut, val: ActivationRows, when: str) -> None:

@@ -325,9 +325,9 @@ def _stacked(parts: list[PartRows], field: str, on_disk: Path | None) -> np.ndar
     them all twice. A single part's rows are taken as they are."""
     if len(parts) == 1:
         return getattr(parts[0], field)
-    first = getattr(parts[0], field)
-    out = new_rows(sum(len(getattr(rows, field)) for rows in parts), first.shape[1:], np.float32, on_disk)
-    at, first = 0, None
+    row_shape = getattr(parts[0], field).shape[1:]
+    out = new_rows(sum(len(getattr(rows, field)) for rows in parts), row_shape, np.float32, on_disk)
+    at = 0
     for rows in parts:
         count = len(getattr(rows, field))
         copy_rows(out, np.arange(at, at + count), getattr(rows, field), np.arange(count))

@@ -138,45 +138,53 @@ def copy_rows(target, target_at: np.ndarray, source, source_at: np.ndarray) -> N
         target[target_at[start : start + chunk]] = source[source_at[start : start + chunk]]
 
 
+class RowSink:
+    """Rows put in place batch by batch as a pass makes them, in memory or (with `on_disk`) in a
+    file there: never the batches and a concatenation of them at once. Room for `count` rows is
+    made at the first batch, from its shape and dtype."""
+
+    def __init__(self, count: int, on_disk: Path | None = None) -> None:
+        self.count, self.on_disk, self.filled = count, on_disk, 0
+        self.rows: np.ndarray | DiskRows | None = None
+
+    def add(self, batch: np.ndarray) -> None:
+        if self.rows is None:
+            self.rows = new_rows(self.count, batch.shape[1:], batch.dtype, self.on_disk)
+        self.rows[self.filled : self.filled + len(batch)] = batch
+        self.filled += len(batch)
+
+    def done(self) -> np.ndarray | DiskRows | None:
+        """The rows filled (fewer than `count` where a pass skipped some); None before any batch."""
+        if self.rows is None or len(self.rows) == self.filled:
+            return self.rows
+        if isinstance(self.rows, np.ndarray):
+            return self.rows[: self.filled]
+        kept = new_rows(self.filled, self.rows.shape[1:], self.rows.dtype, self.on_disk)
+        positions = np.arange(self.filled)
+        copy_rows(kept, positions, self.rows, positions)
+        return kept
+
+
 class PartSink:
-    """A part's computed rows (gather.py), put in place batch by batch: the pass never holds its
-    batches and a concatenation of them at once (at phase 2's cut the rows are most of a run's
-    memory)."""
+    """A part's computed rows (gather.py): its photos' keys, pooled features and, where it keeps
+    them, the activations at the cut, each put in place batch by batch (at phase 2's cut the rows
+    are most of a run's memory)."""
 
     def __init__(self, count: int, keeps_activations: bool, on_disk: Path | None = None) -> None:
-        self.count, self.keeps_activations, self.filled, self.on_disk = count, keeps_activations, 0, on_disk
-        self.keys = np.zeros([count], np.int64)
-        self.features: np.ndarray | None = None
-        self.activations: np.ndarray | None = None
+        self.keys = RowSink(count)
+        self.features = RowSink(count, on_disk)
+        self.activations = RowSink(count, on_disk) if keeps_activations else None
 
     def add(self, keys: np.ndarray, outputs: dict[str, np.ndarray]) -> None:
-        if self.features is None:
-            self.features = self._room_for(outputs["features"])
-            if self.keeps_activations:
-                self.activations = self._room_for(outputs["activations"])
-        at = slice(self.filled, self.filled + len(keys))
-        self.keys[at], self.features[at] = keys, outputs["features"]
-        if self.keeps_activations:
-            self.activations[at] = outputs["activations"]
-        self.filled = at.stop
+        self.keys.add(keys.astype(np.int64))
+        self.features.add(outputs["features"])
+        if self.activations is not None:
+            self.activations.add(outputs["activations"])
 
-    def rows(self) -> dict[str, np.ndarray | None]:
-        done = slice(0, self.filled)  # the keyed stream skips what the record table skips: never fewer
-        return {"keys": self.keys[done], "features": self._trimmed(self.features),
-                "activations": self._trimmed(self.activations)}  # fmt: skip
-
-    def _room_for(self, batch: np.ndarray) -> np.ndarray | DiskRows:
-        return new_rows(self.count, batch.shape[1:], batch.dtype, self.on_disk)
-
-    def _trimmed(self, rows: np.ndarray | DiskRows | None) -> np.ndarray | DiskRows | None:
-        if rows is None or len(rows) == self.filled:
-            return rows
-        if isinstance(rows, np.ndarray):
-            return rows[: self.filled]
-        kept = new_rows(self.filled, rows.shape[1:], rows.dtype, self.on_disk)
-        positions = np.arange(self.filled)
-        copy_rows(kept, positions, rows, positions)
-        return kept
+    def rows(self) -> dict[str, np.ndarray | DiskRows | None]:
+        keys = self.keys.done()  # the keyed stream skips what the record table skips: never fewer
+        return {"keys": np.zeros([0], np.int64) if keys is None else keys, "features": self.features.done(),
+                "activations": None if self.activations is None else self.activations.done()}  # fmt: skip
 
 
 @dataclass(frozen=True)
