@@ -66,6 +66,7 @@ def test_shuffled_batches_read_from_disk_are_those_read_from_memory(tmp_path: Pa
     np.testing.assert_array_equal(ordered, values)
 
 
+@pytest.mark.slow  # whole phases on the tiny backbone: the fast tier's budget
 def test_a_run_whose_rows_exceed_memory_still_caches_them_on_disk(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
@@ -108,6 +109,7 @@ def test_auto_trains_phase1_on_images_only_when_the_rows_would_not_fit_on_disk(
     assert "GiB free beside the run; set true to cache anyway" in door.decision.phase1_reason
 
 
+@pytest.mark.slow  # whole phases on the tiny backbone: the fast tier's budget
 def test_phase2s_val_activations_made_apart_from_phase1_go_to_disk_too(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ):
