@@ -146,7 +146,8 @@ def fold_scores(
     held_in = (train_x[inside], train_y[inside]), (val_x[val_in], val_y[val_in])
     val_probabilities, val_logits = probe.predict_proba(val_x[val_in]), probe.decision_function(val_x[val_in])
     fit = functools.partial(ood.fit_shipped, train_x[inside], train_y[inside], val_x[val_in], val_probabilities)
-    msp_even, (length_mean, length_sd) = fit(mix=0.5), ood.standardised(ood.log_norm(val_x[val_in]))
+    msp_even = fit(mix=0.5)
+    length_mean, length_sd = msp_even.norm_mean, msp_even.norm_std
     fitted = {
         "msp+distance, even (shipped before)": dataclasses.replace(msp_even, gate_weight=0.0),
         "msp+distance, chosen mix + gate": fit(mix=choose_mix(*held_in, seed, energy_head=False).mix),

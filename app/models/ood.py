@@ -251,12 +251,13 @@ class ShippedScore:
             raise ValueError("this score's head part is energy: it needs the logits")
         return energy(logits, self.temperature)
 
+    @property
+    def scales(self) -> Scales:
+        return (self.head_mean, self.head_std), (self.distance_mean, self.distance_std), (self.norm_mean, self.norm_std)
+
     def __call__(self, probabilities: np.ndarray, features: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
-        z_head = (self.head(probabilities, logits) - self.head_mean) / self.head_std
-        z_distance = (self.distance(features) - self.distance_mean) / self.distance_std
-        z_norm = np.abs(log_norm(features) - self.norm_mean) / self.norm_std if self.norm_std else None
-        weights = self.head_weight, self.distance_weight, self.gate_at, self.gate_weight
-        return combined(z_head, z_distance, *weights, z_norm)
+        z = z_scores(score_parts(self.head(probabilities, logits), self.distance, features), self.scales)
+        return combined(z, self.head_weight, self.distance_weight, self.gate_at, self.gate_weight)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         scalars = {k: np.float64(v) for k, v in vars(self).items() if k != "distance"}
@@ -286,33 +287,53 @@ class ShippedScore:
 GATE_QUANTILE = 0.97  # of the val photos' atypicality: where the gate opens (benchmarks/README.md)
 GATE_WEIGHT = 4.0
 
-
-def atypicality(z_distance: np.ndarray, z_norm: np.ndarray | None) -> np.ndarray:
-    """What the gate reads: the standardised class distance, or the feature length's standardised
-    distance from the val photos' (either way), whichever is larger."""
-    return z_distance if z_norm is None else np.maximum(z_distance, z_norm)
+Parts = tuple[np.ndarray, np.ndarray, np.ndarray]  # the head's doubt, the class distance, the log feature length
+Scales = tuple[tuple[float, float], tuple[float, float], tuple[float, float]]  # each part's val mean and spread
+ZScores = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]
 
 
-def combined(
-    z_head: np.ndarray,
-    z_distance: np.ndarray,
-    head_weight: float,
-    distance_weight: float,
-    gate_at: float,
-    gate_weight: float,
-    z_norm: np.ndarray | None = None,
-) -> np.ndarray:
-    """The shipped score from its standardised parts: the weighted sum, plus the gate, which adds
-    `gate_weight` per standard deviation of atypicality past `gate_at`. Whatever the mix, a photo
-    more atypical than 97% of the val photos (a far one: another kind of picture) gains on the
-    others, while the mix ranks photos within the val photos' range."""
-    gate = gate_weight * np.maximum(atypicality(z_distance, z_norm) - gate_at, 0.0)
-    return (head_weight * z_head + distance_weight * z_distance + gate).astype(np.float32)
+def score_parts(head: np.ndarray, distance: ClassDistance, features: np.ndarray) -> Parts:
+    """What the shipped score is made of, for these photos: the head's part as given."""
+    return head, distance(features), log_norm(features)
 
 
 def standardised(values: np.ndarray) -> tuple[float, float]:
     """Mean and spread (1 where there is none) of a part on the val photos."""
     return float(values.mean()), float(values.std()) or 1.0
+
+
+def part_scales(parts: Parts) -> Scales:
+    """Each part's mean and spread on these (validation) photos."""
+    head, distance, norm = (standardised(p) for p in parts)
+    return head, distance, norm
+
+
+def z_scores(parts: Parts, scales: Scales) -> ZScores:
+    """The parts standardised: the head's and the distance's signed, the length's either way
+    (None where it has no spread recorded: runs fitted before it joined the gate)."""
+    (head, distance, norm), ((m1, s1), (m2, s2), (m3, s3)) = parts, scales
+    return (head - m1) / s1, (distance - m2) / s2, np.abs(norm - m3) / s3 if s3 else None
+
+
+def atypicality(z: ZScores) -> np.ndarray:
+    """What the gate reads: the standardised class distance, or the feature length's standardised
+    distance from the val photos' (either way), whichever is larger."""
+    _, z_distance, z_norm = z
+    return z_distance if z_norm is None else np.maximum(z_distance, z_norm)
+
+
+def gate_opening(val_z: ZScores) -> float:
+    """Where the gate opens: the val photos' atypicality at GATE_QUANTILE."""
+    return float(np.quantile(atypicality(val_z), GATE_QUANTILE))
+
+
+def combined(z: ZScores, head_weight: float, distance_weight: float, gate_at: float, gate_weight: float) -> np.ndarray:
+    """The shipped score from its standardised parts: the weighted sum, plus the gate, which adds
+    `gate_weight` per standard deviation of atypicality past `gate_at`. Whatever the mix, a photo
+    more atypical than 97% of the val photos (a far one: another kind of picture) gains on the
+    others, while the mix ranks photos within the val photos' range."""
+    gate = gate_weight * np.maximum(atypicality(z) - gate_at, 0.0)
+    return (head_weight * z[0] + distance_weight * z[1] + gate).astype(np.float32)
 
 
 def fit_shipped(
@@ -330,12 +351,12 @@ def fit_shipped(
     sum); with `val_logits` the head's part is energy at `temperature`, else MSP."""
     distance = fit_feature_stats(train_features, train_labels).distance(relative=True)
     head = energy(val_logits, temperature) if val_logits is not None else msp(val_probabilities)
-    parts = head, distance(val_features), log_norm(val_features)
-    (m1, s1), (m2, s2), (m3, s3) = (standardised(x) for x in parts)
-    z_head, z_distance, z_norm = (parts[0] - m1) / s1, (parts[1] - m2) / s2, np.abs(parts[2] - m3) / s3
-    w1, w2 = 2 * (1 - mix), 2 * mix
-    gate_at = float(np.quantile(atypicality(z_distance, z_norm), GATE_QUANTILE))
-    threshold = threshold_for(combined(z_head, z_distance, w1, w2, gate_at, GATE_WEIGHT, z_norm), accept)
+    parts = score_parts(head, distance, val_features)
+    scales = part_scales(parts)
+    z = z_scores(parts, scales)
+    w1, w2, gate_at = 2 * (1 - mix), 2 * mix, gate_opening(z)
+    threshold = threshold_for(combined(z, w1, w2, gate_at, GATE_WEIGHT), accept)
+    (m1, s1), (m2, s2), (m3, s3) = scales
     energy_head = val_logits is not None
     return ShippedScore(distance, m1, s1, m2, s2, threshold, accept, w1, w2, gate_at, GATE_WEIGHT, energy_head,
                         temperature, m3, s3)  # fmt: skip

@@ -72,20 +72,15 @@ def _fold_aurocs(
     distance = ood.fit_feature_stats(features, labels, seed).distance(relative=True)
     unseen = np.concatenate([val[0][~known], train[0][~inside]])
     head = ood.energy if energy_head else (lambda logits: ood.msp(softmax(logits, axis=1)))
-    parts_known = [f(val[0][known]) for f in (lambda x: head(probe(x)), distance, ood.log_norm)]
-    parts_unseen = [f(unseen) for f in (lambda x: head(probe(x)), distance, ood.log_norm)]
-    (m1, s1), (m2, s2), (m3, s3) = (ood.standardised(p) for p in parts_known)
+    parts_known, parts_unseen = (ood.score_parts(head(probe(x)), distance, x) for x in (val[0][known], unseen))
+    scales = ood.part_scales(parts_known)
+    z_known, z_unseen = ood.z_scores(parts_known, scales), ood.z_scores(parts_unseen, scales)
+    gate_at = ood.gate_opening(z_known)
 
-    def z_scores(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return (parts[0] - m1) / s1, (parts[1] - m2) / s2, np.abs(parts[2] - m3) / s3
+    def mixed(z: ood.ZScores, mix: float) -> np.ndarray:
+        return ood.combined(z, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT)
 
-    gate_at = float(np.quantile(ood.atypicality(*z_scores(parts_known)[1:]), ood.GATE_QUANTILE))
-
-    def mixed(parts, mix: float) -> np.ndarray:
-        z_head, z_distance, z_norm = z_scores(parts)
-        return ood.combined(z_head, z_distance, 2 * (1 - mix), 2 * mix, gate_at, ood.GATE_WEIGHT, z_norm)
-
-    return {m: ood.auroc(mixed(parts_known, m), mixed(parts_unseen, m)) for m in MIXES}
+    return {m: ood.auroc(mixed(z_known, m), mixed(z_unseen, m)) for m in MIXES}
 
 
 def _fit_probe(features: np.ndarray, labels: np.ndarray, seed: int):
