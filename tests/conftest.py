@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -16,7 +17,9 @@ import app  # noqa: F401  before any test module imports TensorFlow: its allocat
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Hypothesis keeps caches in ./.hypothesis by default: no test writes inside the repository.
-os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="photoclf-hypothesis-"))
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # one per test process, gone when it ends
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="photoclf-hypothesis-")
+    atexit.register(shutil.rmtree, os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], ignore_errors=True)
 
 TEST_WORKERS = 2
 TINY_BACKBONE = "tiny_cnn"  # registered below, in every test process
