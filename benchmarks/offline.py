@@ -105,6 +105,8 @@ def rows(results: list[Timed], runtimes: list[str]) -> list[list[str]]:
         reference = next(r.answers for r in results if r.command == command and r.runtime == "tf")
         for runtime in runtimes:
             mine = [r for r in results if r.command == command and r.runtime == runtime]
+            if not mine:  # `auto` with --rounds 1: its one command is "auto, first"
+                continue
             seconds = statistics.median(r.seconds for r in mine)
             if command == "evaluate":
                 quality = f"accuracy {mine[-1].accuracy:.4f}"
