@@ -53,6 +53,12 @@ class Context:
         return Augment(color_jitter=self.cfg.color_jitter) if self.cfg.augment else Augment.off()
 
     @property
+    def views_per_image(self) -> int:
+        """Augmented views of each training image that phase 1 caches; one plain view when
+        augmentation is off."""
+        return self.cfg.feature_views if self.cfg.augment else 1
+
+    @property
     def label_smoothing(self) -> float:
         """The training loss's smoothing: side_label_smoothing for a dataset with side features."""
         return self.cfg.side_label_smoothing if self.info.side_width else self.cfg.label_smoothing

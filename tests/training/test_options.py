@@ -192,3 +192,9 @@ def test_a_dataset_with_side_features_trains_with_side_label_smoothing(tiny_conf
     plain = tiny_config.replace(epochs_finetune=0, label_smoothing=0.1, side_label_smoothing=0.05)
     assert build_phase(setup(plain), 1).steps.label_smoothing == 0.1
     assert TrainConfig().side_label_smoothing == 0.0 and TrainConfig().label_smoothing == 0.1
+
+
+def test_phase1_caches_feature_views_per_image_and_one_plain_view_without_augmentation(tiny_config: TrainConfig):
+    assert setup(tiny_config.replace(feature_views=3)).views_per_image == 3
+    plain = tiny_config.replace(feature_views=3, augment=False, out=tiny_config.out + "-plain")
+    assert setup(plain).views_per_image == 1

@@ -20,7 +20,6 @@ import tensorflow as tf
 from app.config import TrainConfig
 from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
 from app.training.context import Context
-from app.training.frozen.passes import views
 from app.training.plan import Phase2Plan, plan_phase2
 from app.training.strategy import num_workers
 
@@ -67,7 +66,7 @@ def _rows_on_disk(ctx: Context, cached: bool, cut: FrozenCut | None, views_kept:
     the cut) are more than ROWS_IN_MEMORY, else None."""
     held = phase1_bytes(ctx) if cached else 0
     if cut is not None:
-        held += _bytes(ctx, cut, "val") + (_bytes(ctx, cut, "train") * views(ctx) if views_kept else 0)
+        held += _bytes(ctx, cut, "val") + (_bytes(ctx, cut, "train") * ctx.views_per_image if views_kept else 0)
         held += _bytes(ctx, cut, "test") if test_kept else 0
     if held <= ROWS_IN_MEMORY:
         return None
@@ -78,7 +77,7 @@ def _rows_on_disk(ctx: Context, cached: bool, cut: FrozenCut | None, views_kept:
 
 def phase1_bytes(ctx: Context) -> int:
     """Host memory of phase 1's float32 features: K views of the train split, one of val."""
-    rows = views(ctx) * ctx.info.num_examples("train") + ctx.info.num_examples("val")
+    rows = ctx.views_per_image * ctx.info.num_examples("train") + ctx.info.num_examples("val")
     return rows * (ctx.clf.features_model.output.shape[-1] + ctx.info.side_width) * 4
 
 
@@ -128,7 +127,7 @@ def _cut(ctx: Context, phase1_cached: bool, limit: int) -> tuple[FrozenCut | Non
         )
         log.info("phase 2 validates on images: %s", why)
         return None, False, False, why
-    val_bytes, train_bytes = _bytes(ctx, cut, "val"), _bytes(ctx, cut, "train") * views(ctx)
+    val_bytes, train_bytes = _bytes(ctx, cut, "val"), _bytes(ctx, cut, "train") * ctx.views_per_image
     if val_bytes > limit:
         why = f"the val activations at {cut.layer} would take {val_bytes / 2**30:.1f} GiB"
         log.info("phase 2 validates on images: %s", why)

@@ -37,7 +37,7 @@ from app.data.keyed import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.inference.host_forward import Choice, HostForward, expected_precision
 from app.training.context import Context
-from app.training.frozen.passes import forward_batches, model_outputs, one_stream, views
+from app.training.frozen.passes import forward_batches, model_outputs, one_stream
 from app.training.frozen.rows import ActivationRows, DiskRows, PartSink, Phase1Features, RowsAt, copy_rows, new_rows
 from app.training.frozen.store import FeatureStore, store_root, weights_fingerprint
 from app.training.inputs import row_batches
@@ -102,8 +102,8 @@ def gather(
     log.info(
         "phase 1 features of %d rows (%d view(s) of %d training photos, %d val photos%s): %d from the feature store"
         " (%s)%s, %d computed; %.1fs",
-        sum(len(p.keys) for p in parts), views(ctx), len(tables["train"]["key"]), len(tables["val"]["key"]), test,
-        counts["stored"], store.root, above, counts["computed"], time.perf_counter() - start,
+        sum(len(p.keys) for p in parts), ctx.views_per_image, len(tables["train"]["key"]), len(tables["val"]["key"]),
+        test, counts["stored"], store.root, above, counts["computed"], time.perf_counter() - start,
     )  # fmt: skip
     features = _phase1_features(parts, tables, on_disk)
     if cut is None:
@@ -116,7 +116,7 @@ def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_ac
     then (activations only) test."""
     trains = cut is not None and train_activations
     if ctx.cfg.augment:
-        train = [Part("train", ctx.cfg.seed * 1000 + view, trains) for view in range(views(ctx))]
+        train = [Part("train", ctx.cfg.seed * 1000 + view, trains) for view in range(ctx.views_per_image)]
     else:
         train = [Part("train", None, trains)]
     test = [Part("test", None, True, keeps_features=False)] if cut is not None and test_activations else []
@@ -232,7 +232,7 @@ def _full_pass(
         return [dict(empty) for _ in parts], None
     forward = host_forward(ctx, cut, any(keeps), gather_rows)
     others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
-    desc = f"Caching features ({views(ctx)} view(s) of train, {others})"
+    desc = f"Caching features ({ctx.views_per_image} view(s) of train, {others})"
     sinks = [PartSink(int(w.sum()), keep, on_disk) for w, keep in zip(wanted, keeps)]
     with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
         evaluates = [rows.part.split != "train" for rows in parts]  # val and test judge the model: float32

@@ -21,11 +21,6 @@ from app.inference.host_forward import HostForward, Outputs
 from app.training.context import Context
 
 
-def views(ctx: Context) -> int:
-    """Augmented views per training image; one plain view when augmentation is off."""
-    return ctx.cfg.feature_views if ctx.cfg.augment else 1
-
-
 def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
     ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
     return _float_images(ds)
