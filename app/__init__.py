@@ -1,6 +1,7 @@
 """Transfer-learning image classification: folder → TFRecords → two-phase fine-tune → SavedModel."""
 
 import os
+import sys
 
 __version__ = "0.1.0"
 
@@ -11,3 +12,11 @@ __version__ = "0.1.0"
 # so it must be set before TensorFlow is imported: every script, the notebook and the tests import
 # `app` first. An explicit TF_CPU_ALLOCATOR_USE_BFC=false in the environment still wins.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
+# OpenVINO's model converter sends usage telemetry unless told not to, each event from a process
+# it forks in the background. Forked from a process running TensorFlow's threads, such a child can
+# wait forever on a lock that was held at the fork, and the command waits for it at exit: a
+# two-worker training run hung after its export, its child stuck in `getaddrinfo`. Where the
+# telemetry package cannot be imported, OpenVINO falls back to its own stub, which sends nothing
+# and forks nothing: hidden here, before anything imports OpenVINO.
+sys.modules.setdefault("openvino_telemetry", None)
