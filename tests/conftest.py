@@ -17,7 +17,7 @@ import app  # noqa: F401  before any test module imports TensorFlow: its allocat
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Hypothesis keeps caches in ./.hypothesis by default: no test writes inside the repository.
-if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # one per test process, gone when it ends
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # one per session (its workers inherit it), removed at exit
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="photoclf-hypothesis-")
     atexit.register(shutil.rmtree, os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], ignore_errors=True)
 
