@@ -12,7 +12,7 @@ Serving benchmark: what a client of scripts/serve.py sees, in three scenarios, i
 
 1. speed: a server per runtime, alternated over rounds, medians of single-image latency p50/p99
    (one client, sequential) and throughput (N clients): `tf` (the SavedModel, as TF Serving runs
-   it), `litert`, `openvino` and `auto` (what it picks), each against `tf`.
+   it), `litert`, `openvino` and `auto` (what it picks, read from its metadata), each against `tf`.
 2. bombs: two fresh `auto` servers, one sent only normal images, one a mix of normal images and
    12000x12000 JPEGs (2.2 MB each) by the same N clients: peak server memory (VmHWM) of each,
    bombs refused, normal requests failed.
@@ -82,6 +82,11 @@ class ServerProcess:
             err.read()
             return err.code
 
+    def runtime(self) -> str:
+        """What the server runs (under auto: what it chose as it loaded), from its metadata."""
+        with urllib.request.urlopen(self.url + "/metadata", timeout=10) as resp:
+            return json.load(resp)["metadata"]["runtime"]
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=60)
@@ -119,6 +124,8 @@ def speed(model_dir: Path, images: list[bytes], requests: int, clients: int, rou
     servers = {name: ServerProcess(model_dir, *flags) for name, flags in variants.items()}
     samples: dict[str, list[float]] = {}
     try:
+        auto_runs = servers["auto"].runtime()
+        log(f"auto serves {auto_runs}")
         for server in servers.values():  # warm-up: connections, first calls
             _latencies(server, images, 10)
         for r in range(rounds):
@@ -135,7 +142,7 @@ def speed(model_dir: Path, images: list[bytes], requests: int, clients: int, rou
     for name in ("litert", "openvino", "auto"):
         result[f"{name}_vs_tf_throughput"] = round(result[f"{name}_images_per_s"] / result["tf_images_per_s"], 2)
         result[f"{name}_vs_tf_p50"] = round(result[f"{name}_p50_ms"] / result["tf_p50_ms"], 2)
-    return result
+    return {**result, "auto_runs": auto_runs}
 
 
 def bombs(model_dir: Path, images: list[bytes], requests: int, clients: int, bomb_every: int, log: Callable) -> dict:

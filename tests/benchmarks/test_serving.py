@@ -24,6 +24,7 @@ def test_serving_benchmark_speed_bombs_and_overload(trained_run: Path, demo_imag
     speed = result["speed"]
     for name in ("tf", "litert", "openvino", "auto"):
         assert 0 < speed[f"{name}_p50_ms"] <= speed[f"{name}_p99_ms"] and speed[f"{name}_images_per_s"] > 0
+    assert speed["auto_runs"] in ("tf", "litert", "openvino", "onnx")  # what the auto server chose, as it said
     assert speed["openvino_vs_tf_throughput"] == pytest.approx(
         speed["openvino_images_per_s"] / speed["tf_images_per_s"], rel=2e-2
     )
