@@ -104,7 +104,7 @@ def scan_images(
         _pass(audit_input, cols, forward, size, lambda batch: rows.add(np.asarray(batch, np.float32)))
         del forward
         gc.collect()  # the converted runtime's graphs sit in reference cycles: freed now, before the finders
-        embeddings = rows.done() if rows.rows is not None else np.zeros((0, features.output_shape[-1]), np.float32)
+        embeddings = rows.done(empty=np.zeros((0, features.output_shape[-1]), np.float32))
         return {"embeddings": _normalised(embeddings)}
 
     arrays = load_or_compute(cache, key, embed, "audit embeddings")
@@ -136,6 +136,11 @@ def _pass(
     `embedded` (where given), in the images' order."""
     pending = []
     total = len(audit_input.items)
+
+    def embed_pending() -> None:
+        embedded(forward(tf.stack(pending).numpy().astype(np.float32)))
+        pending.clear()
+
     with tqdm(total=total, unit="img", desc="Embedding" if embedded else "Reading", dynamic_ncols=True) as bar:
         for index, jpeg in audit_input.read():
             pixels = tf.io.decode_jpeg(jpeg, channels=3).numpy()
@@ -146,10 +151,10 @@ def _pass(
             if embedded:
                 pending.append(eval_decoder(size)(jpeg))
                 if len(pending) == BATCH:
-                    embedded(forward(tf.stack(pending).numpy().astype(np.float32))), pending.clear()
+                    embed_pending()
             bar.update(1)
         if pending:
-            embedded(forward(tf.stack(pending).numpy().astype(np.float32)))
+            embed_pending()
         bar.update(total - bar.n)  # unreadable files count as done
 
 

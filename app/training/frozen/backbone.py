@@ -175,7 +175,7 @@ def _upper_features(cut: FrozenCut, rows: ActivationRows, batch_size: int) -> np
     sink = RowSink(len(rows.labels))
     for batch in row_batches(rows.activations, batch_size):
         sink.add(upper(batch).numpy())
-    return sink.done() if sink.rows is not None else np.zeros([0, cut.upper.output.shape[-1]], np.float32)
+    return sink.done(empty=np.zeros([0, cut.upper.output.shape[-1]], np.float32))
 
 
 def _activations(cut: FrozenCut, images: tf.data.Dataset, count: int, on_disk: Path | None) -> ActivationRows:

@@ -153,9 +153,11 @@ class RowSink:
         self.rows[self.filled : self.filled + len(batch)] = batch
         self.filled += len(batch)
 
-    def done(self) -> np.ndarray | DiskRows | None:
-        """The rows filled (fewer than `count` where a pass skipped some); None before any batch."""
-        if self.rows is None or len(self.rows) == self.filled:
+    def done(self, empty: np.ndarray | None = None) -> np.ndarray | DiskRows | None:
+        """The rows filled (fewer than `count` where a pass skipped some); `empty` when no batch came."""
+        if self.rows is None:
+            return empty
+        if len(self.rows) == self.filled:
             return self.rows
         if isinstance(self.rows, np.ndarray):
             return self.rows[: self.filled]
@@ -182,8 +184,8 @@ class PartSink:
             self.activations.add(outputs["activations"])
 
     def rows(self) -> dict[str, np.ndarray | DiskRows | None]:
-        keys = self.keys.done()  # the keyed stream skips what the record table skips: never fewer
-        return {"keys": np.zeros([0], np.int64) if keys is None else keys, "features": self.features.done(),
+        keys = self.keys.done(empty=np.zeros([0], np.int64))  # the keyed stream skips what the table skips: never fewer
+        return {"keys": keys, "features": self.features.done(),
                 "activations": None if self.activations is None else self.activations.done()}  # fmt: skip
 
 
