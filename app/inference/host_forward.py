@@ -148,7 +148,7 @@ class HostForward:
 
     def _decide(self, probe: np.ndarray) -> None:
         precisions = openvino_precisions()
-        reason = _keeps_tensorflow(self.runtime, self.rows, precisions)
+        reason = keeps_tensorflow(self.runtime, self.rows, precisions)
         if reason:
             self.choice, self._run, self._exact_run = Choice("tensorflow", "float32", reason), *[self._tensorflow] * 2
         else:
@@ -221,7 +221,7 @@ class PassTrial:
         return best, self._contenders[best], figures
 
 
-def _keeps_tensorflow(runtime: str, rows: int, precisions: tuple[str, ...]) -> str:
+def keeps_tensorflow(runtime: str, rows: int, precisions: tuple[str, ...]) -> str:
     """Why the pass runs on TensorFlow without trying anything else, or "" when it tries."""
     if runtime == "tensorflow":
         return "forward_runtime = tensorflow"

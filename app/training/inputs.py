@@ -77,28 +77,28 @@ def eval_dataset(ctx: Context, split: str) -> object:
 
 def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
     """Training input decoded here, or on the tf.data service with `data_service`."""
+    return PhaseInputs(
+        train_iterator=lambda: iter(distribute(ctx, lambda ic: train_images(ctx, phase, ic))),
+        val_dataset=lambda: eval_dataset(ctx, "val"),
+    )
+
+
+def train_images(ctx: Context, phase: int, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+    """Endless augmented training batches (uint8; the colour jitter is the train step's) for one
+    replica, decoded here or on the tf.data service with `data_service`."""
     cfg = ctx.cfg
     job = service_job_name(str(Path(cfg.out).resolve()), phase) if cfg.data_service else None
-
-    def train_iterator():
-        return iter(
-            distribute(
-                ctx,
-                lambda ic: make_train_dataset(
-                    cfg.data,
-                    image_size=ctx.image_size,
-                    batch_size=cfg.batch_size,
-                    augment=ctx.augmentation,
-                    seed=cfg.seed,
-                    repeat=True,
-                    input_context=ic,
-                    data_service=cfg.data_service or None,
-                    service_job=job,
-                ),
-            )
-        )
-
-    return PhaseInputs(train_iterator=train_iterator, val_dataset=lambda: eval_dataset(ctx, "val"))
+    return make_train_dataset(
+        cfg.data,
+        image_size=ctx.image_size,
+        batch_size=cfg.batch_size,
+        augment=ctx.augmentation,
+        seed=cfg.seed,
+        repeat=True,
+        input_context=input_context,
+        data_service=cfg.data_service or None,
+        service_job=job,
+    )
 
 
 SAMPLE_IMAGES = 8  # training images shown in TensorBoard

@@ -40,15 +40,16 @@ def build_phase(
 ) -> Phase:
     """Phase 1 (the head; on cached features where the frozen backbone decided so) or phase 2 (the
     unfrozen top, from phase 1's kept weights, which stay the result unless phase 2 beats
-    `baseline`; validated, and trained on phase 1's views where its plan says so, from the cut).
+    `baseline`; validated from the cut, and trained from it on phase 1's views or on fresh images'
+    activations where the frozen backbone decided so).
     Pass both phases the same `frozen`: phase 1's gather then keeps what phase 2 works on."""
     cfg, clf = ctx.cfg, ctx.clf
     frozen = frozen or FrozenBackbone(ctx)
     plan = frozen.decision.plan
     cached = number == 1 and frozen.decision.phase1_cached
     cut = frozen.cut if number == 2 else None
-    on_views = number == 2 and frozen.phase2_on_views  # the tail trains on the views' activations at the cut
-    model = clf.head_model if cached else cut.tail if on_views else clf.logits_model
+    on_activations = number == 2 and frozen.phase2_on_activations  # the tail trains on activations at the cut
+    model = clf.head_model if cached else cut.tail if on_activations else clf.logits_model
     peak = resolve_rate(ctx, number)  # lr_head / lr_finetune, or the finder's suggestion for "auto"
     rate = peak if number == 1 else finetune_schedule(cfg, peak, ctx.steps_per_epoch, plan.epochs)
     spec = PhaseSpec(
@@ -77,7 +78,7 @@ def build_phase(
         files=ctx.phase_files,
         history=ctx.history,
         baseline=baseline,
-        val_steps=steps.evaluating(cut.tail) if cut and not on_views else None,
+        val_steps=steps.evaluating(cut.tail) if cut and not on_activations else None,
     )
 
 
@@ -138,6 +139,7 @@ def _train(ctx: Context) -> dict:
         metrics["phase2_plan"] = frozen.decision.plan.to_dict()
         phase2 = run_phase2(ctx, phase1, frozen)
     metrics["phase2"] = phase2.to_dict() if phase2 else None
+    metrics["phase2_below_runtime"] = frozen.below.choice.as_dict() if frozen.below and frozen.below.choice else None
     if "auto" in (cfg.lr_head, cfg.lr_finetune):
         metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
     # 4. Test: read once, by the kept weights; it chose nothing.

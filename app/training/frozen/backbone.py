@@ -16,6 +16,8 @@ in phase 1. So:
   from; the gather keeps them as it passes. A cold start trains phase 2 on fresh crops
   (app/training/plan.py), and the views' activations, when kept, serve the "none of these" fit:
   the layers below the cut do not train, so they still hold.
+- Training on fresh crops: the layers below the cut are a forward pass that trains nothing, run
+  on the host's runtime batch by batch where that may pay (below.py); the layers above train.
 
 What is done is decided once (decide.py) when the door is made; nothing about it changes
 during the run.
@@ -32,14 +34,15 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import map_image
-from app.inference.host_forward import Choice
+from app.inference.host_forward import Choice, HostForward
 from app.models.classifier import FrozenCut
 from app.training.context import Context
+from app.training.frozen.below import below_forward, fresh_activations
 from app.training.frozen.decide import Decision, decide
 from app.training.frozen.gather import gather, keep_features
 from app.training.frozen.passes import eval_images, split_features
 from app.training.frozen.rows import ActivationRows, Phase1Features, RowSink
-from app.training.inputs import distribute, row_batches, shuffled_batches
+from app.training.inputs import distribute, row_batches, shuffled_batches, train_images
 from app.training.phase import PhaseInputs
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class FrozenBackbone:
         self._train: ActivationRows | None = None  # the training views' (when kept)
         self._test: ActivationRows | None = None  # the test photos' (when kept)
         self.forward: Choice | None = None  # the runtime of the gather's pass, when it ran one
+        self.below: HostForward | None = None  # phase 2's layers below the cut on fresh images, when they run
 
     @classmethod
     def phase1_only(cls, ctx: Context) -> FrozenBackbone:
@@ -65,8 +69,9 @@ class FrozenBackbone:
         return self.decision.cut
 
     @property
-    def phase2_on_views(self) -> bool:
-        return self.decision.phase2_on_views
+    def phase2_on_activations(self) -> bool:
+        """Phase 2 trains only the layers above the cut (`cut.tail`), on activations there."""
+        return self.decision.phase2_on_activations
 
     def phase1_features(self, on_first_batch: Callable[[np.ndarray], None] | None = None) -> Phase1Features:
         """Phase 1's features, gathered (from the store where it has them) in one pass with the
@@ -96,10 +101,12 @@ class FrozenBackbone:
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
 
     def phase2_inputs(self, on_images: PhaseInputs) -> PhaseInputs:
-        """Phase 2's input: validation on the activations at the cut where there is one, training
-        on the views' activations where the plan says so, else `on_images`."""
+        """Phase 2's input: validation on the activations at the cut where there is one; training
+        on the views' activations where the plan says so, on fresh images' activations computed on
+        the host's runtime where the decision says so (below.py), else `on_images`."""
         if self.cut is None:
             return on_images
+        d = self.decision
 
         def val_dataset():
             self._gather_for_phase2()
@@ -107,7 +114,13 @@ class FrozenBackbone:
 
         def train_iterator():
             self._gather_for_phase2()  # before the first epoch starts, so its log line comes before the epoch's
-            if not self.phase2_on_views:
+            if d.below_on_host:
+                self.below = below_forward(self.ctx, self.cut, d.plan.epochs)
+                log.info("phase 2 runs the layers below %s as a forward pass that trains nothing (%s), and trains"
+                         " the layers above", self.cut.layer, self.ctx.cfg.forward_runtime)  # fmt: skip
+                return iter(distribute(self.ctx, lambda ic: fresh_activations(
+                    self.ctx, self.cut, self.below, train_images(self.ctx, 2, ic))))  # fmt: skip
+            if not d.phase2_on_views:
                 return on_images.train_iterator()
             _log_views(self.cut, self._train)
             return shuffled_batches(self.ctx, self._train.arrays())
@@ -155,9 +168,9 @@ class FrozenBackbone:
     def _gather_for_phase2(self) -> None:
         """What phase 2 reads, where phase 1 did not gather it in this process (a resumed run):
         the views from the store (or computed again, the same), else the val activations alone."""
-        if self._val is not None and (self._train is not None or not self.phase2_on_views):
+        if self._val is not None and (self._train is not None or not self.decision.phase2_on_views):
             return
-        if self.phase2_on_views:
+        if self.decision.phase2_on_views:
             self.phase1_features()
             return
         start = time.perf_counter()

@@ -1,6 +1,7 @@
 """What the frozen backbone does in a run, decided once from the context before any photo runs:
 whether phase 1 trains on cached features, where phase 2's cut is, which activations there are
-kept, whether those rows are held in memory or on disk, and phase 2's plan. Every size limit is
+kept, whether those rows are held in memory or on disk, phase 2's plan, and whether phase 2 on
+images runs the layers below its cut on the host's runtime (below.py). Every size limit is
 applied here, and every choice says why.
 
 Rows past ROWS_IN_MEMORY go to files beside the run (`rows.DiskRows`), read a batch at a time, so
@@ -20,6 +21,7 @@ import tensorflow as tf
 from app.config import TrainConfig
 from app.models.classifier import FrozenCut, cut_at_trained, unfreeze_start
 from app.training.context import Context
+from app.training.frozen.below import runs_below_on_host
 from app.training.plan import Phase2Plan, plan_phase2
 from app.training.strategy import num_workers
 
@@ -38,10 +40,16 @@ class Decision:
     no_views: str | None  # why phase 2 cannot train on the views; None where it can
     plan: Phase2Plan
     rows_on_disk: Path | None = None  # the directory of the cached rows' files, where they are too many for memory
+    below_on_host: bool = False  # phase 2 on images runs the layers below the cut on the host's runtime (below.py)
 
     @property
     def phase2_on_views(self) -> bool:
         return self.cut is not None and self.plan.mode == "views"
+
+    @property
+    def phase2_on_activations(self) -> bool:
+        """Phase 2 trains the tail above the cut: on the views' activations, or on fresh ones."""
+        return self.phase2_on_views or self.below_on_host
 
 
 def decide(ctx: Context, phase2: bool = True) -> Decision:
@@ -53,7 +61,8 @@ def decide(ctx: Context, phase2: bool = True) -> Decision:
     )
     plan = plan_phase2(ctx.cfg, no_views, warm_start=ctx.start is not None)
     on_disk = _rows_on_disk(ctx, cached, cut, keeps_views, keeps_test)
-    return Decision(cached, reason, cut, keeps_views, keeps_test, no_views, plan, on_disk)
+    below = runs_below_on_host(ctx, cut, plan.mode == "views", plan.epochs)
+    return Decision(cached, reason, cut, keeps_views, keeps_test, no_views, plan, on_disk, below)
 
 
 def cache_limit(directory: Path) -> int:

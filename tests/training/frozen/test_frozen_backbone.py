@@ -137,7 +137,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     cfg = tiny_config.replace(cache_features="true", feature_views=2)
     ctx = setup(cfg)
     frozen = FrozenBackbone(ctx)
-    assert frozen.decision.keeps_views and frozen.phase2_on_views
+    assert frozen.decision.keeps_views and frozen.decision.phase2_on_views
     phase1 = run_phase1(ctx, frozen)
     again, labels = _views_activations(ctx, frozen.cut)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
@@ -243,7 +243,7 @@ def test_phase2_trains_on_images_when_asked_or_without_cached_views(setting: dic
     frozen = FrozenBackbone(ctx)
     phase1 = run_phase1(ctx, frozen)
     plan = frozen.decision.plan
-    assert (plan.mode, plan.reason) == ("images", why) and not frozen.phase2_on_views
+    assert (plan.mode, plan.reason) == ("images", why) and not frozen.decision.phase2_on_views
     unfreeze_top(ctx.clf, cfg.unfreeze)
     phase = build_phase(ctx, 2, phase1, frozen)
     assert phase.steps.model is ctx.clf.logits_model and phase.val_steps.model.name == "tail"
@@ -260,7 +260,7 @@ def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
     val_bytes = decide._bytes(ctx, split, "val")
     monkeypatch.setattr(decide, "cache_limit", lambda _: val_bytes)
     frozen = FrozenBackbone(ctx)
-    assert frozen.cut is not None and not frozen.decision.keeps_views and not frozen.phase2_on_views
+    assert frozen.cut is not None and not frozen.decision.keeps_views and not frozen.decision.phase2_on_views
     assert frozen.decision.no_views.startswith("the views' activations would take")
 
 
@@ -308,7 +308,7 @@ def test_after_phase2_on_images_the_views_activations_still_give_the_training_fe
     frozen = FrozenBackbone(ctx)
     run_phase1(ctx, frozen)
     assert frozen.decision.keeps_views  # phase 1's gather kept the views' activations ...
-    assert frozen.decision.plan.mode == "images" and not frozen.phase2_on_views  # ... phase 2 trains on images
+    assert frozen.decision.plan.mode == "images" and not frozen.decision.phase2_on_views  # ... phase 2 trains on images
     for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
         weight.assign(weight * 1.5 + 0.01)
 
