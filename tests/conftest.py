@@ -243,9 +243,10 @@ DRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture
-def browser():
+def browser(tmp_path_factory: pytest.TempPathFactory):
     """Headless Chromium through selenium; skipped, saying why, where it is not installed (failed
-    under PHOTOCLF_REQUIRE_BROWSER, as in CI, where a skip would hide a missing check)."""
+    under PHOTOCLF_REQUIRE_BROWSER, as in CI, where a skip would hide a missing check). Its temp
+    folder is the test's: Chromium leaves a folder for its singleton socket in $TMPDIR."""
     if not (CHROMIUM and DRIVER):
         missing = "no Chromium/chromedriver installed (Debian: apt-get install chromium chromium-driver)"
         if os.environ.get("PHOTOCLF_REQUIRE_BROWSER"):
@@ -258,6 +259,8 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=options)
+    scratch = {"TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    service = webdriver.ChromeService(executable_path=DRIVER, env={**os.environ, **scratch})
+    driver = webdriver.Chrome(service=service, options=options)
     yield driver
     driver.quit()
