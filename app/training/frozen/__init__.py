@@ -4,8 +4,9 @@ A run decides once (decide.py) whether phase 1 trains on cached features, where 
 is, what is kept there and whether those rows are held in memory or on disk (rows.py); the door
 then hands out phase 1's inputs, phase 2's inputs, the test split's activations and the pooled
 features of a split. Inside: the pass over the photos that gathers features and activations
-together (gather.py), the store that keeps them across runs by photo content (store.py), and the
-passes every frozen forward pass shares (passes.py).
+together (gather.py), the store that keeps them across runs by photo content (store.py), the
+passes every frozen forward pass shares (passes.py), and phase 2's layers below its cut on fresh
+images (below.py).
 
 Code outside imports this package, never its modules (an import-linter contract in
 pyproject.toml).

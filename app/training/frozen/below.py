@@ -8,7 +8,7 @@ TensorFlow on the first batch and is faster, else TensorFlow), and the train ste
 tail (`FrozenCut.tail`) on the activations, as it does on phase 1's views. The colour jitter, the
 train step's own on images, is applied here before the pass, seeded by the batch's index. The
 pass runs in tf.data's thread, one batch ahead of the step. Measured: benchmarks/README.md,
-"Phase 2 below the cut".
+"Runtimes" (phase 2's layers below its cut).
 """
 
 from __future__ import annotations
