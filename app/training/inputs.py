@@ -77,13 +77,18 @@ def eval_dataset(ctx: Context, split: str) -> object:
 
 def image_inputs(ctx: Context, phase: int) -> PhaseInputs:
     """Training input decoded here, or on the tf.data service with `data_service`."""
-    return PhaseInputs(
-        train_iterator=lambda: iter(distribute(ctx, lambda ic: train_images(ctx, phase, ic))),
-        val_dataset=lambda: eval_dataset(ctx, "val"),
-    )
+    return PhaseInputs(train_iterator=lambda: train_batches(ctx, phase), val_dataset=lambda: eval_dataset(ctx, "val"))
 
 
-def train_images(ctx: Context, phase: int, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+def train_batches(
+    ctx: Context, phase: int, then: Callable[[tf.data.Dataset], tf.data.Dataset] = lambda images: images
+) -> Iterator:
+    """Endless training batches over the replicas: each replica's augmented images, passed
+    through `then` (phase 2's layers below its cut, where they run on the host: app/training/frozen)."""
+    return iter(distribute(ctx, lambda ic: then(_train_images(ctx, phase, ic))))
+
+
+def _train_images(ctx: Context, phase: int, input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
     """Endless augmented training batches (uint8; the colour jitter is the train step's) for one
     replica, decoded here or on the tf.data service with `data_service`."""
     cfg = ctx.cfg

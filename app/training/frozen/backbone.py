@@ -42,7 +42,7 @@ from app.training.frozen.decide import Decision, decide
 from app.training.frozen.gather import gather, keep_features
 from app.training.frozen.passes import eval_images, split_features
 from app.training.frozen.rows import ActivationRows, Phase1Features, RowSink
-from app.training.inputs import distribute, row_batches, shuffled_batches, train_images
+from app.training.inputs import distribute, row_batches, shuffled_batches, train_batches
 from app.training.phase import PhaseInputs
 
 log = logging.getLogger(__name__)
@@ -118,8 +118,9 @@ class FrozenBackbone:
                 self.below = below_forward(self.ctx, self.cut, d.plan.epochs)
                 log.info("phase 2 runs the layers below %s as a forward pass that trains nothing (%s), and trains"
                          " the layers above", self.cut.layer, self.ctx.cfg.forward_runtime)  # fmt: skip
-                return iter(distribute(self.ctx, lambda ic: fresh_activations(
-                    self.ctx, self.cut, self.below, train_images(self.ctx, 2, ic))))  # fmt: skip
+                return train_batches(
+                    self.ctx, 2, lambda images: fresh_activations(self.ctx, self.cut, self.below, images)
+                )
             if not d.phase2_on_views:
                 return on_images.train_iterator()
             _log_views(self.cut, self._train)
