@@ -9,7 +9,7 @@ hold less detail than real 12-megapixel ones, but cost the same to decode. Then,
 rounds, each command runs as its own process on the originals and on the copies in turn, timed
 from start to end (start-up included, as a user waits for it). `--repeat N` lists every photo N
 times (symbolic links), so that a few hundred photos make a workload where the commands' start-up
-(~4 s) no longer hides their images/s. Prints a table, then one JSON line.
+no longer hides their images/s. Prints a table, then one JSON line.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ TINY_BACKBONE = "tiny_cnn"  # registered below, in every test process
 def _register_tiny_backbone() -> None:
     """A 4-block CNN shaped like the real backbones where the code cares (named blocks, BatchNorm,
     a residual add inside a block, stride-2 stages): the tests of phases, caches, export and
-    serving check mechanics, and tracing MobileNetV2's 155 layers cost them most of their time
-    (a tiny run's two phases: 25 s → 9 s). Real transfer learning is tested on MobileNetV2."""
+    serving check mechanics, and tracing MobileNetV2's 155 layers would take most of their time.
+    Real transfer learning is tested on MobileNetV2."""
     import keras
 
     from app.models.backbones import SCALE_MINUS1_1, register_backbone

@@ -138,7 +138,7 @@ def _is_complete_jpeg(encoded: tf.Tensor) -> tf.Tensor:
 
     Records that pass their CRC hold exactly the bytes the writer validated with a full decode,
     so this check, not a try/except around decoding, is what guards the hot path: it keeps
-    map+batch fusable, where `ignore_errors` after decoding cost ~20% throughput.
+    map+batch fusable, which `ignore_errors` after decoding would not.
     """
     return tf.logical_and(tf.io.is_jpeg(encoded), tf.equal(tf.strings.substr(encoded, -2, 2), b"\xff\xd9"))
 
