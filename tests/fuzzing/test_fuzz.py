@@ -20,7 +20,7 @@ from app.errors import UserError
 from app.run_dir import RunDir, check_run_state
 from fuzz.child import _saving_crashes
 from fuzz.run import _read_report
-from fuzz.targets import TARGETS, image_seeds
+from fuzz.targets import SCRATCH_ENV, TARGETS, image_seeds
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,8 @@ JUNK_BEFORE_MARKER = base64.b64decode(
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
-def test_every_target_takes_its_own_seeds(name: str):
+def test_every_target_takes_its_own_seeds(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path))  # the targets' files go here, not to a folder left in /tmp
     run = TARGETS[name].make()
     for seed in TARGETS[name].seeds():
         run(seed)  # a seed that raised would be a crash before any fuzzing
