@@ -34,17 +34,18 @@ def parse_variant(text: str) -> Variant:
     return name, overrides
 
 
-def subset_folder(folder: Path, out: Path, per_class: int, seed: int, test_per_class: int = 0) -> Path:
-    """train/ cut to `per_class` photos per class (seeded choice, symlinks), val/ whole; with
-    `test_per_class`, up to that many of the training photos left out become test/ (held out:
-    they choose nothing)."""
+def subset_folder(folder: Path, out: Path, per_class: int | None, seed: int, test_per_class: int = 0) -> Path:
+    """train/ cut to `per_class` photos per class (seeded choice, symlinks; None: all of them),
+    val/ whole, and no other split of `folder`; with `test_per_class`, up to that many of the
+    training photos left out become test/ (held out: they choose nothing)."""
     for split in ("train", "val"):
         for class_dir in sorted(p for p in (folder / split).iterdir() if p.is_dir()):
             files = sorted(p for p in class_dir.iterdir() if p.is_file() and not p.name.startswith("."))
             chosen = {split: files}
             if split == "train":
                 random.Random(f"{seed}:{class_dir.name}").shuffle(files)
-                chosen = {"train": files[:per_class], "test": files[per_class : per_class + test_per_class]}
+                kept = len(files) if per_class is None else per_class
+                chosen = {"train": files[:kept], "test": files[kept : kept + test_per_class]}
             for name, picked in chosen.items():
                 if not picked:
                     continue

@@ -16,7 +16,9 @@ a user waits for them; the variants alternate over rounds and medians are report
 wall time, the time until a validation accuracy at least the usual recipe's final one was first
 printed, and the final validation accuracy of the model each delivers (the recipe keeps its last
 weights, fine_tune.py its best). Converting the JPEG folders to TFRecords, which fine_tune.py
-needs and the recipe does not, is timed once and added to fine_tune.py's wall time.
+needs and the recipe does not, is timed once and added to fine_tune.py's wall time. Both get the
+same photos: train/ and val/ (a test/ folder beside them is left out, as the usual recipe reads
+none, so fine_tune.py converts and evaluates no test split either).
 """
 
 from __future__ import annotations
@@ -172,8 +174,8 @@ def run_recipe_benchmark(
         raise UserError(f"--weights: no such file {weights} (both recipes load the same backbone file)")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        if train_per_class:
-            folder = subset_folder(folder, tmp / "photos", train_per_class, seed)
+        # train/ and val/ only: the usual recipe reads no test/, so ours converts and evaluates none either
+        folder = subset_folder(folder, tmp / "photos", train_per_class, seed)
         start = time.perf_counter()
         subprocess.run(
             [sys.executable, str(SCRIPTS / "make_tfrecords.py"), str(folder), str(tmp / "records")],

@@ -72,6 +72,17 @@ def test_subset_keeps_n_training_photos_per_class_and_all_of_val(tmp_path: Path)
         assert len(test) == 3 and not test & {p.name for p in (held / "train" / c).iterdir()}
 
 
+def test_without_a_per_class_cut_every_train_and_val_photo_is_kept_and_no_test_split(tmp_path: Path):
+    """What both recipes read: the usual recipe reads no test/, so ours converts none either."""
+    for split, n in (("train", 4), ("val", 2), ("test", 3)):
+        (tmp_path / "src" / split / "a").mkdir(parents=True)
+        for i in range(n):
+            (tmp_path / "src" / split / "a" / f"{i}.jpg").write_bytes(b"x")
+    out = subset_folder(tmp_path / "src", tmp_path / "out", per_class=None, seed=0)
+    assert sorted(p.name for p in out.iterdir()) == ["train", "val"]
+    assert [len(list((out / split / "a").iterdir())) for split in ("train", "val")] == [4, 2]
+
+
 def test_a_folder_without_train_and_val_is_refused(tmp_path: Path):
     with pytest.raises(UserError, match="needs train/ and val/"):
         run_recipe_benchmark(tmp_path, weights="w.h5")
