@@ -138,11 +138,6 @@ def audit(
     found = None if not_looked_for else nearest(scan.embeddings, findings.NEAR_CANDIDATES)  # once, for both finders
     exact, near = _pairs(scan, audit_input.items, near_threshold, found)
     leaks = [p for p in exact + near if p["a"]["split"] != p["b"]["split"]]
-    # features of random weights put every photo near every other: no photo is far from the rest
-    similarity = findings.neighbour_similarity(scan.embeddings, found=found) if found else np.ones(len(scan.indices))
-    odd = findings.outliers(
-        similarity, findings.PixelStats(scan.heights, scan.widths, scan.pixel_std, scan.detail, scan.flat_share)
-    )
     return {
         "data": str(audit_input.root),
         "images": len(audit_input.items),
@@ -158,13 +153,22 @@ def audit(
         "exact_duplicates": exact,
         "near_duplicates": near,
         "likely_mislabels": mislabels,
-        "outliers": [
-            {**_image(audit_input.items[scan.indices[row]]), "reasons": reasons} for row, reasons in sorted(odd.items())
-        ],
+        "outliers": _outliers(scan, audit_input, found),
         "unreadable": audit_input.unreadable,
         "label_ranking": ranking,
         "thumbnails": {audit_input.items[i].name: thumb for i, thumb in zip(scan.indices, scan.thumbnails)},
     }
+
+
+def _outliers(scan: Scan, audit_input: AuditInput, found: Nearest | None) -> list[dict]:
+    """The photos far from every other, or odd in their pixels, each with why."""
+    # features of random weights put every photo near every other: no photo is far from the rest
+    similarity = findings.neighbour_similarity(scan.embeddings, found=found) if found else np.ones(len(scan.indices))
+    stats = findings.PixelStats(scan.heights, scan.widths, scan.pixel_std, scan.detail, scan.flat_share)
+    odd = findings.outliers(similarity, stats)
+    return [
+        {**_image(audit_input.items[scan.indices[row]]), "reasons": reasons} for row, reasons in sorted(odd.items())
+    ]
 
 
 def _eval_images_in(leaks: list[dict]) -> dict[str, int]:

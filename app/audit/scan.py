@@ -84,15 +84,7 @@ def scan_images(
     size = image_size or spec.default_size
     pretrained = load_pretrained_backbone(spec, size, weights)
     features = build_classifier(spec, pretrained.model, max(2, len(audit_input.classes)), size, 0.0).features_model
-    key = {
-        "input": audit_input.fingerprint,
-        "backbone": spec.name,
-        "weights": weights_fingerprint(pretrained.model),
-        "image_size": size,
-        "decode": EVAL_DECODE,
-    }
-    precision = expected_precision(forward_runtime, len(audit_input.items))
-    key.update({} if precision == "float32" else {"precision": precision})  # float32 keeps older caches' keys
+    key = _cache_key(audit_input, spec.name, pretrained.model, size, forward_runtime)
     cols: dict[str, list] = {
         k: [] for k in ("indices", "hashes", "heights", "widths", "stds", "detail", "flat", "thumbs")
     }
@@ -123,6 +115,20 @@ def scan_images(
         pretrained.weights_used,
         pretrained.warning,
     )
+
+
+def _cache_key(audit_input: AuditInput, backbone: str, model, size: int, forward_runtime: str) -> dict:
+    """What the embeddings depend on: the photos, the backbone and its weights, the decode, and
+    the precision the pass will likely run in."""
+    key = {
+        "input": audit_input.fingerprint,
+        "backbone": backbone,
+        "weights": weights_fingerprint(model),
+        "image_size": size,
+        "decode": EVAL_DECODE,
+    }
+    precision = expected_precision(forward_runtime, len(audit_input.items))
+    return key | ({} if precision == "float32" else {"precision": precision})  # float32 keeps older caches' keys
 
 
 def _pass(
