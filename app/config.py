@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from app.errors import UserError
 from app.storage import is_url, read_json_object, write_text_atomic

@@ -179,7 +179,7 @@ async def _open_loop(url: str, images: list[bytes], rate: float, seconds: float)
             async with session.post(url + ":classify", data=body, headers={"Content-Type": "image/jpeg"}) as resp:
                 await resp.read()
                 statuses[resp.status] += 1
-        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+        except (TimeoutError, aiohttp.ClientError) as err:
             statuses[type(err).__name__] += 1
 
     connector = aiohttp.TCPConnector(limit=512)

@@ -248,7 +248,7 @@ async def send(session: aiohttp.ClientSession, url: str, kind: str, bodies: Bodi
             answer = await resp.read()
             version = json.loads(answer).get("model_version") if resp.status == 200 else None
             return Answer(kind, resp.status, time.perf_counter() - start, version)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+    except (TimeoutError, aiohttp.ClientError) as err:
         return Answer(kind, type(err).__name__, time.perf_counter() - start)
 
 

@@ -47,7 +47,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test")},
         "calibration": metrics.get("calibration"),  # served probabilities are softmax(logits / temperature)
         "dataset_fingerprint": dataset_fingerprint(run.config.data),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "package_version": app.__version__,
         "input": "0..255 RGB; serving_default takes encoded image bytes",
         **({"side_features": run.side_features} if run.side_features else {}),

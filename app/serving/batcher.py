@@ -103,7 +103,7 @@ class Batcher:
             while sum(j.size for j in jobs) < self.max_batch and (timeout := deadline - loop.time()) > 0:
                 try:
                     jobs.append(await self._next_job(timeout))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             groups: dict[tuple, list[Job]] = {}
             for job in (j for j in jobs if not j.future.done()):  # a cancelled caller's job is dropped

@@ -29,7 +29,7 @@ async def _in_client_time(request: web.Request, read: Awaitable[T]) -> T:
     seconds = request.app[LIMITS].client_timeout_s
     try:
         return await asyncio.wait_for(read, seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {seconds:g} s") from None
 
 

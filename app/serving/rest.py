@@ -111,7 +111,7 @@ async def _infer(request: web.Request, model: LoadedModel, signature: str, input
         return await asyncio.wait_for(checked_then_run(), limits.request_timeout_ms / 1000)
     except Overloaded as err:
         raise ApiError(503, str(err), {"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ApiError(504, f"no answer within the {limits.request_timeout_ms:g} ms deadline") from None
     except InferenceError:
         app[METRICS].image_failures.labels("undecodable").inc()
