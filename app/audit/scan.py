@@ -84,7 +84,7 @@ def scan_images(
     size = image_size or spec.default_size
     pretrained = load_pretrained_backbone(spec, size, weights)
     features = build_classifier(spec, pretrained.model, max(2, len(audit_input.classes)), size, 0.0).features_model
-    key = _cache_key(audit_input, spec.name, pretrained.model, size, forward_runtime)
+    key = _cache_key(audit_input, spec.name, weights_fingerprint(pretrained.model), size, forward_runtime)
     cols: dict[str, list] = {
         k: [] for k in ("indices", "hashes", "heights", "widths", "stds", "detail", "flat", "thumbs")
     }
@@ -117,13 +117,13 @@ def scan_images(
     )
 
 
-def _cache_key(audit_input: AuditInput, backbone: str, model, size: int, forward_runtime: str) -> dict:
+def _cache_key(audit_input: AuditInput, backbone: str, weights: str, size: int, forward_runtime: str) -> dict:
     """What the embeddings depend on: the photos, the backbone and its weights, the decode, and
     the precision the pass will likely run in."""
     key = {
         "input": audit_input.fingerprint,
         "backbone": backbone,
-        "weights": weights_fingerprint(model),
+        "weights": weights,
         "image_size": size,
         "decode": EVAL_DECODE,
     }
