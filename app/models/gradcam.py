@@ -52,7 +52,9 @@ def explainer(model: keras.Model):
     size = model.inputs[0].shape[1]
     images_spec = tf.TensorSpec([None, size, size, 3], tf.float32)
 
-    @tf.function(input_signature=[images_spec, tf.TensorSpec([None], tf.int32)])
+    # autograph=False: no tensor-dependent Python control flow here, and autograph's generated
+    # source would be left in $TMPDIR by a process that is killed (it removes it at exit)
+    @tf.function(input_signature=[images_spec, tf.TensorSpec([None], tf.int32)], autograph=False)
     def maps(images: tf.Tensor, class_ids: tf.Tensor) -> tf.Tensor:
         lower = tf.cast(below(normalize(images), training=False), tf.float32)
         with tf.GradientTape() as tape:
