@@ -105,6 +105,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of both runs (default 0)")
     args = p.parse_args()
     check_split_folder(args.folder)
+    if not (args.folder / "test").is_dir():  # the first shortcut is the test split's: say so before the runs
+        raise UserError(f"{args.folder}: no test/ folder; the benchmark times the test split's pass")
     with tempfile.TemporaryDirectory(prefix="photoclf-shortcuts-") as tmp:
         work = Path(tmp)
         cold, warm, fewer, every = whole_runs(args.folder, work, args.weights, args.seed)
