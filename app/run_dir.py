@@ -123,33 +123,31 @@ class RunDir:
         missing = [p.name for p in needed if not p.exists()]
         if missing:
             raise UserError(f"{self.root}: not a finished run (needs {', '.join(missing)}); run photoclf train first")
-        return FinishedRun(self, self.read_config(), self.read_state(), self.read_metrics())
+        state = self.read_state()
+        return FinishedRun(
+            self,
+            self.read_config(),
+            state,
+            self.read_metrics(),
+            classes=state["classes"],
+            image_size=state["image_size"],
+            multi_label=state.get("task") == "multi_label",
+            side_features=state.get("side_features", []),
+        )
 
 
 @dataclass(frozen=True)
 class FinishedRun:
+    """A trained run as export and evaluation read it; its facts read from run_state.json once."""
+
     run: RunDir
     config: TrainConfig
     state: dict  # run_state.json: classes, image_size, backbone, weights
     metrics: dict  # metrics.json, {} until the run has written it
-
-    @property
-    def classes(self) -> list[str]:
-        return self.state["classes"]
-
-    @property
-    def image_size(self) -> int:
-        return self.state["image_size"]
-
-    @property
-    def multi_label(self) -> bool:
-        """Sigmoid outputs, one per label, and per-label decision thresholds (metrics.json)."""
-        return self.state.get("task") == "multi_label"
-
-    @property
-    def side_features(self) -> list[dict]:
-        """The side-feature columns the model takes besides the image ([] for image-only runs)."""
-        return self.state.get("side_features", [])
+    classes: list[str]
+    image_size: int
+    multi_label: bool  # sigmoid outputs, one per label, and per-label decision thresholds (metrics.json)
+    side_features: list[dict]  # the side-feature columns the model takes besides the image ([] for image-only)
 
     def ood_score(self, metrics: dict | None = None):
         """The run's fitted out-of-distribution score (app.models.ood.ShippedScore), if it has one."""

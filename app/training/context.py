@@ -48,41 +48,34 @@ class Context:
     jit_reason: str  # why, for the log
     start: Start | None = None  # where --init-from started it
 
-    @property
-    def augmentation(self) -> Augment:
-        return Augment(color_jitter=self.cfg.color_jitter) if self.cfg.augment else Augment.off()
+    # Settings derived from cfg, the data and the strategy, decided once by setup (see _derived).
+    augmentation: Augment
+    views_per_image: int  # augmented views of each training image that phase 1 caches; 1 without augmentation
+    label_smoothing: float  # the training loss's: side_label_smoothing for a dataset with side features
+    replicas: int
+    global_batch: int
+    steps_per_epoch: int
+    phase_files: PhaseFiles
+    chief: bool  # the worker that writes the run dir (scratch is None)
 
-    @property
-    def views_per_image(self) -> int:
-        """Augmented views of each training image that phase 1 caches; one plain view when
-        augmentation is off."""
-        return self.cfg.feature_views if self.cfg.augment else 1
 
-    @property
-    def label_smoothing(self) -> float:
-        """The training loss's smoothing: side_label_smoothing for a dataset with side features."""
-        return self.cfg.side_label_smoothing if self.info.side_width else self.cfg.label_smoothing
-
-    @property
-    def chief(self) -> bool:
-        return self.scratch is None
-
-    @property
-    def replicas(self) -> int:
-        return self.strategy.num_replicas_in_sync
-
-    @property
-    def global_batch(self) -> int:
-        return self.cfg.batch_size * self.replicas
-
-    @property
-    def phase_files(self) -> PhaseFiles:
-        return PhaseFiles(read=self.run, write=self.scratch or self.run)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        steps = self.info.num_examples("train") // self.global_batch
-        return min(steps, self.cfg.max_steps_per_epoch) if self.cfg.max_steps_per_epoch else steps
+def _derived(
+    cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Strategy, run: RunDir, scratch: RunDir | None
+) -> dict:
+    """The settings every phase reads, derived from cfg once so that no phase derives them again."""
+    replicas = strategy.num_replicas_in_sync
+    global_batch = cfg.batch_size * replicas
+    steps = info.num_examples("train") // global_batch
+    return {
+        "augmentation": Augment(color_jitter=cfg.color_jitter) if cfg.augment else Augment.off(),
+        "views_per_image": cfg.feature_views if cfg.augment else 1,
+        "label_smoothing": cfg.side_label_smoothing if info.side_width else cfg.label_smoothing,
+        "replicas": replicas,
+        "global_batch": global_batch,
+        "steps_per_epoch": min(steps, cfg.max_steps_per_epoch) if cfg.max_steps_per_epoch else steps,
+        "phase_files": PhaseFiles(read=run, write=scratch or run),
+        "chief": scratch is None,
+    }
 
 
 def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Strategy) -> None:
@@ -167,6 +160,7 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
         jit_compile=jit_compile,
         jit_reason=jit_reason,
         start=start,
+        **_derived(cfg, info, strategy, run, scratch),
     )
 
 
