@@ -19,11 +19,15 @@ Prints test accuracy and wall time, mean ± sd over seeds, and each later run's 
 the grown ones. `--set KEY=VALUE` (repeatable) changes every run (`--set
 backbone=efficientnet_lite0` with that backbone's --weights); `--warm-set KEY=VALUE` the two
 `--init-from` runs only, to measure another plan for them (`--warm-set phase2_mode=images`).
+`--other-warm KEY=VALUE` measures both plans in one command: each warm run is followed by the
+same run with the override (`init_from+`, `grown_init_from+`), on the feature store as the first
+found it; `--scenario classes|photos` runs one scenario only.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -83,6 +87,10 @@ def convert(folder: Path, out: Path) -> Path:
     return out
 
 
+RUNS = ("earlier", "scratch", "init_from", "first", "grown", "grown_init_from")
+WARM = {"init_from": "earlier", "grown_init_from": "first"}  # each warm run and the run it starts from
+
+
 def run_seed(
     data: dict[str, Path],
     seed: int,
@@ -91,27 +99,45 @@ def run_seed(
     report,
     every: dict[str, str] | None = None,
     warm: dict[str, str] | None = None,
+    other_warm: dict[str, str] | None = None,
+    scenario: str = "both",
 ) -> dict[str, Run]:
     """The runs of both scenarios for one seed; feature stores are per seed and scenario; `every`:
-    config overrides of every run, `warm`: of the two --init-from runs."""
-    stores = {name: str(work / f"store-{name}-{seed}") for name in ("classes", "photos")}
-    earlier, first = str(work / "earlier"), str(work / "first")
+    config overrides of every run, `warm`: of the two --init-from runs. With `other_warm`, each
+    warm run is followed by the same run with those overrides instead (named `NAME+`), on the
+    feature store as the first one found it, so that both start alike. `scenario`: "classes" or
+    "photos" runs that scenario's three runs only."""
+    classes, photos = ({"feature_store": str(work / f"store-{name}-{seed}")} for name in ("classes", "photos"))
     warm = warm or {}
     plan = [
-        ("earlier", "fewer_classes", {"feature_store": stores["classes"]}),
+        ("earlier", "fewer_classes", classes),
         ("scratch", "all", {}),
-        ("init_from", "all", {"feature_store": stores["classes"], "init_from": earlier, **warm}),
-        ("first", "fewer_photos", {"feature_store": stores["photos"]}),
-        ("grown", "all", {"feature_store": stores["photos"]}),
-        ("grown_init_from", "all", {"feature_store": stores["photos"], "init_from": first, **warm}),
+        ("init_from", "all", {**classes, "init_from": str(work / "earlier"), **warm}),
+        ("first", "fewer_photos", photos),
+        ("grown", "all", photos),
+        ("grown_init_from", "all", {**photos, "init_from": str(work / "first"), **warm}),
     ]
+    if scenario != "both":
+        plan = plan[:3] if scenario == "classes" else plan[3:]
     runs = {}
     for name, dataset, overrides in plan:
-        variant = (name, {**(every or {}), **overrides})
-        runs[name] = run_once(data[dataset], variant, seed, weights, work / name, work / f"{name}-{seed}.log")
-        run = runs[name]
-        report(f"seed {seed} {name}: test {run.test_accuracy:.4f}, phase 2 {run.phase2}, {run.seconds:.1f} s")
+        store = Path(overrides.get("feature_store", work / "none"))
+        if other_warm is not None and name in WARM and store.is_dir():
+            shutil.copytree(store, work / "store-before")  # the other plan starts from the same store
+        runs[name] = _run(data[dataset], name, {**(every or {}), **overrides}, seed, weights, work, report)
+        if other_warm is not None and name in WARM:
+            if (work / "store-before").is_dir():
+                shutil.rmtree(store)
+                (work / "store-before").rename(store)
+            changed = {**(every or {}), **overrides, **other_warm}
+            runs[name + "+"] = _run(data[dataset], name + "+", changed, seed, weights, work, report)
     return runs
+
+
+def _run(data: Path, name: str, overrides: dict[str, str], seed: int, weights: str, work: Path, report) -> Run:
+    run = run_once(data, (name, overrides), seed, weights, work / name, work / f"{name}-{seed}.log")
+    report(f"seed {seed} {name}: test {run.test_accuracy:.4f}, phase 2 {run.phase2}, {run.seconds:.1f} s")
+    return run
 
 
 def _overrides(flag: str, items: list[str]) -> dict[str, str]:
@@ -128,9 +154,9 @@ def summary(by_seed: list[dict[str, Run]], held: list[str], grow: float) -> str:
     rows = [["run", "data", "test accuracy", "wall s", "time ratio"]]
     compared = {"init_from": "scratch", "grown": "first", "grown_init_from": "first"}
     what = {"earlier": "fewer classes", "first": f"{grow:.0%} fewer photos"}
-    for name in ("earlier", "scratch", "init_from", "first", "grown", "grown_init_from"):
+    for name in [n for n in by_seed[0] if n.rstrip("+") in RUNS]:
         runs = [seed[name] for seed in by_seed]
-        base = compared.get(name)
+        base = compared.get(name.rstrip("+"))
         ratio = f"{statistics.mean(s[name].seconds / s[base].seconds for s in by_seed):.2f}x {base}" if base else ""
         rows.append([name, what.get(name, "all"), mean_sd([r.test_accuracy for r in runs]),
                      mean_sd([r.seconds for r in runs]), ratio])  # fmt: skip
@@ -148,9 +174,14 @@ def main() -> None:
                    help="a config override of every run (repeatable)")  # fmt: skip
     p.add_argument("--warm-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override of the two --init-from runs only (repeatable)")  # fmt: skip
+    p.add_argument("--other-warm", action="append", default=None, metavar="KEY=VALUE",
+                   help="each --init-from run again with this override (repeatable), as NAME+")  # fmt: skip
+    p.add_argument("--scenario", choices=("both", "classes", "photos"), default="both",
+                   help="classes added, photos added, or both (default)")  # fmt: skip
     args = p.parse_args()
     check_split_folder(args.folder)
     every, warm = _overrides("--set", args.set), _overrides("--warm-set", args.warm_set)
+    other = _overrides("--other-warm", args.other_warm) if args.other_warm else None
     seeds = [int(s) for s in args.seeds.split(",")]
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="photoclf-init-from-") as tmp:
@@ -162,7 +193,7 @@ def main() -> None:
             "fewer_photos": convert(first, work / "fewer-photos"),
             "all": convert(args.folder, work / "all"),
         }
-        by_seed = [run_seed(data, seed, args.weights, work, log, every, warm) for seed in seeds]
+        by_seed = [run_seed(data, seed, args.weights, work, log, every, warm, other, args.scenario) for seed in seeds]
     print(summary(by_seed, held, args.grow))
 
 

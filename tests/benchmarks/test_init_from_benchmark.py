@@ -76,3 +76,29 @@ def test_overrides_are_checked_before_any_run(flag: str, items: list[str], messa
 
     with pytest.raises(UserError, match=message):
         _overrides(flag, items)
+
+
+def test_other_warm_runs_each_warm_run_again_on_the_store_as_the_first_found_it(tmp_path: Path, monkeypatch):
+    from benchmarks import init_from
+
+    seen, stores_seen = {}, {}
+
+    def fake_run(data, variant, seed, weights, out, log_file):
+        name, overrides = variant
+        seen[name] = overrides
+        store = Path(overrides.get("feature_store", tmp_path / "none"))
+        stores_seen[name] = sorted(p.name for p in store.iterdir()) if store.is_dir() else None
+        if store.is_dir() or name in ("earlier", "first"):
+            store.mkdir(exist_ok=True)
+            (store / f"rows-of-{name}").touch()  # what each run adds to the store it shares
+        return init_from.Run(str(data), name, seed, 1.0, 1.0, {"test": {"accuracy": 0.5}})
+
+    monkeypatch.setattr(init_from, "run_once", fake_run)
+    data = {name: tmp_path / name for name in ("fewer_classes", "fewer_photos", "all")}
+    runs = init_from.run_seed(data, 0, "w.npz", tmp_path, lambda _: None, None, {}, {"epochs_finetune": "5"}, "classes")
+    assert list(runs) == ["earlier", "scratch", "init_from", "init_from+"]
+    assert seen["init_from+"]["epochs_finetune"] == "5" and "epochs_finetune" not in seen["init_from"]
+    assert seen["init_from+"]["init_from"] == seen["init_from"]["init_from"]
+    assert stores_seen["init_from"] == stores_seen["init_from+"] == ["rows-of-earlier"]  # not the first warm run's
+    summary = init_from.summary([runs], ["c"], 0.1)
+    assert "init_from+" in summary and "1.00x scratch" in summary
