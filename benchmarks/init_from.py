@@ -20,7 +20,7 @@ the grown ones. `--set KEY=VALUE` (repeatable) changes every run (`--set
 backbone=efficientnet_lite0` with that backbone's --weights); `--warm-set KEY=VALUE` the two
 `--init-from` runs only, to measure another plan for them (`--warm-set phase2_mode=images`).
 `--other-warm KEY=VALUE` measures both plans in one command: each warm run is followed by the
-same run with the override (`init_from+`, `grown_init_from+`), on the feature store as the first
+same run with the override (`init_from_other`, `grown_init_from_other`), on the feature store as the first
 found it; `--scenario classes|photos` runs one scenario only.
 """
 
@@ -88,6 +88,7 @@ def convert(folder: Path, out: Path) -> Path:
 
 
 RUNS = ("earlier", "scratch", "init_from", "first", "grown", "grown_init_from")
+OTHER = "_other"  # the name's suffix of a warm run with --other-warm (it names the run dir and the export)
 WARM = {"init_from": "earlier", "grown_init_from": "first"}  # each warm run and the run it starts from
 
 
@@ -104,7 +105,7 @@ def run_seed(
 ) -> dict[str, Run]:
     """The runs of both scenarios for one seed; feature stores are per seed and scenario; `every`:
     config overrides of every run, `warm`: of the two --init-from runs. With `other_warm`, each
-    warm run is followed by the same run with those overrides instead (named `NAME+`), on the
+    warm run is followed by the same run with those overrides instead (named `NAME_other`), on the
     feature store as the first one found it, so that both start alike. `scenario`: "classes" or
     "photos" runs that scenario's three runs only."""
     classes, photos = ({"feature_store": str(work / f"store-{name}-{seed}")} for name in ("classes", "photos"))
@@ -130,7 +131,7 @@ def run_seed(
                 shutil.rmtree(store)
                 (work / "store-before").rename(store)
             changed = {**(every or {}), **overrides, **other_warm}
-            runs[name + "+"] = _run(data[dataset], name + "+", changed, seed, weights, work, report)
+            runs[name + OTHER] = _run(data[dataset], name + OTHER, changed, seed, weights, work, report)
     return runs
 
 
@@ -154,9 +155,9 @@ def summary(by_seed: list[dict[str, Run]], held: list[str], grow: float) -> str:
     rows = [["run", "data", "test accuracy", "wall s", "time ratio"]]
     compared = {"init_from": "scratch", "grown": "first", "grown_init_from": "first"}
     what = {"earlier": "fewer classes", "first": f"{grow:.0%} fewer photos"}
-    for name in [n for n in by_seed[0] if n.rstrip("+") in RUNS]:
+    for name in [n for n in by_seed[0] if n.removesuffix(OTHER) in RUNS]:
         runs = [seed[name] for seed in by_seed]
-        base = compared.get(name.rstrip("+"))
+        base = compared.get(name.removesuffix(OTHER))
         ratio = f"{statistics.mean(s[name].seconds / s[base].seconds for s in by_seed):.2f}x {base}" if base else ""
         rows.append([name, what.get(name, "all"), mean_sd([r.test_accuracy for r in runs]),
                      mean_sd([r.seconds for r in runs]), ratio])  # fmt: skip
@@ -175,7 +176,7 @@ def main() -> None:
     p.add_argument("--warm-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override of the two --init-from runs only (repeatable)")  # fmt: skip
     p.add_argument("--other-warm", action="append", default=None, metavar="KEY=VALUE",
-                   help="each --init-from run again with this override (repeatable), as NAME+")  # fmt: skip
+                   help="each --init-from run again with this override (repeatable), as NAME_other")  # fmt: skip
     p.add_argument("--scenario", choices=("both", "classes", "photos"), default="both",
                    help="classes added, photos added, or both (default)")  # fmt: skip
     args = p.parse_args()

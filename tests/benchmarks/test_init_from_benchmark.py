@@ -3,6 +3,7 @@ each class's training photos."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,9 +97,10 @@ def test_other_warm_runs_each_warm_run_again_on_the_store_as_the_first_found_it(
     monkeypatch.setattr(init_from, "run_once", fake_run)
     data = {name: tmp_path / name for name in ("fewer_classes", "fewer_photos", "all")}
     runs = init_from.run_seed(data, 0, "w.npz", tmp_path, lambda _: None, None, {}, {"epochs_finetune": "5"}, "classes")
-    assert list(runs) == ["earlier", "scratch", "init_from", "init_from+"]
-    assert seen["init_from+"]["epochs_finetune"] == "5" and "epochs_finetune" not in seen["init_from"]
-    assert seen["init_from+"]["init_from"] == seen["init_from"]["init_from"]
-    assert stores_seen["init_from"] == stores_seen["init_from+"] == ["rows-of-earlier"]  # not the first warm run's
+    assert list(runs) == ["earlier", "scratch", "init_from", "init_from_other"]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", name) for name in runs)  # each names a run dir and its export
+    assert seen["init_from_other"]["epochs_finetune"] == "5" and "epochs_finetune" not in seen["init_from"]
+    assert seen["init_from_other"]["init_from"] == seen["init_from"]["init_from"]
+    assert stores_seen["init_from"] == stores_seen["init_from_other"] == ["rows-of-earlier"]  # not the first warm run's
     summary = init_from.summary([runs], ["c"], 0.1)
-    assert "init_from+" in summary and "1.00x scratch" in summary
+    assert "init_from_other" in summary and "1.00x scratch" in summary
