@@ -20,8 +20,8 @@ the grown ones. `--set KEY=VALUE` (repeatable) changes every run (`--set
 backbone=efficientnet_lite0` with that backbone's --weights); `--warm-set KEY=VALUE` the two
 `--init-from` runs only, to measure another plan for them (`--warm-set phase2_mode=images`).
 `--other-warm KEY=VALUE` measures both plans in one command: each warm run is followed by the
-same run with the override (`init_from_other`, `grown_init_from_other`), on the feature store as the first
-found it; `--scenario classes|photos` runs one scenario only.
+same run with the override (`init_from_other`, `grown_init_from_other`), on the feature store as
+the first found it; `--scenario classes|photos` runs one scenario only.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def convert(folder: Path, out: Path) -> Path:
 
 RUNS = ("earlier", "scratch", "init_from", "first", "grown", "grown_init_from")
 OTHER = "_other"  # the name's suffix of a warm run with --other-warm (it names the run dir and the export)
-WARM = {"init_from": "earlier", "grown_init_from": "first"}  # each warm run and the run it starts from
+WARM = ("init_from", "grown_init_from")  # the runs started --init-from an earlier one
 
 
 def run_seed(
