@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.data.pipeline import make_eval_dataset, make_train_dataset
-from app.data.preprocess import color_jitter
+from app.data.preprocess import as_written, color_jitter
 from app.data.service import job_name as service_job_name
 from app.training.context import Context
 from app.training.phase import PhaseInputs
@@ -56,6 +56,7 @@ def _rows_at(rows) -> Callable:
     arrays = tf.nest.flatten(rows)
     dtypes = [tf.as_dtype(a.dtype) for a in arrays]
 
+    @as_written  # tf.data would write AutoGraph's rewrite of it to $TMPDIR, left there by a killed run
     def at(indices: tf.Tensor):
         found = tf.numpy_function(lambda i: [a[i] for a in arrays], [indices], dtypes, stateful=False)
         for tensor, array in zip(found, arrays):  # the batch's size as static as the indices' (full batches: known)

@@ -3,6 +3,11 @@ read from their arrays: the same batches as a dataset of the rows themselves, wi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -54,3 +59,18 @@ def test_a_row_dataset_keeps_its_shapes_known_to_the_model():
     """Keras builds the head from the element spec: the row shape must not be lost."""
     (x, y) = row_batches((np.zeros((6, 1280), np.float32), np.zeros(6, np.int32)), 4).element_spec
     assert x.shape.as_list() == [None, 1280] and y.shape.as_list() == [None] and y.dtype == tf.int32
+
+
+def test_reading_rows_leaves_no_autograph_source_for_a_killed_run_to_leave_behind(tmp_path):
+    """tf.data would convert the row reader with AutoGraph, which writes its rewrite to the temp
+    folder and removes it only at a clean exit: a killed run left it there. A fresh process (the
+    conversion is cached per process), ended as a killed one would be, without clean-up."""
+    code = (
+        "import os, numpy as np; from app.training.inputs import row_batches, shuffled_rows\n"
+        "rows = {'x': np.zeros((6, 2), np.float32)}\n"
+        "assert len(list(row_batches(rows, 4))) == 2 and len(list(shuffled_rows(rows, 0, 4).take(3))) == 3\n"
+        "os._exit(0)"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=Path(__file__).parents[2], timeout=120)
+    assert not list(tmp_path.glob("__autograph_generated_file*"))
