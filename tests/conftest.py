@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,27 @@ def _register_tiny_backbone() -> None:
 
 _register_tiny_backbone()
 
+ROOT = Path(__file__).resolve().parents[1]
+_WITH_TINY_BACKBONE = """
+import runpy, sys
+sys.path.insert(0, {tests!r})
+import conftest  # registers the tests' tiny backbone in this process too
+sys.argv = sys.argv[1:]
+if sys.argv[0] == "photoclf":
+    from app.commands import main
+    main()
+else:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def with_tiny_backbone(command: str, *args: str) -> list[str]:
+    """`python scripts/COMMAND ARGS` (or `photoclf ARGS` for "photoclf") as a user runs it, in a
+    process that also knows the tiny backbone: for tests of what a command does as a process (a
+    kill, a resume, a server, several workers), where MobileNetV2's 155 layers only add minutes."""
+    code = _WITH_TINY_BACKBONE.format(tests=str(ROOT / "tests"))
+    return [sys.executable, "-c", code, command if command == "photoclf" else str(ROOT / "scripts" / command), *args]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def session_feature_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -91,6 +113,15 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     about a third off. No test's promise depends on having the cores to itself: the load tests
     count answers, not milliseconds."""
     return TEST_WORKERS
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly has shuffled the modules
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules marked start_first go to the workers before the others (in pytest-randomly's order
+    among themselves), with xdist's own reordering off (pyproject's addopts): a module runs whole
+    on one worker, and one of several minutes handed out last would keep the other worker idle."""
+    first = {item.path for item in items if item.get_closest_marker("start_first")}
+    items.sort(key=lambda item: item.path not in first)
 
 
 @pytest.fixture(scope="session")
@@ -211,30 +242,6 @@ def trained_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) ->
     # tests of a calibrated export have one (tests/training/test_calibration.py tests the rule).
     with mock.patch("app.training.calibration.MIN_CALIBRATION_PHOTOS", 1):
         train(cfg)
-    return run
-
-
-@pytest.fixture(scope="session")
-def registry_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run "shapes" of a registry backbone (MobileNetV2, random init, 64 px, two steps):
-    for what runs in a separate process (a server), which knows only the registry's backbones."""
-    from app.config import TrainConfig
-    from app.training.train import train
-
-    run = tmp_path_factory.mktemp("registry") / "shapes"
-    train(
-        TrainConfig(
-            data=str(demo_records),
-            out=str(run),
-            backbone="mobilenet_v2",
-            weights="none",
-            image_size=64,
-            batch_size=8,
-            epochs_head=1,
-            epochs_finetune=0,
-            max_steps_per_epoch=2,
-        )
-    )
     return run
 
 

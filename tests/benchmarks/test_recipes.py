@@ -10,6 +10,8 @@ from app.errors import UserError
 from benchmarks import recipes as recipe_benchmark
 from benchmarks.recipes import Trace, _summary, format_result, run_recipe_benchmark, subset_folder
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 def test_time_to_reach_is_the_first_epoch_at_or_above_the_target():
     trace = Trace(seconds=50.0, epochs=[(10.0, 0.70), (20.0, 0.85), (30.0, 0.80), (40.0, 0.90)])

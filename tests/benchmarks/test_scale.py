@@ -12,6 +12,8 @@ from PIL import Image
 
 from benchmarks.scale import PHOTO_SUFFIXES, Stage, grown_folder, run_size, table
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 def test_past_the_folder_s_count_each_copy_is_another_photo_of_the_same_class(demo_images: Path, tmp_path: Path):
     originals = sorted(p for p in demo_images.rglob("*") if p.suffix.lower() in PHOTO_SUFFIXES)

@@ -9,6 +9,8 @@ from benchmarks.multilabel import format_summary as multilabel_summary
 from benchmarks.side_features import format_summary as side_format
 from benchmarks.side_features import summarise
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 def test_the_side_benchmark_summarises_each_model_over_seeds():
     rows = [

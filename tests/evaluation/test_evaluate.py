@@ -17,6 +17,8 @@ from app.errors import UserError
 from app.evaluation.evaluate import evaluate
 from app.export.run_export import export_run
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

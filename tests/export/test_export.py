@@ -24,6 +24,8 @@ from app.export.saved_model import export_saved_model
 from app.run_dir import RunDir
 from app.training.report import format_result
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 def _val_bytes(data: Path) -> tuple[list[bytes], list[int]]:
     images, labels = [], []

@@ -6,21 +6,19 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import with_tiny_backbone
 
 from app.export import layout
 from app.serving.store import ModelStore
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def export(run: Path, export_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts/export.py"), str(run), "--export-dir", str(export_dir), "--name", "m"],
+        with_tiny_backbone("export.py", str(run), "--export-dir", str(export_dir), "--name", "m"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -37,14 +35,12 @@ def wait_for_staging(model_dir: Path, proc: subprocess.Popen, seconds: float = 1
 
 
 @pytest.mark.slow  # two export processes (TensorFlow's import, a SavedModel and a LiteRT file each)
-def test_kill_9_during_export_keeps_the_served_version_and_the_next_export_completes(
-    registry_run: Path, tmp_path: Path
-):
+def test_kill_9_during_export_keeps_the_served_version_and_the_next_export_completes(trained_run: Path, tmp_path: Path):
     model_dir = tmp_path / "export" / "m"
-    shutil.copytree(registry_run / "export" / "shapes" / "1", model_dir / "1")
+    shutil.copytree(trained_run / "export" / "shapes" / "1", model_dir / "1")
     store = ModelStore(model_dir, runtime="tf")
 
-    killed = export(registry_run, tmp_path / "export")
+    killed = export(trained_run, tmp_path / "export")
     staging = wait_for_staging(model_dir, killed)
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
@@ -52,7 +48,7 @@ def test_kill_9_during_export_keeps_the_served_version_and_the_next_export_compl
     store.poll_once()
     assert store.current.version == 1
 
-    again = export(registry_run, tmp_path / "export")
+    again = export(trained_run, tmp_path / "export")
     _, errors = again.communicate(timeout=300)
     assert again.returncode == 0, errors.decode()[-2000:]
     assert layout.versions(model_dir) == [1, 2] and not staging.exists()  # the killed one's folder cleared

@@ -21,6 +21,8 @@ from app.export.layout import read_metadata
 from app.export.run_export import export_run
 from app.inference.host_runtimes import host_decoder
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 @pytest.fixture(scope="module")
 def side_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:

@@ -22,6 +22,8 @@ from fuzz.child import _saving_crashes
 from fuzz.run import _read_report
 from fuzz.targets import SCRATCH_ENV, TARGETS, image_seeds
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Found by python -m fuzz convert: Pillow's frame count of this cut-short GIF raised IndexError.

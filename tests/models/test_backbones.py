@@ -12,6 +12,8 @@ from app.models.backbones import BACKBONES, get_backbone, register_backbone
 from app.models.classifier import build_classifier, cut_at_trained, unfreeze_start, unfreeze_top
 from app.models.pretrained import load_backbone
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 @pytest.mark.parametrize("name", sorted(set(BACKBONES) - {TINY_BACKBONE}))  # the product's, not the tests'
 def test_registered_backbone_builds_and_unfreezes(name: str):

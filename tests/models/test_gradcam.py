@@ -12,6 +12,8 @@ from app.errors import UserError
 from app.models import gradcam
 from app.models.backbones import BACKBONES
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 SIZE = 32
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from conftest import with_tiny_backbone
 
 from app.export.layout import metadata_path, resolve_model_dir
 from app.review.answers import NOT_ANY_CLASS, Answers
@@ -230,7 +231,7 @@ def test_a_combined_manifest_starts_with_the_runs_photos_in_their_splits(
 
 @pytest.mark.slow
 def test_the_finished_pages_commands_convert_everything_and_train_again_from_the_run(
-    registry_run: Path, demo_images: Path, unlabelled: Path, tmp_path: Path
+    trained_run: Path, demo_images: Path, unlabelled: Path, tmp_path: Path
 ):
     """The loop closes: the commands the finished page prints give a dataset of the run's photos
     (in their splits) and the answers (in train), and a run started from the earlier one."""
@@ -240,10 +241,10 @@ def test_the_finished_pages_commands_convert_everything_and_train_again_from_the
     from app.review import loop
     from app.run_dir import RunDir
 
-    run = RunDir(registry_run)
+    run = RunDir(trained_run)
     answers = loop.start_combined(tmp_path / "all.csv", run, demo_images)
     photos = sorted(p for p in unlabelled.iterdir() if p.suffix == ".jpg")
-    queue = rank_photos(resolve_model_dir(registry_run), photos, runtime="tf")
+    queue = rank_photos(resolve_model_dir(trained_run), photos, runtime="tf")
     review = Review(queue, answers, unlabelled, next_steps=loop.next_steps(answers, run))
     said = [{"id": 0, "label": "star"}, {"id": 1, "label": "circle"}, {"id": 2, "action": "not_any_class"}]
     results = _call(
@@ -252,7 +253,7 @@ def test_the_finished_pages_commands_convert_everything_and_train_again_from_the
     steps = json.loads(results[-1][1])["next_steps"]
     assert "--set image_size=64" in steps[1] and "--set max_steps_per_epoch=2" in steps[1]  # the run's own settings
     for step in steps:
-        command = [sys.executable, "-c", "from app.commands import main; main()", *shlex.split(step)[1:]]
+        command = with_tiny_backbone(*shlex.split(step))  # photoclf ...: the run's backbone is the tests' own
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=600, env={**os.environ, "PHOTOCLF_WEIGHTS": ""}
         )
@@ -261,5 +262,5 @@ def test_the_finished_pages_commands_convert_everything_and_train_again_from_the
     after = load_dataset_info(f"{run.read_config().data}-reviewed")
     assert after.num_examples("train") == before.num_examples("train") + 2  # "not any class" is left out
     assert [after.counts[s] for s in ("val", "test")] == [before.counts[s] for s in ("val", "test")]
-    metrics = json.loads((Path(f"{registry_run}-reviewed") / "metrics.json").read_text())
-    assert metrics["init_from"]["run"] == str(registry_run)
+    metrics = json.loads((Path(f"{trained_run}-reviewed") / "metrics.json").read_text())
+    assert metrics["init_from"]["run"] == str(trained_run)

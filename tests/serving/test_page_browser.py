@@ -14,7 +14,7 @@ from test_server import Server  # this folder is on sys.path under pytest (rootd
 
 from tests.page_layout import overlaps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.start_first]
 
 
 def _serve_a_tiny_model(records: Path, tmp_path: Path) -> Server:
@@ -150,7 +150,7 @@ def test_a_multi_label_model_s_labels_above_threshold_are_shown(browser, tmp_pat
 
 
 def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_say_so(
-    browser, registry_run: Path, tmp_path: Path
+    browser, trained_run: Path, tmp_path: Path
 ):
     """Every label of the model table sits above the drop zone; a photo the server answers
     "unknown" for is shown as not one of the model's classes, with its score; "why?" shows
@@ -160,19 +160,21 @@ def test_at_1200_by_900_the_model_table_clears_the_drop_zone_and_unknown_photos_
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
 
-    server = Server(registry_run / "export" / "shapes")  # a registry backbone: the server can rebuild it
+    server = Server(trained_run / "export" / "shapes")  # inside its run dir: "why?" (Grad-CAM) has the weights
     try:
         rng = np.random.default_rng(0)
+        unlike = [np.full((96, 96, 3), 128, np.uint8), np.zeros((96, 96, 3), np.uint8)]  # flat grey, black
+        unlike += [rng.integers(0, 256, (96, 96, 3), dtype=np.uint8) for _ in range(10)]  # noise
         unknown = None
-        for k in range(20):  # noise is unlike the shapes: the first the server calls unknown
-            photo = tmp_path / f"noise_{k}.png"
-            Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(photo)
+        for k, pixels in enumerate(unlike):  # unlike the shapes: the first the server calls unknown
+            photo = tmp_path / f"unlike_{k}.png"
+            Image.fromarray(pixels).save(photo)
             status, answer = server.request("/v1/models/shapes:classify", photo.read_bytes(), "image/png")
             assert status == 200
             if answer["unknown"]:
                 unknown = (photo, answer)
                 break
-        assert unknown is not None, "none of 20 noise images was answered unknown"
+        assert unknown is not None, "none of the photos unlike the shapes was answered unknown"
         browser.set_window_size(1200, 900)
         browser.get(server.base + "/")
         wait = WebDriverWait(browser, 60)

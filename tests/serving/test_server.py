@@ -8,7 +8,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -18,10 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import with_tiny_backbone
 from PIL import Image
 
 from app.export.run_export import export_run
 from app.net import free_port
+
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,17 +32,8 @@ class Server:
     def __init__(self, model_dir: Path, *extra: str) -> None:
         self.port = free_port("127.0.0.1")
         self.base = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "scripts/serve.py"),
-                str(model_dir),
-                "--port",
-                str(self.port),
-                "--poll-seconds",
-                "0.5",
-                *extra,
-            ],
+        self.proc = subprocess.Popen(  # a process that knows the tiny backbone: Grad-CAM rebuilds the model
+            with_tiny_backbone("serve.py", str(model_dir), "--port", str(self.port), "--poll-seconds", "0.5", *extra),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -304,9 +297,9 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits_0(model_dir: Path, i
         srv.get("/v1/models/shapes")  # no longer accepting
 
 
-@pytest.mark.slow  # trains a MobileNetV2 (the server process knows only the registry's backbones)
-def test_explain_answers_the_map_of_the_top_class_or_the_one_asked(registry_run: Path, images: list[bytes]):
-    srv = Server(registry_run / "export" / "shapes")  # inside its run dir: Grad-CAM has the weights
+@pytest.mark.slow
+def test_explain_answers_the_map_of_the_top_class_or_the_one_asked(trained_run: Path, images: list[bytes]):
+    srv = Server(trained_run / "export" / "shapes")  # inside its run dir: Grad-CAM has the weights
     try:
         _, top = srv.request("/v1/models/shapes:classify", images[0], "image/jpeg")
         status, why = srv.request("/v1/models/shapes:explain", images[0], "image/jpeg")

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import TINY_BACKBONE
+from conftest import TINY_BACKBONE, with_tiny_backbone
 
 from app.data import schema
 from app.data.pipeline import load_dataset_info
 from app.net import free_port
+
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,30 +56,13 @@ def _history_rows(run: Path) -> list[tuple[str, str]]:
 def test_two_workers_train_both_phases_resume_and_the_chief_exports(demo_records: Path, tmp_path: Path):
     run, scratch = tmp_path / "run", tmp_path / "scratch"
     scratch.mkdir()
-    cmd = [
-        sys.executable,
-        "scripts/fine_tune.py",
-        "--data",
-        str(demo_records),
-        "--out",
-        str(run),
-        "--weights",
-        "none",
-        "--image-size",
-        "64",
-        "--batch-size",
-        "4",
-        "--epochs-head",
-        "4",
-        "--epochs-finetune",
-        "1",
-        "--set",
-        "max_steps_per_epoch=2",
-        "--set",
-        "early_stopping_patience=10",
-        "--set",
-        "phase2_mode=images",
-    ]  # as configured: auto would lengthen phase 2 for a random backbone
+    cmd = with_tiny_backbone(
+        "fine_tune.py", "--backbone", TINY_BACKBONE, "--weights", "none",
+        "--data", str(demo_records), "--out", str(run), "--image-size", "64",
+        "--batch-size", "4", "--epochs-head", "4", "--epochs-finetune", "1",
+        "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=10",
+        "--set", "phase2_mode=images",  # as set: auto would lengthen phase 2 for a random backbone
+    )  # fmt: skip
 
     first = _start_workers(cmd, tmp_path, scratch, attempt=1)
     deadline = time.monotonic() + 300
@@ -128,6 +113,7 @@ import app.training.train as train_module
 context_module.make_strategy = lambda cfg: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 sys.path.insert(0, "tests")
 import conftest  # registers the tests' tiny backbone in this process too
+
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 print("METRICS", json.dumps(train_module.train(cfg)))

@@ -14,6 +14,8 @@ from app.training.context import setup
 from app.training.frozen import FrozenBackbone
 from app.training.train import run_phase1, run_phase2
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 def _backbone_state(ctx) -> dict[str, np.ndarray]:
     return {v.path: v.numpy().copy() for v in ctx.clf.backbone.weights}
@@ -84,14 +86,14 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
         data=str(data),
         out=str(root / "run"),
         weights=str(pretrained_weights),
-        image_size=128,
+        image_size=96,
         batch_size=16,
-        epochs_head=15,
+        epochs_head=8,
         cache_features="true",
         augment=False,
         epochs_finetune=2,
         lr_finetune=5e-5,
-        early_stopping_patience=15,
+        early_stopping_patience=8,
     )
     ctx = setup(cfg)
     phase1 = run_phase1(ctx)

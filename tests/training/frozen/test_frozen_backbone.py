@@ -20,6 +20,8 @@ from app.training.frozen import backbone as door
 from app.training.inputs import eval_dataset
 from app.training.train import build_phase, run_phase1, run_phase2
 
+pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+
 
 @pytest.fixture(scope="module")
 def side_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
