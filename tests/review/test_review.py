@@ -20,8 +20,6 @@ from app.review.answers import NOT_ANY_CLASS, Answers
 from app.review.queue import rank_photos
 from app.review.server import Review, make_app
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def unlabelled(demo_images: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:

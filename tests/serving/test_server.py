@@ -25,8 +25,6 @@ from app.net import free_port
 
 pytestmark = pytest.mark.start_first  # its tests take over a minute in all
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 class Server:
     def __init__(self, model_dir: Path, *extra: str) -> None:
