@@ -57,6 +57,7 @@ print(json.dumps({"collecting_while_importing": collecting_while_importing, "col
 """
 
 
+@pytest.mark.slow  # a subprocess: the fast tier stays under 3 minutes
 def test_lasting_imports_load_without_collections_and_are_never_walked_again():
     done = run(IMPORTS)
     found = json.loads(done.stdout)
@@ -75,6 +76,7 @@ print(json.dumps({**loaded, "fitted": float(LogisticRegression().fit([[0.0], [1.
 """
 
 
+@pytest.mark.slow  # a subprocess: the fast tier stays under 3 minutes
 def test_lasting_imports_load_keras_without_scikit_learn_which_still_imports_later():
     done = run(KERAS)
     found = json.loads(done.stdout.strip().splitlines()[-1])

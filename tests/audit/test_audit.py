@@ -136,6 +136,7 @@ def test_bad_input_fails_with_one_line_errors(tmp_path: Path):
         audit(tmp_path, tmp_path / "report", weights="none", near_threshold=1.5)
 
 
+@pytest.mark.slow  # an audit with a backbone: the fast tier stays under 3 minutes
 def test_a_threshold_under_what_the_backbone_gives_unlike_photos_is_said(
     pretrained_weights, dirty_folder: Path, tmp_path: Path, caplog
 ):
@@ -148,6 +149,7 @@ def test_a_threshold_under_what_the_backbone_gives_unlike_photos_is_said(
     assert "near-duplicate pairs among" in caplog.text and "--near-threshold higher" in caplog.text
 
 
+@pytest.mark.slow  # MobileNetV2's embeddings: the fast tier stays under 3 minutes
 def test_pretrained_embeddings_place_a_smaller_recompressed_copy_nearest_its_original(
     pretrained_weights, demo_images: Path, tmp_path: Path
 ):

@@ -52,6 +52,7 @@ def test_evaluate_image_folder_skips_bad_files_saying_why(trained_run: Path, dem
     assert result.metrics["runtime"] == "litert float32"
 
 
+@pytest.mark.slow  # two evaluations: the fast tier stays under 3 minutes
 def test_litert_and_the_savedmodel_evaluate_alike(trained_run: Path, demo_records: Path, tmp_path: Path):
     saved = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "tf", runtime="tf")
     lite = evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "litert", runtime="litert")
@@ -59,6 +60,7 @@ def test_litert_and_the_savedmodel_evaluate_alike(trained_run: Path, demo_record
     assert abs(lite.metrics["log_loss"] - saved.metrics["log_loss"]) < 1e-4
 
 
+@pytest.mark.slow  # two evaluations: the fast tier stays under 3 minutes
 def test_class_mismatch_needs_a_label_map(trained_run: Path, demo_images: Path, tmp_path: Path):
     data = tmp_path / "data"
     shutil.copytree(demo_images, data)
@@ -192,6 +194,7 @@ def _other_photos(folder: Path, count: int = 6) -> Path:
     return folder
 
 
+@pytest.mark.slow  # an evaluation with OOD photos: the fast tier stays under 3 minutes
 def test_ood_photos_are_measured_against_the_evaluation_photos(trained_run: Path, demo_records: Path, tmp_path: Path):
     from app.export.layout import read_metadata, resolve_model_dir
     from app.models import ood

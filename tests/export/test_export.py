@@ -357,6 +357,7 @@ def test_cli_bad_input(tmp_path: Path, script: str, args: list[str], message: st
 
 
 @pytest.mark.export_files
+@pytest.mark.slow  # a run and its LiteRT conversion: the fast tier stays under 3 minutes
 def test_a_mixed_precision_run_gets_its_litert_file_like_any_other(tiny_config, tmp_path: Path):
     """Trained under mixed_float16 (the default on GPUs), exported from a float32 copy rebuilt
     from its final weights: the LiteRT file is written and passes its check against the SavedModel."""

@@ -17,6 +17,11 @@ from app.data.writer import write_tfrecords
 from app.errors import UserError
 from app.export.layout import read_metadata
 
+# The module's run trains both phases and exports; one test trains through the CLIs: the slow tier,
+# so the fast tier stays under 3 minutes (its tests of multi-label data and metrics: tests/data,
+# tests/evaluation).
+pytestmark = [pytest.mark.slow, pytest.mark.start_first]  # start_first: over a minute in all
+
 
 @pytest.fixture(scope="module")
 def multilabel_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
@@ -109,7 +114,6 @@ def test_evaluation_reports_per_label_figures_at_the_export_thresholds(multilabe
         evaluate(metrics["export"], demo_records, split="test", report_dir=tmp / "report2")
 
 
-@pytest.mark.slow  # real transfer learning through the CLIs, then served and evaluated
 def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene(
     tmp_path: Path, pretrained_weights: Path
 ):

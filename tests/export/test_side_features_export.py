@@ -21,7 +21,10 @@ from app.export.layout import read_metadata
 from app.export.run_export import export_run
 from app.inference.host_runtimes import host_decoder
 
-pytestmark = pytest.mark.start_first  # its tests take over a minute in all
+# Its run with side features trains both phases and exports: the slow tier, so the fast tier stays
+# under 3 minutes (the fast tier's tests of side features: tests/data, and phase 2's validation in
+# tests/training/frozen).
+pytestmark = [pytest.mark.slow, pytest.mark.start_first]  # start_first: over a minute in all
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,24 @@ from app.models.pretrained import load_backbone
 pytestmark = pytest.mark.start_first  # its tests take over a minute in all
 
 
-@pytest.mark.parametrize("name", sorted(set(BACKBONES) - {TINY_BACKBONE}))  # the product's, not the tests'
+FAST_TIER_BACKBONES = {  # one of each family; the rest in the slow tier: the fast tier stays under 3 minutes
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "efficientnet_lite0",
+    "efficientnetv2_b0",
+    "resnet50",
+    "convnext_tiny",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        name if name in FAST_TIER_BACKBONES else pytest.param(name, marks=pytest.mark.slow)
+        for name in sorted(set(BACKBONES) - {TINY_BACKBONE})  # the product's, not the tests'
+    ],
+)
 def test_registered_backbone_builds_and_unfreezes(name: str):
     spec = get_backbone(name)
     backbone, used = load_backbone(spec, 64, "none")
@@ -53,10 +70,10 @@ def test_unknown_backbone_lists_the_known_ones():
     ("name", "rule"),
     [
         ("mobilenet_v2", "blocks:1"),
-        ("mobilenet_v2", "blocks:2"),
+        pytest.param("mobilenet_v2", "blocks:2", marks=pytest.mark.slow),
         ("mobilenet_v2", "fraction:0.5"),
         ("efficientnetv2_b0", "blocks:2"),
-        ("resnet50", "blocks:1"),
+        pytest.param("resnet50", "blocks:1", marks=pytest.mark.slow),
     ],
 )
 def test_the_tail_on_the_lower_part_gives_the_classifier_logits(name: str, rule: str):

@@ -34,7 +34,7 @@ class _TinyFeatureVector(tf.__internal__.tracking.AutoTrackable):
         return tf.reduce_mean(x, axis=[1, 2])
 
 
-@pytest.fixture(scope="module", params=["hub_style", "plain_savedmodel"])
+@pytest.fixture(scope="module", params=["hub_style", pytest.param("plain_savedmodel", marks=pytest.mark.slow)])
 def hub_dir(tmp_path_factory, request) -> Path:
     module = _TinyFeatureVector(hub_style=request.param == "hub_style")
     for training in (True, False):

@@ -126,6 +126,7 @@ def test_train_step_jitters_uint8_images_differently_at_each_step():
     np.testing.assert_array_equal(_replica_inputs(jittered, features), features.numpy())
 
 
+@pytest.mark.slow  # XLA's compilation: the fast tier stays under 3 minutes
 def test_xla_compiled_step_trains_like_the_plain_one():
     rng = np.random.default_rng(1)
     features = rng.normal(size=(8, 4)).astype(np.float32)

@@ -117,6 +117,7 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     )
 
 
+@pytest.mark.slow  # both phases: the fast tier stays under 3 minutes
 def test_a_phase2_that_never_wins_ends_with_every_weight_it_started_from(tiny_config: TrainConfig, monkeypatch):
     """Phase 1 on cached features checkpoints only the head; falling back must restore the
     backbone's top too, which phase 2 trained."""
@@ -149,6 +150,7 @@ class _Killed(Exception):
     """Stands for the process dying mid-epoch."""
 
 
+@pytest.mark.slow  # a run and its resume: the fast tier stays under 3 minutes
 def test_a_phase2_that_never_wins_falls_back_after_a_resume_too(tiny_config: TrainConfig, monkeypatch):
     """Its fallback is held in memory, not written: a resumed process holds the same weights
     again (phase 1's kept ones) before phase 2's checkpoint moves them to its last epoch's."""
@@ -182,6 +184,7 @@ def test_a_phase2_that_never_wins_falls_back_after_a_resume_too(tiny_config: Tra
     assert not list(resumed.run.checkpoints.glob("phase2_best_epoch*")), "no fallback file is needed"
 
 
+@pytest.mark.slow  # several epochs: the fast tier stays under 3 minutes
 def test_early_stopping_says_what_no_epoch_beat(tiny_config: TrainConfig, caplog):
     """A phase-2 epoch with a lower val_loss does not count if it lowers phase 1's accuracy: the
     log says so rather than that val_loss stopped improving."""
@@ -197,7 +200,7 @@ def test_early_stopping_says_what_no_epoch_beat(tiny_config: TrainConfig, caplog
     )
 
 
-@pytest.mark.parametrize("kept", [1, 2])
+@pytest.mark.parametrize("kept", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: the fast tier stays under 3 minutes
 def test_a_phase_ends_holding_its_kept_epochs_weights_without_reading_them_back(
     tiny_config: TrainConfig, monkeypatch, kept: int
 ):
@@ -274,6 +277,7 @@ def _sorted_outputs(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
     return logits[order], labels[order]
 
 
+@pytest.mark.slow  # both phases: the fast tier stays under 3 minutes
 def test_phase2_counts_only_without_lowering_phase1s_accuracy_and_its_kept_logits_are_saved(tiny_config: TrainConfig):
     """Any loss beats phase 1's here, but no accuracy reaches it: phase 2 keeps phase 1's weights,
     and the kept epoch's validation logits, which calibration fits T on, are saved (phase 1's

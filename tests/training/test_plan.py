@@ -58,6 +58,7 @@ def test_retired_plan_keys_are_unknown_now():
             load_config(None, {key: "0.9"})
 
 
+@pytest.mark.slow  # two whole runs: the fast tier stays under 3 minutes
 def test_phase1_landing_either_side_of_a_threshold_gets_the_same_phase2(tiny_config: TrainConfig, monkeypatch):
     """The cliff this plan removes: one more val photo right in phase 1 switched phase 2 to a
     shorter, cheaper path. Here phase 1's kept val accuracy is forced just under and just over

@@ -61,6 +61,7 @@ def test_a_row_dataset_keeps_its_shapes_known_to_the_model():
     assert x.shape.as_list() == [None, 1280] and y.shape.as_list() == [None] and y.dtype == tf.int32
 
 
+@pytest.mark.slow  # a subprocess: the fast tier stays under 3 minutes
 def test_reading_rows_leaves_no_autograph_source_for_a_killed_run_to_leave_behind(tmp_path):
     """tf.data would convert the row reader with AutoGraph, which writes its rewrite to the temp
     folder and removes it only at a clean exit: a killed run left it there. A fresh process (the

@@ -62,6 +62,7 @@ def test_fresh_activations_are_the_jittered_images_through_the_layers_below(side
             np.testing.assert_array_equal(got["side"].numpy(), sides[rows])
 
 
+@pytest.mark.slow  # a whole run: the fast tier stays under 3 minutes
 def test_phase2_trains_the_tail_on_fresh_activations_and_the_run_records_the_runtime(tiny_config: TrainConfig):
     cfg = tiny_config.replace(phase2_mode="images", forward_runtime="openvino", lr_finetune=1e-2)
     ctx = setup(cfg)

@@ -70,6 +70,7 @@ def test_validation_on_activations_equals_validation_on_images(data: str, tiny_c
 
 
 @pytest.mark.parametrize("data", ["images", "images_and_side_features"])
+@pytest.mark.slow  # the fast tier's phase 2 on cached views checks this hand-over too
 def test_phase1s_gather_hands_phase2_its_activations(
     data: str,
     tiny_config: TrainConfig,
@@ -102,7 +103,7 @@ def _assert_same_validation(ctx, phase) -> None:
     np.testing.assert_allclose(cached.logits, on_images.logits, atol=1e-5)
 
 
-@pytest.mark.slow  # a real phase 2 (10 s); the equalities themselves are checked above in the fast tier
+@pytest.mark.slow  # a real phase 2; the equalities themselves are checked above in the fast tier
 def test_phase2_trains_the_layers_the_tail_validates(tiny_config: TrainConfig, caplog: pytest.LogCaptureFixture):
     """The tail shares the classifier's weights: what phase 2 trains is what it validates."""
     cfg = tiny_config.replace(lr_finetune=1e-2, warmup_fraction=0.0)
@@ -158,6 +159,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     _assert_same_validation(ctx, phase)
 
 
+@pytest.mark.slow  # a resume: the fast tier stays under 3 minutes
 def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainConfig, caplog: pytest.LogCaptureFixture):
     """Without the activations (phase 1 built its cache without phase 2's cut: nothing of them
     was stored), phase 2 runs the same content-seeded views through the frozen layers as it
@@ -177,6 +179,7 @@ def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainCo
     np.testing.assert_array_equal(frozen._train.labels, labels)
 
 
+@pytest.mark.slow  # a resume: the fast tier stays under 3 minutes
 def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
@@ -200,6 +203,7 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     "rows_in_memory",
     [pytest.param(decide.ROWS_IN_MEMORY, id="in memory"), pytest.param(1000, id="on disk", marks=pytest.mark.slow)],
 )
+@pytest.mark.slow  # three gathers: the fast tier stays under 3 minutes
 def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_activations(
     rows_in_memory: int,
     tiny_config: TrainConfig,
@@ -232,10 +236,11 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
     "setting, why",
     [
         ({"phase2_mode": "images"}, "phase2_mode = images"),
-        (
+        pytest.param(
             {"cache_features": "false"},
             "phase2_mode = views; no cached views: phase 1 trained on images, so there are no"
             " cached views (cache_features)",
+            marks=pytest.mark.slow,  # the fast tier stays under 3 minutes
         ),
     ],
 )
@@ -266,6 +271,7 @@ def test_phase2_trains_on_images_when_the_views_activations_would_not_fit(
     assert frozen.decision.no_views.startswith("the views' activations would take")
 
 
+@pytest.mark.slow  # two runs: the fast tier stays under 3 minutes
 def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
@@ -300,6 +306,7 @@ def test_validation_stays_on_images_when_the_activations_would_not_fit(
     assert "phase 2 validates on images: the val activations at block_2_relu would take" in caplog.text
 
 
+@pytest.mark.slow  # both phases and a gather: the fast tier stays under 3 minutes
 def test_after_phase2_on_images_the_views_activations_still_give_the_training_features(tiny_config: TrainConfig):
     """`auto` chose fresh crops for phase 2 (a cold start), which trains only the
     layers above the cut: the views' activations kept from phase 1 then still give the trained
@@ -325,6 +332,7 @@ def test_after_phase2_on_images_the_views_activations_still_give_the_training_fe
     np.testing.assert_array_equal(labels, np.concatenate([table["label"]] * 2))
 
 
+@pytest.mark.slow  # both phases, read twice: the fast tier stays under 3 minutes
 def test_the_test_split_is_read_through_the_layers_above_the_cut_with_the_figures_of_images(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ):
@@ -365,6 +373,7 @@ def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
     "rows_in_memory",
     [pytest.param(decide.ROWS_IN_MEMORY, id="in memory"), pytest.param(1000, id="on disk", marks=pytest.mark.slow)],
 )
+@pytest.mark.slow  # a gather and an OOD fit: the fast tier stays under 3 minutes
 def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_features(
     rows_in_memory: int, tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ):

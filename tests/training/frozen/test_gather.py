@@ -103,6 +103,7 @@ def test_each_view_covers_every_training_image_once_and_val_is_the_eval_pipeline
         assert not np.allclose(aug, raw, rtol=1e-3, atol=0)  # relative: random-init features are tiny
 
 
+@pytest.mark.slow  # three gathers: the fast tier stays under 3 minutes
 def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_own(
     cached_config: TrainConfig, caplog: pytest.LogCaptureFixture
 ):
@@ -135,6 +136,7 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
     assert not np.allclose(more_views.train_features[3 * n :], first.train_features[:n])  # a view of its own
 
 
+@pytest.mark.slow  # OpenVINO's conversion and three gathers: the fast tier stays under 3 minutes
 def test_openvino_gathers_tensorflow_s_features_and_bfloat16_rows_are_stored_apart(
     cached_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
@@ -177,6 +179,7 @@ def _split_folder(images: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow  # three gathers: the fast tier stays under 3 minutes
 def test_features_are_kept_by_photo_content_a_renamed_photo_reuses_them_a_changed_one_does_not(
     tiny_config: TrainConfig, demo_images: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
