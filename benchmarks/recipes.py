@@ -2,12 +2,13 @@
 
     python -m benchmarks.recipes SPLIT_FOLDER --weights mobilenet_v2.weights.h5
     python -m benchmarks.recipes SPLIT_FOLDER --weights W --train-per-class 20   # little data
+    python -m benchmarks.recipes SPLIT_FOLDER --weights lite0.npz --backbone efficientnet_lite0
 
 SPLIT_FOLDER holds train/ and val/, each with one folder per class. The usual recipe is
 TensorFlow's "Transfer learning and fine-tuning" tutorial (benchmarks/usual_recipe.py); both use
-MobileNetV2 with the same weights file and image size. Prints per round, then a table (wall
-time, time to reach the usual recipe's final val accuracy, final val accuracy, ratios) and one
-JSON line.
+the same backbone (the tutorial's MobileNetV2 unless --backbone), weights file and image size.
+Prints per round, then a table (wall time, time to reach the usual recipe's final val accuracy,
+final val accuracy, ratios) and one JSON line.
 
 The usual recipe (benchmarks/usual_recipe.py) vs fine_tune.py's defaults on the same photos.
 
@@ -40,6 +41,7 @@ from app.cli import run_cli
 from app.errors import UserError
 from app.run_dir import RunDir
 from benchmarks.common import SCRIPTS, check_split_folder, subset_folder
+from benchmarks.usual_recipe import TUTORIAL_BACKBONE
 
 # The usual recipe runs with TensorFlow's own CPU allocator, as a user's copy of the tutorial
 # does (importing `app` switches it to BFC; this keeps the baseline's allocator pinned either way).
@@ -78,7 +80,7 @@ def _trace(cmd: list[str], environment: dict[str, str] | None = None) -> Trace:
     return Trace(time.perf_counter() - start, epochs, final)
 
 
-def _ours(records: Path, run: Path, weights: str, image_size: int, seed: int) -> Trace:
+def _ours(records: Path, run: Path, weights: str, backbone: str, image_size: int, seed: int) -> Trace:
     trace = _trace(
         [
             sys.executable,
@@ -87,6 +89,8 @@ def _ours(records: Path, run: Path, weights: str, image_size: int, seed: int) ->
             str(records),
             "--out",
             str(run),
+            "--backbone",
+            backbone,
             "--weights",
             weights,
             "--image-size",
@@ -109,6 +113,7 @@ def _rounds(
     tmp: Path,
     *,
     weights: str,
+    backbone: str,
     image_size: int,
     rounds: int,
     seed: int,
@@ -127,10 +132,11 @@ def _rounds(
                 str(image_size),
                 str(seed),
                 *map(str, recipe_epochs),
+                backbone,
             ],
             USUAL_ENVIRONMENT,
         )
-        ours = _ours(records, tmp / f"run{r}", weights, image_size, seed)
+        ours = _ours(records, tmp / f"run{r}", weights, backbone, image_size, seed)
         pairs.append((usual, ours))
         log(
             f"round {r + 1}/{rounds}: usual recipe {usual.seconds:.0f}s val {usual.final_val_accuracy:.4f};"
@@ -160,6 +166,7 @@ def run_recipe_benchmark(
     folder: Path,
     *,
     weights: str,
+    backbone: str = TUTORIAL_BACKBONE,
     image_size: int = 224,
     train_per_class: int | None = None,
     rounds: int = 2,
@@ -188,6 +195,7 @@ def run_recipe_benchmark(
             tmp / "records",
             tmp,
             weights=weights,
+            backbone=backbone,
             image_size=image_size,
             rounds=rounds,
             seed=seed,
@@ -232,7 +240,12 @@ def format_result(result: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path, help="folder with train/ and val/ class folders")
-    p.add_argument("--weights", required=True, help="MobileNetV2 (no top) weights file both recipes start from")
+    p.add_argument("--weights", required=True, help="the backbone's (no top) weights file both recipes start from")
+    p.add_argument(
+        "--backbone",
+        default=TUTORIAL_BACKBONE,
+        help=f"registry key of the backbone both recipes use (default {TUTORIAL_BACKBONE}, the tutorial's)",
+    )
     p.add_argument("--image-size", type=int, default=224, help="input size for both (default 224)")
     p.add_argument(
         "--train-per-class", type=int, default=None, help="train on this many photos per class (default all)"
@@ -244,6 +257,7 @@ def main() -> None:
     result = run_recipe_benchmark(
         args.folder,
         weights=args.weights,
+        backbone=args.backbone,
         image_size=args.image_size,
         train_per_class=args.train_per_class,
         rounds=args.rounds,

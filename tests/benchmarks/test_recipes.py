@@ -45,7 +45,8 @@ def test_the_usual_recipe_runs_with_tensorflows_own_allocator_and_ours_with_the_
         tmp_path,
         tmp_path,
         tmp_path,
-        weights="w.h5",
+        weights="w.npz",
+        backbone="efficientnet_lite0",
         image_size=32,
         rounds=1,
         seed=7,
@@ -54,8 +55,10 @@ def test_the_usual_recipe_runs_with_tensorflows_own_allocator_and_ours_with_the_
     )
     assert environments["usual"] == {"TF_CPU_ALLOCATOR_USE_BFC": "false"}  # what a copy of the tutorial gets
     assert environments["ours"] is None  # fine_tune.py as a user runs it: app/__init__.py's BFC default
-    assert commands["usual"][-3] == "7"  # both recipes get --seed: the usual one as its seed argument,
+    assert commands["usual"][-4] == "7"  # both recipes get --seed: the usual one as its seed argument,
     assert commands["ours"][commands["ours"].index("--set") + 1] == "seed=7"  # ours as its config key
+    assert commands["usual"][-1] == "efficientnet_lite0" and "w.npz" in commands["usual"]  # and the same backbone
+    assert commands["ours"][commands["ours"].index("--backbone") + 1] == "efficientnet_lite0"
 
 
 def test_subset_keeps_n_training_photos_per_class_and_all_of_val(tmp_path: Path):
@@ -111,3 +114,14 @@ def test_both_recipes_run_on_the_same_photos(pretrained_weights: Path, tmp_path:
     assert len(lines) == 1 and result["rounds"] == 1
     assert result["usual_seconds"] > 0 and result["ours_seconds"] > result["convert_seconds"] > 0
     assert 0 <= result["usual_val_accuracy"] <= 1 and 0 <= result["ours_val_accuracy"] <= 1
+
+
+def test_with_another_backbone_the_recipe_unfreezes_the_tutorials_share_of_its_layers(lite0_weights: Path):
+    """The tutorial unfreezes MobileNetV2 from layer 100 of 154; EfficientNet-Lite0 (141 layers,
+    not in keras.applications) from the same share, 92, with its own input scaling."""
+    from benchmarks.usual_recipe import build_model, fine_tune_at
+
+    model, base = build_model(3, 64, str(lite0_weights), "efficientnet_lite0")
+    assert len(base.layers) == 141 and fine_tune_at(base, "efficientnet_lite0") == 92
+    assert not base.trainable and model.output.shape == (None, 3)
+    assert "normalize" in [layer.name for layer in model.layers]  # Lite0's (x - 127) / 128, not MobileNetV2's
