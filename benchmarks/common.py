@@ -17,6 +17,7 @@ from app.config import TrainConfig
 from app.errors import UserError
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+TUTORIAL_BACKBONE = "mobilenet_v2"  # the usual recipe's (benchmarks/usual_recipe.py), unless told otherwise
 COMMAND = [sys.executable, "-c", "from app.commands import main; main()"]  # photoclf, this checkout's
 
 Variant = tuple[str, dict[str, str]]  # name, config overrides

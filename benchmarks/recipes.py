@@ -40,8 +40,7 @@ from pathlib import Path
 from app.cli import run_cli
 from app.errors import UserError
 from app.run_dir import RunDir
-from benchmarks.common import SCRIPTS, check_split_folder, subset_folder
-from benchmarks.usual_recipe import TUTORIAL_BACKBONE
+from benchmarks.common import SCRIPTS, TUTORIAL_BACKBONE, check_split_folder, subset_folder
 
 # The usual recipe runs with TensorFlow's own CPU allocator, as a user's copy of the tutorial
 # does (importing `app` switches it to BFC; this keeps the baseline's allocator pinned either way).

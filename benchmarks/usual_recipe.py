@@ -28,9 +28,10 @@ from pathlib import Path
 
 import keras
 
+from benchmarks.common import TUTORIAL_BACKBONE
+
 FINE_TUNE_AT = 100  # the tutorial's first trainable layer of the base in phase 2
 TUTORIAL_BASE_LAYERS = 154  # MobileNetV2's, as the tutorial prints them
-TUTORIAL_BACKBONE = "mobilenet_v2"
 EPOCHS_HEAD, EPOCHS_FINETUNE = 10, 10
 BATCH_SIZE = 32
 
