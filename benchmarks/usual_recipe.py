@@ -55,10 +55,8 @@ def _base(backbone: str, image_size: int, weights: str) -> tuple[keras.Model, Ca
     return load_backbone(spec, image_size, weights)[0], spec.normalization_layer()
 
 
-def fine_tune_at(base: keras.Model, backbone: str) -> int:
-    """The tutorial's first trainable layer, or the same share of another base's layers."""
-    if backbone == TUTORIAL_BACKBONE:
-        return FINE_TUNE_AT
+def fine_tune_at(base: keras.Model) -> int:
+    """The tutorial's first trainable layer as a share of the base's layers: 100 for its MobileNetV2."""
     return round(len(base.layers) * FINE_TUNE_AT / TUTORIAL_BASE_LAYERS)
 
 
@@ -99,7 +97,7 @@ def run_usual_recipe(
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=loss, metrics=["accuracy"])
     history = model.fit(train, epochs=epochs_head, validation_data=val, callbacks=[_PrintValAccuracy()], verbose=2)
     base.trainable = True
-    for layer in base.layers[: fine_tune_at(base, backbone)]:
+    for layer in base.layers[: fine_tune_at(base)]:
         layer.trainable = False
     model.compile(optimizer=keras.optimizers.RMSprop(1e-5), loss=loss, metrics=["accuracy"])
     history = model.fit(

@@ -122,6 +122,6 @@ def test_with_another_backbone_the_recipe_unfreezes_the_tutorials_share_of_its_l
     from benchmarks.usual_recipe import build_model, fine_tune_at
 
     model, base = build_model(3, 64, str(lite0_weights), "efficientnet_lite0")
-    assert len(base.layers) == 141 and fine_tune_at(base, "efficientnet_lite0") == 92
+    assert len(base.layers) == 141 and fine_tune_at(base) == 92
     assert not base.trainable and model.output.shape == (None, 3)
     assert "normalize" in [layer.name for layer in model.layers]  # Lite0's (x - 127) / 128, not MobileNetV2's
