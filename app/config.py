@@ -70,8 +70,8 @@ class TrainConfig:
     forward_runtime: str = _key(
         "auto",
         "what runs the frozen backbone's passes that train nothing (phase 1's features, the activations"
-        " at phase 2's cut, phase 2's layers below the cut on fresh images): auto (OpenVINO, float32 or"
-        " bfloat16, where it agrees with TensorFlow on the first batch and is faster; see"
+        " at phase 2's cut, phase 2's layers below the cut on fresh images): auto (OpenVINO in float32,"
+        " where it agrees with TensorFlow on the first batch and is faster; see"
         " docs/training.md) | tensorflow | openvino",
         choices=("auto", "tensorflow", "openvino"),
     )

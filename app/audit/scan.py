@@ -91,7 +91,7 @@ def scan_images(
 
     def embed() -> dict[str, np.ndarray]:
         forward = HostForward(lambda x: features(x, training=False), (size, size, 3), forward_runtime,
-                              len(audit_input.items))  # fmt: skip
+                              len(audit_input.items), bfloat16=True)  # fmt: skip
         rows = RowSink(len(audit_input.items))  # held once, never as batches and a concatenation of them
         _pass(audit_input, cols, forward, size, lambda batch: rows.add(np.asarray(batch, np.float32)))
         del forward

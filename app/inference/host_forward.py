@@ -2,8 +2,11 @@
 
 The frozen backbone's passes (phase 1's features, the activations at phase 2's cut, a split's
 pooled features for the backbone probe and "none of these") change no weight, so they need not
-run through TensorFlow. OpenVINO converts the same tf.function and compiles it for this CPU:
-float32, and bfloat16 where the CPU has bfloat16 instructions (OpenVINO reports "BF16").
+run through TensorFlow. OpenVINO converts the same tf.function and compiles it for this CPU in
+float32. A caller whose rows only compare photos with each other (the audit's embeddings) may also
+allow bfloat16 where the CPU has bfloat16 instructions (OpenVINO reports "BF16"); rows that train
+or judge a model are float32: on the suite, training on bfloat16 rows that passed the gate below
+still cost test accuracy (benchmarks/README.md, "Runtimes").
 
 `auto` decides on the first batch of the pass, the run's own photos: every candidate is run on it
 beside TensorFlow (the parity gate: each output's cosine similarity per row, mean and lowest),
@@ -65,20 +68,14 @@ class Choice:
     why: str
     tried: tuple[Candidate, ...] = field(default=())
     exact: str = "tensorflow float32"  # what runs the exact passes: the fastest float32 candidate
-    computed_in: str = ""  # the lowest precision of any row it computed ("" = `precision`): the trial's rows count
 
     @property
     def name(self) -> str:
         return f"{self.runtime} {self.precision}"
 
-    @property
-    def rows_precision(self) -> str:
-        """What the pass's (not exact) rows hold: bfloat16 if any of them was computed so."""
-        return self.computed_in or self.precision
-
     def as_dict(self) -> dict:
         return {"runtime": self.runtime, "precision": self.precision, "exact": self.exact, "why": self.why,
-                "rows_precision": self.rows_precision, "tried": [asdict(c) for c in self.tried]}  # fmt: skip
+                "tried": [asdict(c) for c in self.tried]}  # fmt: skip
 
 
 def openvino_precisions() -> tuple[str, ...]:
@@ -87,8 +84,8 @@ def openvino_precisions() -> tuple[str, ...]:
 
 
 def expected_precision(runtime: str, rows: int) -> str:
-    """The precision a pass of `rows` rows will most likely run in, before any photo is seen: the
-    feature store keys rows by it (the rows actually computed are stored under what ran)."""
+    """The precision a pass of `rows` rows that allows bfloat16 will most likely run in, before any
+    photo is seen: the audit keys its embeddings by it."""
     if runtime == "tensorflow" or (runtime == "auto" and rows < MIN_ROWS):
         return "float32"
     return "bfloat16" if "bfloat16" in openvino_precisions() else "float32"
@@ -97,18 +94,20 @@ def expected_precision(runtime: str, rows: int) -> str:
 class HostForward:
     """`fn` (a float32 batch, e.g. images 0..255 [N, H, W, 3] → a tensor or a dict of tensors) as
     a host call on numpy batches, on the runtime chosen at its first batch. `rows`: how many rows
-    the pass will run (auto keeps TensorFlow for small passes). A call with `exact` runs in float32
-    (TensorFlow or OpenVINO's float32, whichever was faster): for what evaluates a model, where
-    bfloat16's rounding would make the figures those of another model than the one exported."""
+    the pass will run (auto keeps TensorFlow for small passes). `bfloat16`: the calls may run in
+    bfloat16 where the host has it; a call with `exact` still runs in float32 (TensorFlow or
+    OpenVINO's float32, whichever was faster)."""
 
-    def __init__(self, fn: Callable, input_shape: tuple[int, ...], runtime: str = "auto", rows: int = 0) -> None:
+    def __init__(
+        self, fn: Callable, input_shape: tuple[int, ...], runtime: str = "auto", rows: int = 0, bfloat16: bool = False
+    ) -> None:
         if runtime not in RUNTIMES:
             raise UserError(f"forward_runtime: {runtime!r} is not one of {', '.join(RUNTIMES)}")
         if runtime == "openvino" and not openvino_precisions():
             raise UserError("forward_runtime = openvino: " + _no_openvino())
         signature = [tf.TensorSpec([None, *input_shape], tf.float32)]
         self._tf = tf.function(fn, input_signature=signature, autograph=False)
-        self.runtime, self.rows = runtime, rows
+        self.runtime, self.rows, self.bfloat16 = runtime, rows, bfloat16
         self.choice: Choice | None = None
         self._run: Callable[[np.ndarray], Outputs] | None = None
         self._exact_run: Callable[[np.ndarray], Outputs] | None = None
@@ -136,7 +135,7 @@ class HostForward:
         c = self.choice
         runtime, precision = name.split()
         why = f"{c.why}; in the pass, input pipeline included: {figures}"
-        self.choice = Choice(runtime, precision, why, c.tried, c.exact, computed_in=c.precision)
+        self.choice = Choice(runtime, precision, why, c.tried, c.exact)
         log.info("forward passes: %s (%s)", name, why)
 
     def _tensorflow(self, images: np.ndarray) -> Outputs:
@@ -147,7 +146,7 @@ class HostForward:
         return {"output": outputs.numpy().astype(np.float32, copy=False)}
 
     def _decide(self, probe: np.ndarray) -> None:
-        precisions = openvino_precisions()
+        precisions = tuple(p for p in openvino_precisions() if self.bfloat16 or p == "float32")
         reason = keeps_tensorflow(self.runtime, self.rows, precisions)
         if reason:
             self.choice, self._run, self._exact_run = Choice("tensorflow", "float32", reason), *[self._tensorflow] * 2

@@ -73,7 +73,19 @@ def _bfloat16_fastest(model, monkeypatch) -> HostForward:
     monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
     measured = iter([5.0, 3.0, 1.0])  # TensorFlow, OpenVINO float32, OpenVINO bfloat16
     monkeypatch.setattr(host_forward, "_ms_per_row", lambda run, probe: next(measured))
-    return HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS)
+    return HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS, bfloat16=True)
+
+
+def test_a_pass_that_does_not_allow_bfloat16_never_tries_it(model, images, monkeypatch):
+    """The passes whose rows train or judge a model (the default): float32 only, on any host."""
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
+    measured = iter([5.0, 3.0])  # TensorFlow, OpenVINO float32: nothing else is timed
+    monkeypatch.setattr(host_forward, "_ms_per_row", lambda run, probe: next(measured))
+    forward = HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS)
+    outputs = forward(images)
+    assert [c.name for c in forward.choice.tried] == ["tensorflow float32", "openvino float32"]
+    assert (forward.choice.name, forward.choice.exact) == ("openvino float32", "openvino float32")
+    np.testing.assert_allclose(outputs["features"], _reference(model, images)["features"], rtol=1e-4, atol=1e-5)
 
 
 def test_exact_calls_run_in_float32_when_bfloat16_is_the_fastest(model, images, monkeypatch):
@@ -120,7 +132,7 @@ def test_a_runtime_that_disagrees_with_tensorflow_is_not_used(model, images, mon
     monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
     wrong = lambda m, precision, single: lambda x: {k: -v for k, v in _reference(model, x).items()}  # noqa: E731
     monkeypatch.setattr(host_forward, "_compiled", wrong)
-    forward = HostForward(lambda x: model(x, training=False), SHAPE, runtime, rows=MIN_ROWS)
+    forward = HostForward(lambda x: model(x, training=False), SHAPE, runtime, rows=MIN_ROWS, bfloat16=True)
     outputs = forward(images)
     assert forward.choice.runtime == "tensorflow"
     assert "failed the parity gate" in forward.choice.why
@@ -160,14 +172,14 @@ def _slowed(run, seconds: float = 0.03):
 @pytest.mark.parametrize("slower", ["openvino", "tensorflow"])
 def test_in_the_pass_the_faster_of_the_two_goes_on_input_pipeline_included(model, images, monkeypatch, slower):
     """Faster alone on the first batch is not enough: the pass's next batches, timed one to the
-    next, decide; the rows it computed in the meantime are labelled by the lowest precision."""
+    next, decide."""
     monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
     measured = iter([5.0, 3.0, 1.0])  # alone: OpenVINO bfloat16 the fastest
     monkeypatch.setattr(host_forward, "_ms_per_row", lambda run, probe: next(measured))
     compiled = host_forward._compiled
     if slower == "openvino":
         monkeypatch.setattr(host_forward, "_compiled", lambda *args: _slowed(compiled(*args)))
-    forward = HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS)
+    forward = HostForward(lambda x: model(x, training=False), SHAPE, "auto", rows=MIN_ROWS, bfloat16=True)
     if slower == "tensorflow":
         forward._tensorflow = _slowed(forward._tensorflow)
     for _ in range(2 * TRIAL_BATCHES):
@@ -179,5 +191,4 @@ def test_in_the_pass_the_faster_of_the_two_goes_on_input_pipeline_included(model
         forward.choice.name == winner
         and "in the pass, input pipeline included: openvino bfloat16" in forward.choice.why
     )
-    assert forward.choice.rows_precision == "bfloat16" and forward.choice.as_dict()["rows_precision"] == "bfloat16"
     assert forward.choice.exact == "openvino float32"

@@ -152,8 +152,7 @@ class FrozenBackbone:
                 f.val_features[:], f.val_labels, named)  # fmt: skip
         features, labels = _upper_features(self.cut, rows, self.ctx.cfg.batch_size), rows.labels
         if rows.keys is not None:
-            precision = self.forward.rows_precision if self.forward else "float32"
-            keep_features(self.ctx, self.cut, split, rows.keys, features, precision)
+            keep_features(self.ctx, self.cut, split, rows.keys, features)
         return features, labels, named
 
     def release(self) -> None:

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from app.data.keyed import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
-from app.inference.host_forward import Choice, HostForward, expected_precision
+from app.inference.host_forward import Choice, HostForward
 from app.training.context import Context
 from app.training.frozen.passes import forward_batches, model_outputs, one_stream
 from app.training.frozen.rows import ActivationRows, DiskRows, PartSink, Phase1Features, RowsAt, copy_rows, new_rows
@@ -125,12 +125,11 @@ def _parts(ctx: Context, cut: FrozenCut | None, train_activations: bool, test_ac
 
 class _Spaces:
     """What decides a part's stored rows: features depend on the whole backbone's weights,
-    activations at the cut only on the frozen layers below it; the training views' rows from a
-    bfloat16 pass are kept apart from float32 ones (`precision`; val and test always run float32)."""
+    activations at the cut only on the frozen layers below it. Every row is float32 (a store's
+    older bfloat16 rows are keyed apart, by "precision", and never read)."""
 
-    def __init__(self, ctx: Context, cut: FrozenCut | None, precision: str = "float32") -> None:
+    def __init__(self, ctx: Context, cut: FrozenCut | None) -> None:
         self.ctx = ctx
-        self.precision = precision
         self.common = {
             "version": CACHE_VERSION,
             "decode": EVAL_DECODE,
@@ -150,11 +149,9 @@ class _Spaces:
                 "cut": self.cut_layer}  # fmt: skip
 
     def _view(self, part: Part) -> dict:
-        bfloat16 = part.split == "train" and self.precision != "float32"
-        precision = {"precision": self.precision} if bfloat16 else {}  # float32 keeps older stores' keys
         if part.view_seed is None:
-            return {"view": "eval", **precision}
-        return {"view": part.view_seed, "augment": repr(self.ctx.augmentation), **precision}
+            return {"view": "eval"}
+        return {"view": part.view_seed, "augment": repr(self.ctx.augmentation)}
 
 
 def _fill(
@@ -168,14 +165,12 @@ def _fill(
 ) -> tuple[dict[str, int], Choice | None]:
     """Every part's features (and activations where it keeps them): looked up, then the missing
     ones run through the layers above the cut (activations stored) or the whole backbone; what
-    was computed is added to the store, under the precision it ran in."""
+    was computed is added to the store."""
     total = sum(len(rows.keys) for rows in parts)
-    spaces.precision = expected_precision(ctx.cfg.forward_runtime, total)
     stored = [_lookup(store, spaces, rows, on_disk) for rows in parts]
     full = [missing_act if rows.part.keeps_activations else missing_feat for rows, (missing_feat, missing_act) in
             zip(parts, stored)]  # fmt: skip
     computed, choice = _full_pass(ctx, parts, full, cut, total, on_first_batch, on_disk)
-    spaces.precision = choice.rows_precision if choice else spaces.precision
     computed_rows = sum(int(m.sum()) for m in full)
     upper = 0
     for rows, (missing_feat, missing_act), new in zip(parts, stored, computed):
@@ -352,20 +347,15 @@ def _activation_rows(
     return ActivationRows(val.activations, features.val_side, features.val_labels, val.keys), train, test
 
 
-def keep_features(
-    ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, features: np.ndarray, precision: str = "float32"
-) -> None:
+def keep_features(ctx: Context, cut: FrozenCut, split: str, keys: np.ndarray, features: np.ndarray) -> None:
     """Add the pooled features of the backbone's current weights for `split`'s rows ("train":
     the cache's views of its photos, one view after another, as the cache build orders them;
     "val") to the feature store. The "none of these" fit computes them for the kept weights after
     phase 2; a run started from this one (`--init-from`) has those weights, finds them, and runs
-    none of its old photos through the layers above the cut. `precision`: that of the pass that
-    computed the activations they come from."""
+    none of its old photos through the layers above the cut."""
     parts = [part for part in _parts(ctx, cut, False, False) if part.split == split]
     chunks = np.split(np.arange(len(keys)), len(parts))
     store = FeatureStore(store_root(ctx.cfg.feature_store, ctx.run))
-    spaces = _Spaces(
-        ctx, None, precision
-    )  # features depend on the whole backbone's weights only: no hash below the cut
+    spaces = _Spaces(ctx, None)  # features depend on the whole backbone's weights only: no hash below the cut
     for part, rows in zip(parts, chunks):
         store.add(spaces.features(part), keys[rows], features[rows])

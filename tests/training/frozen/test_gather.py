@@ -137,34 +137,29 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
 
 
 @pytest.mark.slow  # OpenVINO's conversion and three gathers: the fast tier stays under 3 minutes
-def test_openvino_gathers_tensorflow_s_features_and_bfloat16_rows_are_stored_apart(
+def test_openvino_gathers_tensorflow_s_features_in_float32_even_where_the_host_has_bfloat16(
     cached_config: TrainConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    """The gather's pass on OpenVINO gives TensorFlow's features (float32), says so and records it;
-    in bfloat16 only the training views run in it (val and test judge the model: float32), and
-    their rows are kept apart in the store, so a float32 run never reads them."""
+    """The gather's pass on OpenVINO gives TensorFlow's features (float32), says so and records it.
+    Its rows train and judge the model, so on a host with bfloat16 it is not even tried: the rows
+    are float32's, and a later float32 run finds them all in the store."""
     caplog.set_level(logging.INFO)
     by_tf = gather(setup(cached_config.replace(forward_runtime="tensorflow", out=cached_config.out + "-tf")))
     assert (by_tf.forward.runtime, by_tf.forward.precision) == ("tensorflow", "float32")
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32", "bfloat16"))
     store = str(Path(cached_config.out).parent / "store-ov")  # apart from the TensorFlow run's rows
     float32 = cached_config.replace(forward_runtime="openvino", feature_store=store, out=cached_config.out + "-f32")
     by_ov = gather(setup(float32))
     assert (by_ov.forward.runtime, by_ov.forward.precision) == ("openvino", "float32")
-    assert "forward passes: openvino float32" in caplog.text
+    assert [c.name for c in by_ov.forward.tried] == ["tensorflow float32", "openvino float32"]
+    assert "forward passes: openvino float32" in caplog.text and "bfloat16" not in caplog.text
     scale = np.abs(by_tf.features.train_features).max()
     np.testing.assert_allclose(by_ov.features.train_features, by_tf.features.train_features, atol=1e-4 * scale)
     np.testing.assert_allclose(by_ov.features.val_features, by_tf.features.val_features, atol=1e-4 * scale)
-    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("bfloat16",))
-    bfloat16 = float32.replace(out=cached_config.out + "-bf16")
-    mixed = gather(setup(bfloat16))
-    assert mixed.forward.precision == "bfloat16" and mixed.forward.exact.endswith(" float32")  # the faster float32
-    n_views = len(by_tf.features.train_labels)  # every view of every training photo
-    assert f", {n_views} computed" in caplog.text  # the views again, in bfloat16; val from the float32 rows
-    np.testing.assert_array_equal(mixed.features.val_features, by_ov.features.val_features)
     caplog.clear()
-    assert gather(setup(bfloat16)).forward is None and ", 0 computed" in caplog.text  # ... and kept apart
-    assert gather(setup(float32.replace(out=cached_config.out + "-again"))).forward is None  # the f32 rows too
+    monkeypatch.setattr(host_forward, "openvino_precisions", lambda: ("float32",))
+    assert gather(setup(float32.replace(out=cached_config.out + "-again"))).forward is None
+    assert ", 0 computed" in caplog.text
 
 
 def _split_folder(images: Path, out: Path) -> Path:
