@@ -13,8 +13,11 @@ Runtime, CPU) runs it only where the check passed.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from app import storage
@@ -38,16 +41,13 @@ def onnx_available() -> str | None:
 def convert(forward: FrozenForward) -> bytes:
     """The frozen GraphDef as a serialized ONNX model, its inputs named image (and side) and its
     outputs as the SavedModel names them."""
-    import tf2onnx
-    from tensorflow.python.util import deprecation
-
     logging.getLogger("tf2onnx").setLevel(logging.WARNING)  # its INFO lines (opset, optimizer counts)
-    renames = {**{n: n.split(":")[0] for n in forward.inputs}, **dict(zip(forward.outputs, forward.names))}
-    with deprecation.silence():  # the TF1 APIs tf2onnx calls would each warn of their deprecation
-        proto, _ = tf2onnx.convert.from_graph_def(
-            forward.graph_def, input_names=forward.inputs, output_names=forward.outputs, opset=OPSET
-        )
+    try:
+        proto = _from_graph_def(forward, catch_errors=False)
+    except Exception:  # an optimizer failed: tf2onnx's own default skips it and goes on
+        proto = _from_graph_def(forward, catch_errors=True)
     gc.collect()  # tf2onnx leaves its working graphs in reference cycles: about its own peak, freed now
+    renames = {**{n: n.split(":")[0] for n in forward.inputs}, **dict(zip(forward.outputs, forward.names))}
     for value in [*proto.graph.input, *proto.graph.output]:
         old = value.name
         value.name = renames.get(old, old)
@@ -55,6 +55,39 @@ def convert(forward: FrozenForward) -> bytes:
             node.input[:] = [value.name if i == old else i for i in node.input]
             node.output[:] = [value.name if o == old else o for o in node.output]
     return proto.SerializeToString()
+
+
+def _from_graph_def(forward: FrozenForward, catch_errors: bool):
+    """tf2onnx's conversion. Catching errors, its default, deep-copies the whole graph, weights
+    and all, before every optimizer pass: most of the conversion's time. Without it an optimizer
+    that fails raises instead of being skipped, so `convert` tries that first and falls back.
+    tf2onnx reads the switch from the environment only, and catches wherever it is unset (set to
+    anything, even "TRUE", it does not catch)."""
+    import tf2onnx
+    from tensorflow.python.util import deprecation
+
+    switch = None if catch_errors else "FALSE"
+    # deprecation.silence: the TF1 APIs tf2onnx calls would each warn of their deprecation
+    with _environment(tf2onnx.constants.ENV_TF2ONNX_CATCH_ERRORS, switch), deprecation.silence():
+        proto, _ = tf2onnx.convert.from_graph_def(
+            forward.graph_def, input_names=forward.inputs, output_names=forward.outputs, opset=OPSET
+        )
+    return proto
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """$name set to value (unset for None) within the block, as it was after."""
+    before = os.environ.get(name)
+    os.environ.pop(name, None)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+        if before is not None:
+            os.environ[name] = before
 
 
 def write_onnx(forward: FrozenForward, version: Path, reference: parity.Reference) -> dict:
