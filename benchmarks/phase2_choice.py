@@ -12,7 +12,8 @@ candidates by what validation said of them:
 
 - `guard`: the best val_loss of the phase-2 epochs that beat phase 1's val_loss without falling
   under its val_accuracy; phase 1's weights where none does;
-- `val_loss`: the best val_loss of the phase-2 epochs that beat phase 1's; phase 1's where none does;
+- `val_loss`: the best val_loss of the phase-2 epochs that beat phase 1's; phase 1's where none does
+  (what `photoclf train` keeps);
 - `phase 2`: phase 2's best val_loss epoch, whatever phase 1 scored;
 - `last`: phase 2's last epoch.
 

@@ -57,7 +57,6 @@ class PhaseSpec:
     patience: int  # epochs without improvement of select_by before stopping
     epoch_offset: int  # global epoch number of this phase's epoch 0
     select_by: str = "val_loss"  # or "val_accuracy", ties broken by val_loss
-    keep_baseline_accuracy: bool = True  # with a baseline: an epoch below its val accuracy never counts as best
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,19 +101,12 @@ class Phase:
         return self.val_steps or self.steps
 
 
-def beats(
-    loss: float,
-    accuracy: float,
-    best_loss: float,
-    best_accuracy: float,
-    select_by: str,
-    min_accuracy: float = -math.inf,
-) -> bool:
-    """Whether an epoch's validation result beats the best so far: lower loss, or with
-    select_by="val_accuracy" higher accuracy, equal accuracy going to the lower loss; never
-    with an accuracy below `min_accuracy` (phase 2: phase 1's, see PhaseSpec)."""
-    if accuracy < min_accuracy - 1e-9:
-        return False
+def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, select_by: str) -> bool:
+    """Whether an epoch's validation result beats the best so far (phase 2's first: phase 1's):
+    lower loss, or with select_by="val_accuracy" higher accuracy, equal accuracy going to the
+    lower loss. One criterion, with no second bar on phase 1's accuracy: on a small validation
+    split phase 1's kept accuracy is its luckiest, and such a bar threw away phase 2's better
+    weights (benchmarks/README.md, "Which of phase 2's weights")."""
     lower_loss = loss < best_loss - 1e-7
     if select_by == "val_loss":
         return lower_loss
@@ -196,28 +188,17 @@ class PhaseState:
         return self.epochs_done >= self.phase.spec.epochs or self.stopped
 
     def improves(self, val: Evaluation) -> bool:
-        baseline, spec = self.phase.baseline, self.phase.spec
-        floor = baseline.val_accuracy if baseline is not None and spec.keep_baseline_accuracy else -math.inf
-        return beats(
-            val.loss,
-            val.accuracy,
-            float(self.best_val_loss),
-            float(self.best_val_accuracy),
-            spec.select_by,
-            min_accuracy=floor,
-        )
+        best_loss, best_accuracy = float(self.best_val_loss), float(self.best_val_accuracy)
+        return beats(val.loss, val.accuracy, best_loss, best_accuracy, self.phase.spec.select_by)
 
     def stop_reason(self) -> str:
-        """Why the phase stopped early, in the terms `improves` decides by (a lower val_loss alone
-        is not enough in phase 2 if val_accuracy fell below phase 1's)."""
+        """Why the phase stopped early, in the terms `improves` decides by."""
         spec, best = self.phase.spec, int(self.best_epoch)
         where = f"epoch {best}" if best else "phase 1's weights"
-        floor = self.phase.baseline is not None and spec.keep_baseline_accuracy
         epochs = f"{spec.patience} epoch{'s' if spec.patience != 1 else ''}"
         return (
             f"{epochs} without beating the best on {spec.select_by} ({where}: val_loss"
             f" {float(self.best_val_loss):.4f}, val_accuracy {float(self.best_val_accuracy):.4f})"
-            + ("; an epoch must also keep phase 1's val_accuracy" if floor else "")
         )
 
     def record(self, epoch: int, val: Evaluation, seconds: float, improved: bool) -> None:
@@ -252,9 +233,10 @@ def run_phase(phase: Phase) -> PhaseResult:
     """Train up to spec.epochs, keep the weights that score best on spec.select_by, return their metrics.
 
     With a `baseline` (phase 1's result, whose weights are loaded at the start), an epoch must
-    beat it to count as best; if none does, the phase ends with the weights it started from,
-    held in memory as its "epoch 0" before training (the whole model: a cached phase 1 kept only
-    the head). So phase 2 can never leave the model worse on validation than phase 1 did.
+    beat it on spec.select_by to count as best; if none does, the phase ends with the weights it
+    started from, held in memory as its "epoch 0" before training (the whole model: a cached
+    phase 1 kept only the head). So phase 2 never leaves the model worse on that figure than
+    phase 1 did.
     """
     state = PhaseState(phase)
     if phase.baseline is not None:  # the weights to fall back to, backbone included, before a resume moves them
@@ -343,14 +325,11 @@ def _load_kept_weights(phase: Phase, state: PhaseState) -> None:
     if best:
         state.kept.restore(best)
     elif baseline is not None:  # back to the weights the phase started from (held as its epoch 0)
-        guarded = phase.spec.keep_baseline_accuracy and phase.spec.select_by != "val_accuracy"
-        guard = " without lowering val_accuracy" if guarded else ""
         log.info(
-            "phase %d did not beat phase %d on %s%s; keeping phase %d's weights",
+            "phase %d did not beat phase %d on %s; keeping phase %d's weights",
             number,
             number - 1,
             phase.spec.select_by,
-            guard,
             number - 1,
         )
         state.kept.restore(0)

@@ -43,4 +43,4 @@ def test_a_run_scores_phase_1_and_every_phase_2_epoch_and_its_own_rule_is_what_i
     assert found == [scored] and len(scored.epochs) == 3
     candidates = [scored.phase1, *scored.epochs]
     assert all(0.0 <= c.test_accuracy <= 1.0 and c.weights == [] for c in candidates)
-    assert scored.choice("guard").test_accuracy == pytest.approx(scored.kept_test)  # the run's own rule
+    assert scored.choice("val_loss").test_accuracy == pytest.approx(scored.kept_test)  # the run's own rule
