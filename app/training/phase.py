@@ -105,8 +105,8 @@ def beats(loss: float, accuracy: float, best_loss: float, best_accuracy: float, 
     """Whether an epoch's validation result beats the best so far (phase 2's first: phase 1's):
     lower loss, or with select_by="val_accuracy" higher accuracy, equal accuracy going to the
     lower loss. One criterion, with no second bar on phase 1's accuracy: on a small validation
-    split phase 1's kept accuracy is its luckiest, and such a bar threw away phase 2's better
-    weights (benchmarks/README.md, "Which of phase 2's weights")."""
+    split phase 1's kept accuracy is its luckiest, and such a bar throws away a better phase 2
+    (benchmarks/README.md, "Which of phase 2's weights to keep")."""
     lower_loss = loss < best_loss - 1e-7
     if select_by == "val_loss":
         return lower_loss
