@@ -32,6 +32,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 from app.cli import int_list, lasting_imports, run_cli
 from app.errors import UserError
@@ -109,13 +110,12 @@ def scoring(found: list[Scored], where: str, seed: int) -> Iterator[None]:
             found.append(scored)
         return result
 
-    phase_module.run_phase, phase_module._run_epoch = held_run_phase, held_epoch
-    train_module.run_phase, train_module._evaluate_test = held_run_phase, scored_test
-    try:
+    with contextlib.ExitStack() as patches:
+        held = ((phase_module, "run_phase", held_run_phase), (phase_module, "_run_epoch", held_epoch),
+                (train_module, "run_phase", held_run_phase), (train_module, "_evaluate_test", scored_test))  # fmt: skip
+        for module, name, replacement in held:
+            patches.enter_context(mock.patch.object(module, name, replacement))
         yield
-    finally:
-        phase_module.run_phase, phase_module._run_epoch = run_phase, run_epoch
-        train_module.run_phase, train_module._evaluate_test = run_phase, evaluate_test
 
 
 def train_scored(cfg, where: str, found: list[Scored]) -> Scored:
@@ -124,13 +124,11 @@ def train_scored(cfg, where: str, found: list[Scored]) -> Scored:
     from app.training.train import train
 
     skipped = {"missing": "not written: benchmarks.phase2_choice"}
-    files = run_export._files_beside
-    run_export._files_beside = lambda *_: {"litert": {}, "openvino": skipped, "onnx": skipped}
-    try:
-        with scoring(found, where, cfg.seed):
-            train(cfg, overwrite=True)
-    finally:
-        run_export._files_beside = files
+    savedmodel_only = mock.patch.object(
+        run_export, "_files_beside", lambda *_: {"litert": {}, "openvino": skipped, "onnx": skipped}
+    )
+    with savedmodel_only, scoring(found, where, cfg.seed):
+        train(cfg, overwrite=True)
     return found[-1]
 
 
