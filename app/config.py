@@ -113,8 +113,9 @@ class TrainConfig:
     early_stopping_patience: int = _key(3, "epochs without improvement of select_by before a phase stops")
     select_by: str = _key(
         "val_loss",
-        "what picks a phase's kept epoch, stops it early and decides whether phase 2"
-        " beat phase 1: val_loss | val_accuracy (ties broken by val_loss)",
+        "what decides whether a phase-2 epoch beat phase 1, picks phase 1's kept epoch"
+        " (and an early-stopped phase 2's) and stops a phase early: val_loss | val_accuracy"
+        " (ties broken by val_loss)",
         choices=("val_loss", "val_accuracy"),
     )
     ema_decay: float = _key(

@@ -12,10 +12,11 @@ candidates by what validation said of them:
 
 - `guard`: the best val_loss of the phase-2 epochs that beat phase 1's val_loss without falling
   under its val_accuracy; phase 1's weights where none does;
-- `val_loss`: the best val_loss of the phase-2 epochs that beat phase 1's; phase 1's where none does
-  (what `photoclf train` keeps);
+- `val_loss`: the best val_loss of the phase-2 epochs that beat phase 1's; phase 1's where none does;
 - `phase 2`: phase 2's best val_loss epoch, whatever phase 1 scored;
-- `last`: phase 2's last epoch.
+- `last`: phase 2's last epoch, whatever phase 1 scored;
+- `latest`: the latest phase-2 epoch that beats phase 1's val_loss; phase 1's where none does
+  (what `photoclf train` keeps of phase 2's whole schedule on images).
 
 Prints a line per run, then per rule its mean test accuracy and its difference from the run's own
 kept weights (the default rule) per set, and a JSON line. Test chose nothing; validation chose every
@@ -38,7 +39,8 @@ from app.cli import int_list, lasting_imports, run_cli
 from app.errors import UserError
 from app.table import format_table
 
-RULES = ("guard", "val_loss", "phase 2", "last")
+RULES = ("guard", "val_loss", "phase 2", "last", "latest")
+DEFAULT_RULE = "latest"
 
 
 @dataclass
@@ -67,7 +69,9 @@ class Scored:
             return min(epochs, key=lambda c: c.val_loss)
         floor = p1.val_accuracy if rule == "guard" else float("-inf")
         beating = [c for c in epochs if c.val_loss < p1.val_loss - 1e-7 and c.val_accuracy >= floor - 1e-9]
-        return min(beating, key=lambda c: c.val_loss) if beating else p1
+        if not beating:
+            return p1
+        return beating[-1] if rule == "latest" else min(beating, key=lambda c: c.val_loss)
 
 
 @contextlib.contextmanager

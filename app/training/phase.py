@@ -39,7 +39,7 @@ class PhaseResult:
     seconds: float
     images_per_s: float
     val_confusion_matrix: list  # of the kept weights; rows: true class (multi-label: [label][true][predicted])
-    still_improving: bool = False  # its last epoch was its best: more epochs would likely help
+    still_improving: bool = False  # its last epoch had its lowest val_loss: more epochs would likely help
 
     def to_dict(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -57,6 +57,7 @@ class PhaseSpec:
     patience: int  # epochs without improvement of select_by before stopping
     epoch_offset: int  # global epoch number of this phase's epoch 0
     select_by: str = "val_loss"  # or "val_accuracy", ties broken by val_loss
+    keep_last: bool = False  # keep the latest epoch that beats the baseline, not the best: a whole schedule's end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +138,8 @@ class PhaseState:
         self.best_val_loss = tf.Variable(math.inf, dtype=tf.float64, trainable=False)
         self.best_val_accuracy = tf.Variable(0.0, dtype=tf.float64, trainable=False)
         self.best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.own_best_val_loss = tf.Variable(math.inf, dtype=tf.float64, trainable=False)  # of this phase's epochs
+        self.own_best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.wait = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
         self.best_confusion = tf.Variable(tf.zeros(phase.steps.confusion_shape, tf.int64), trainable=False)
@@ -152,6 +155,8 @@ class PhaseState:
             best_val_loss=self.best_val_loss,
             best_val_accuracy=self.best_val_accuracy,
             best_epoch=self.best_epoch,
+            own_best_val_loss=self.own_best_val_loss,
+            own_best_epoch=self.own_best_epoch,
             wait=self.wait,
             seconds=self.seconds,
             best_confusion=self.best_confusion,
@@ -188,8 +193,15 @@ class PhaseState:
         return self.epochs_done >= self.phase.spec.epochs or self.stopped
 
     def improves(self, val: Evaluation) -> bool:
+        """Whether this epoch becomes the kept one: it beats the best so far, or with keep_last
+        the baseline alone (phase 1's result; every epoch of a phase without one)."""
+        spec, baseline = self.phase.spec, self.phase.baseline
+        if spec.keep_last:
+            return baseline is None or beats(
+                val.loss, val.accuracy, baseline.val_loss, baseline.val_accuracy, spec.select_by
+            )
         best_loss, best_accuracy = float(self.best_val_loss), float(self.best_val_accuracy)
-        return beats(val.loss, val.accuracy, best_loss, best_accuracy, self.phase.spec.select_by)
+        return beats(val.loss, val.accuracy, best_loss, best_accuracy, spec.select_by)
 
     def stop_reason(self) -> str:
         """Why the phase stopped early, in the terms `improves` decides by."""
@@ -210,6 +222,9 @@ class PhaseState:
             self.wait.assign(0)
         else:
             self.wait.assign_add(1)
+        if val.loss < float(self.own_best_val_loss):
+            self.own_best_val_loss.assign(val.loss)
+            self.own_best_epoch.assign(epoch)
         self.epoch.assign(epoch)
         self.seconds.assign_add(seconds)
 
@@ -225,15 +240,16 @@ class PhaseState:
             seconds=seconds,
             images_per_s=images / seconds if seconds else 0.0,
             val_confusion_matrix=self.best_confusion.numpy().tolist(),
-            still_improving=self.epochs_done == spec.epochs and int(self.best_epoch) == spec.epochs > 1,
+            still_improving=self.epochs_done == spec.epochs and int(self.own_best_epoch) == spec.epochs > 1,
         )
 
 
 def run_phase(phase: Phase) -> PhaseResult:
-    """Train up to spec.epochs, keep the weights that score best on spec.select_by, return their metrics.
+    """Train up to spec.epochs and keep the weights that score best on spec.select_by (with
+    spec.keep_last: the latest epoch's), return their metrics.
 
     With a `baseline` (phase 1's result, whose weights are loaded at the start), an epoch must
-    beat it on spec.select_by to count as best; if none does, the phase ends with the weights it
+    beat it on spec.select_by to be kept; if none does, the phase ends with the weights it
     started from, held in memory as its "epoch 0" before training (the whole model: a cached
     phase 1 kept only the head). So phase 2 never leaves the model worse on that figure than
     phase 1 did.
@@ -256,9 +272,8 @@ def run_phase(phase: Phase) -> PhaseResult:
     if result.still_improving:
         flag = "--epochs-head" if phase.spec.phase == 1 else "--epochs-finetune"
         log.warning(
-            "phase %d was still improving %s at its last epoch (%d); more epochs may help (%s)",
+            "phase %d was still improving val_loss at its last epoch (%d); more epochs may help (%s)",
             phase.spec.phase,
-            phase.spec.select_by,
             result.epochs,
             flag,
         )

@@ -60,6 +60,7 @@ def build_phase(
         patience=cfg.early_stopping_patience if number == 1 else plan.patience,
         epoch_offset=baseline.epochs if baseline else 0,
         select_by=cfg.select_by,
+        keep_last=number == 2 and plan.keep_last,
     )
     sample = None
     if ctx.history.enabled and (number == 1 or not cfg.epochs_head):  # once a run: both phases augment alike

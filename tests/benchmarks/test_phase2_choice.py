@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import TrainConfig
-from benchmarks.phase2_choice import Candidate, Scored, train_scored
+from benchmarks.phase2_choice import DEFAULT_RULE, Candidate, Scored, train_scored
 
 
 def _scored() -> Scored:
@@ -26,12 +26,13 @@ def test_each_rule_keeps_what_validation_says_of_the_candidates():
     assert scored.choice("guard").test_accuracy == 0.72  # ... among those that keep phase 1's val accuracy
     assert scored.choice("phase 2").test_accuracy == 0.75
     assert scored.choice("last").test_accuracy == 0.71
+    assert scored.choice("latest").test_accuracy == 0.72  # the last that beats phase 1's loss
 
 
 def test_where_no_epoch_beats_phase_1_the_rules_that_compare_keep_phase_1():
     scored = _scored()
     scored.phase1 = Candidate(0.30, 0.80, test_accuracy=0.70)
-    assert scored.choice("val_loss") is scored.phase1 and scored.choice("guard") is scored.phase1
+    assert all(scored.choice(rule) is scored.phase1 for rule in ("val_loss", "guard", "latest"))
     assert scored.choice("phase 2").test_accuracy == 0.75  # phase 2's own best, whatever phase 1 scored
 
 
@@ -43,4 +44,4 @@ def test_a_run_scores_phase_1_and_every_phase_2_epoch_and_its_own_rule_is_what_i
     assert found == [scored] and len(scored.epochs) == 3
     candidates = [scored.phase1, *scored.epochs]
     assert all(0.0 <= c.test_accuracy <= 1.0 and c.weights == [] for c in candidates)
-    assert scored.choice("val_loss").test_accuracy == pytest.approx(scored.kept_test)  # the run's own rule
+    assert scored.choice(DEFAULT_RULE).test_accuracy == pytest.approx(scored.kept_test)  # the run's own rule

@@ -104,6 +104,46 @@ def test_phase2_is_judged_on_its_loss_alone_whatever_phase_1s_accuracy():
         assert not beats(0.40, 0.90, 0.30, phase1_accuracy, "val_loss")  # still needs the lower loss
 
 
+def _kept_by(tmp_path, val_losses: list[float], keep_last: bool, phase1_loss: float = 1.0):
+    """Phase 2's state fed these validation losses, epoch by epoch, against phase 1's: which
+    epoch it keeps (0: phase 1's weights) and whether it says it was still improving."""
+    from types import SimpleNamespace
+
+    from app.run_dir import RunDir
+    from app.training.phase import PhaseFiles, PhaseResult, PhaseSpec, PhaseState
+    from app.training.steps import Evaluation
+
+    n = len(val_losses)
+    baseline = PhaseResult(phase1_loss, 0.8, 3, 3, False, 1.0, 1.0, [[0, 0], [0, 0]])
+    phase = SimpleNamespace(
+        spec=PhaseSpec(
+            phase=2, epochs=n, steps_per_epoch=1, steps_per_execution=1, patience=n, epoch_offset=3, keep_last=keep_last
+        ),  # fmt: skip
+        steps=SimpleNamespace(confusion_shape=(2, 2), optimizer=keras.optimizers.SGD(), global_batch_size=8),
+        model=keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]),
+        files=PhaseFiles(read=RunDir(tmp_path), write=RunDir(tmp_path)),
+        baseline=baseline,
+    )
+    state = PhaseState(phase)
+    for epoch, loss in enumerate(val_losses, 1):
+        val = Evaluation(loss, 0.8, 10, np.zeros((2, 2), np.int64))
+        state.record(epoch, val, 1.0, state.improves(val))
+    result = state.result()
+    return result.best_epoch, result.still_improving
+
+
+def test_a_whole_schedule_keeps_its_last_epoch_where_it_beats_phase_1(tmp_path):
+    """Phase 2 on images runs its whole cosine schedule and keeps its end, not the epoch a small
+    validation split happened to like best; where the end is worse than phase 1 on val_loss, the
+    latest epoch that beat phase 1 is kept, and phase 1's weights where none did."""
+    dip = [0.9, 0.7, 0.8, 0.75]  # epoch 2 is the lowest; the last still beats phase 1 (1.0)
+    assert _kept_by(tmp_path / "a", dip, keep_last=True) == (4, False)
+    assert _kept_by(tmp_path / "b", dip, keep_last=False) == (2, False)  # early-stopped phases keep the best
+    assert _kept_by(tmp_path / "c", [0.9, 0.8, 1.1, 1.2], keep_last=True) == (2, False)
+    assert _kept_by(tmp_path / "d", [1.2, 1.1, 1.05], keep_last=True) == (0, True)  # still falling, none beat phase 1
+    assert _kept_by(tmp_path / "e", [0.9, 0.8, 0.7], keep_last=True) == (3, True)
+
+
 @pytest.mark.slow  # a real phase 2 (8 s); the swap itself is checked above in the fast tier
 def test_phase2_validates_and_keeps_the_averaged_weights(tiny_config: TrainConfig, monkeypatch):
     cfg = tiny_config.replace(

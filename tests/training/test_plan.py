@@ -15,8 +15,8 @@ def test_a_cold_start_trains_phase2_on_images_for_its_whole_schedule():
     plan = plan_phase2(CFG, views=None)
     assert (plan.mode, plan.epochs, plan.patience) == ("images", 10, 10)  # no early stop at the peak rate
     assert plan.describe() == (
-        "phase 2 on images, freshly augmented each epoch: 10 epochs, its whole schedule, keeping the best;"
-        " phase2_mode = auto, a cold start"
+        "phase 2 on images, freshly augmented each epoch: 10 epochs, its whole schedule, keeping the last"
+        " epoch that beats phase 1; phase2_mode = auto, a cold start"
     )
 
 
@@ -29,6 +29,7 @@ def test_a_run_started_from_an_earlier_one_gets_a_short_phase2_on_the_views():
     no_views = plan_phase2(CFG, "several workers", warm_start=True)
     assert (no_views.mode, no_views.epochs, no_views.patience) == ("images", 10, 10)
     assert no_views.reason == "phase2_mode = auto; no cached views: several workers"
+    assert (warm.keep_last, no_views.keep_last) == (False, True)  # early stopped: its best; a whole schedule: its end
 
 
 def test_a_forced_mode_runs_as_configured():
@@ -45,6 +46,7 @@ def test_the_plan_is_recorded_as_plain_values():
         "mode": "images",
         "epochs": 10,
         "patience": 10,
+        "keep": "last",
         "reason": "phase2_mode = auto, a cold start",
     }
 
@@ -82,6 +84,6 @@ def test_phase1_landing_either_side_of_a_threshold_gets_the_same_phase2(tiny_con
     under, over = run(0.95 - 1 / 272), run(0.95)
     assert seen == [pytest.approx(0.95 - 1 / 272), 0.95]  # the forced accuracies reached the run
     assert under["phase2_plan"] == over["phase2_plan"] == {
-        "mode": "images", "epochs": 2, "patience": 2, "reason": "phase2_mode = auto, a cold start"
+        "mode": "images", "epochs": 2, "patience": 2, "keep": "last", "reason": "phase2_mode = auto, a cold start"
     }  # fmt: skip
     assert under["phase2"]["epochs"] == over["phase2"]["epochs"] == 2

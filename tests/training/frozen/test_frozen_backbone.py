@@ -64,6 +64,7 @@ def test_validation_on_activations_equals_validation_on_images(data: str, tiny_c
     )  # phase 2 trains on images
     ctx, phase = _phase2_after_phase1(cfg)
     assert phase.val_steps is not None and phase.val_steps.model.name == "tail"
+    assert phase.spec.keep_last and phase.spec.patience == phase.spec.epochs  # on images: its whole schedule's end
 
     phase.inputs.train_iterator()  # computes the activations, as the phase's first epoch does
     _assert_same_validation(ctx, phase)
