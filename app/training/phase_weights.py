@@ -27,17 +27,27 @@ def save_weights_atomic(model: keras.Model, path) -> None:
 def restore_newest_whole(checkpoint: tf.train.Checkpoint, folder) -> str | None:
     """Restore the newest checkpoint in `folder` that reads back whole and return its path (None:
     there is none yet). A damaged one (a flipped byte fails its checksum, a cut-short file its
-    read) is named in the log and the one before it is used; when none reads, one line says so."""
+    read) is named in the log and the one before it is used; when none reads, one line says so.
+    One that reads but lacks state this version keeps (written by another version) is not called
+    damaged."""
     state = tf.train.get_checkpoint_state(str(folder))
     paths = list(state.all_model_checkpoint_paths) if state else []
+    other_layout = 0
     for path in reversed(paths):
         try:
             checkpoint.restore(path).assert_existing_objects_matched()
         except (tf.errors.OpError, ValueError, AssertionError) as err:
+            other_layout += isinstance(err, AssertionError)
+            what = "holds other state than this version saves" if isinstance(err, AssertionError) else "is damaged"
             reason = str(getattr(err, "message", err)).strip().splitlines()[0][:200]
-            log.warning("checkpoint %s is damaged (%s); trying the one before it", path, reason)
+            log.warning("checkpoint %s %s (%s); trying the one before it", path, what, reason)
             continue
         return path
+    if paths and other_layout == len(paths):
+        raise UserError(
+            f"{folder}: its checkpoints hold other state than this version of photoclf saves (written by"
+            " another version?); pass --overwrite to start over"
+        )
     if paths:
         raise UserError(
             f"{folder}: no checkpoint reads back whole ({len(paths)} damaged); pass --overwrite to start over"

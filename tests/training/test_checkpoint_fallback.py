@@ -52,3 +52,16 @@ def test_when_no_checkpoint_reads_back_it_says_so_in_one_line(tmp_path: Path):
         _flip_a_byte(path)
     with pytest.raises(UserError, match=r"no checkpoint reads back whole \(2 damaged\); pass --overwrite"):
         restore_newest_whole(fresh, tmp_path)
+
+
+def test_checkpoints_of_another_layout_are_not_called_damaged(tmp_path: Path, caplog):
+    """A run resumed by a version that keeps more state (a variable its checkpoints lack) says so."""
+    _saved_epochs(tmp_path)
+    more = tf.train.Checkpoint(epoch=tf.Variable(0, dtype=tf.int64), own_best_epoch=tf.Variable(0, dtype=tf.int64))
+    with caplog.at_level(logging.WARNING), pytest.raises(UserError) as err:
+        restore_newest_whole(more, tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path}: its checkpoints hold other state than this version of photoclf saves (written by another"
+        " version?); pass --overwrite to start over"
+    )
+    assert "is damaged" not in caplog.text and "holds other state than this version saves" in caplog.text
