@@ -313,9 +313,15 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
         stale.unlink()
     print(
         f"  loss {loss:.4f}  accuracy {accuracy:.4f}  val_loss {val.loss:.4f}  val_accuracy {val.accuracy:.4f}"
-        f"  {seconds:.1f}s{'  *best' if improved else ''}",
+        f"  {seconds:.1f}s{_kept_mark(spec) if improved else ''}",
         flush=True,
     )
+
+
+def _kept_mark(spec: PhaseSpec) -> str:
+    """The log's mark on an epoch that is now the one kept: the best so far, or with keep_last
+    the latest to beat phase 1."""
+    return "  *kept" if spec.keep_last else "  *best"
 
 
 def _train_epoch(steps: CompiledSteps, iterator: Iterator, spec: PhaseSpec) -> tuple[float, float]:

@@ -15,7 +15,7 @@ from app.models.pretrained import load_backbone
 from app.training import phase as phase_module
 from app.training.context import setup
 from app.training.optimizer import FineTuneAdamW, averaged_weights, layer_rate_scales
-from app.training.phase import beats
+from app.training.phase import PhaseSpec, _kept_mark, beats
 from app.training.steps import CompiledSteps
 from app.training.train import run_phase1, run_phase2
 
@@ -142,6 +142,8 @@ def test_a_whole_schedule_keeps_its_last_epoch_where_it_beats_phase_1(tmp_path):
     assert _kept_by(tmp_path / "c", [0.9, 0.8, 1.1, 1.2], keep_last=True) == (2, False)
     assert _kept_by(tmp_path / "d", [1.2, 1.1, 1.05], keep_last=True) == (0, True)  # still falling, none beat phase 1
     assert _kept_by(tmp_path / "e", [0.9, 0.8, 0.7], keep_last=True) == (3, True)
+    spec = PhaseSpec(phase=2, epochs=3, steps_per_epoch=1, steps_per_execution=1, patience=3, epoch_offset=0)
+    assert (_kept_mark(spec), _kept_mark(dataclasses.replace(spec, keep_last=True))) == ("  *best", "  *kept")
 
 
 @pytest.mark.slow  # a real phase 2 (8 s); the swap itself is checked above in the fast tier

@@ -41,6 +41,7 @@ def test_each_epoch_reports_its_progress_and_result_in_plain_text(tiny_config: T
     out, err = capsys.readouterr()
     assert "\x1b[" not in out + err  # no terminal colour codes where the output is not a terminal
     assert out.count("Phase 1 epoch") == 2 and out.count("val_accuracy") == 2
+    assert out.splitlines()[1].endswith("  *best")  # epoch 1 is the best so far, and the log marks it
     assert err.count("Training: 100%") == 2 and "2/2" in err  # the bar reached every step
 
 
