@@ -37,8 +37,9 @@ def restore_newest_whole(checkpoint: tf.train.Checkpoint, folder) -> str | None:
         try:
             checkpoint.restore(path).assert_existing_objects_matched()
         except (tf.errors.OpError, ValueError, AssertionError) as err:
-            other_layout += isinstance(err, AssertionError)
-            what = "holds other state than this version saves" if isinstance(err, AssertionError) else "is damaged"
+            mismatched = isinstance(err, AssertionError)  # it read back, into other variables than ours
+            other_layout += mismatched
+            what = "holds other state than this version saves" if mismatched else "is damaged"
             reason = str(getattr(err, "message", err)).strip().splitlines()[0][:200]
             log.warning("checkpoint %s %s (%s); trying the one before it", path, what, reason)
             continue
