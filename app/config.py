@@ -54,13 +54,12 @@ class TrainConfig:
         "phase-1 learning rate (AdamW); auto = the learning-rate finder's suggestion"
         " (photoclf find-lr), swept on this run's data and model before phase 1",
     )
-    cache_features: str = _key(
+    feature_views: str = _key(
         "auto",
-        "phase 1 on backbone features computed once, for feature_views augmented views of"
-        " each training image: auto (on for one CPU worker) | true | false",
-        choices=("auto", "true", "false"),
+        "phase 1's input: augmented views per training image, run through the frozen backbone once"
+        " and cached as features: auto (2 where that pays: one worker and room for them; else"
+        " 0) | 0 (images, decoded and augmented every epoch) | N (N views, always cached)",
     )
-    feature_views: int = _key(2, "augmented views per training image in the feature cache (1 forward pass each)")
     feature_store: str = _key(
         "auto",
         "where cached backbone features are kept across runs, by photo content (a grown dataset or an"
@@ -160,20 +159,31 @@ class TrainConfig:
     def to_dict(self) -> dict[str, typing.Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def cached_views(self) -> int:
+        """Phase 1's views per training image where it trains on cached features (auto: AUTO_VIEWS)."""
+        return AUTO_VIEWS if self.feature_views == "auto" else int(self.feature_views)
+
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 AUTO_RATES = ("lr_head", "lr_finetune")  # may be "auto": resolved by app.training.lr_finder in the run
+AUTO_VIEWS = 2  # feature_views = auto: views per image (benchmarks/README.md, "Phase 1 on cached features")
+RETIRED = {"cache_features": "feature_views says it now: 0 = phase 1 on images, N = N cached views, auto"}
 
 
 def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     """Convert a TOML/CLI value to the field's type, with an error naming where it came from."""
+    if key in RETIRED:
+        raise UserError(f"{origin}: '{key}' is retired; {RETIRED[key]}")
     if key not in FIELDS:
         raise UserError(f"{origin}: unknown config key '{key}' (known: {', '.join(sorted(FIELDS))})")
     if key in AUTO_RATES and str(value).strip().lower() == "auto":
         return "auto"
+    if key == "feature_views":
+        return _views(value, origin)
     kind, choices = type(FIELDS[key].default), FIELDS[key].metadata["choices"]
     if choices and isinstance(value, (str, bool)):
-        value = str(value).lower()  # TOML `cache_features = true` means the choice "true"
+        value = str(value).lower()  # TOML `jit_compile = true` means the choice "true"
     try:
         if kind is bool and isinstance(value, str):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -190,6 +200,14 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     return value
 
 
+def _views(value: typing.Any, origin: str) -> str:
+    """`feature_views`: "auto" or a count of views >= 0, kept as text ("3", never "03" or 3)."""
+    text = str(value).strip().lower()
+    if text == "auto" or (text.isdigit() and not isinstance(value, bool)):
+        return text if text == "auto" else str(int(text))
+    raise UserError(f"{origin}: 'feature_views' must be auto or a number of views >= 0, got {value!r}")
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any] | None = None) -> TrainConfig:
     """Defaults, then the TOML file (flat keys, or under a [train] table), then overrides."""
     values: dict[str, typing.Any] = {}
@@ -204,7 +222,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any]
         raw = raw.get("train", raw)
         values.update({k: _coerce(k, v, str(path)) for k, v in raw.items()})
     for key, value in (overrides or {}).items():
-        values[key] = _coerce(key, value, f"--{key.replace('_', '-')}" if key in FIELDS else "--set")
+        flag = key in FIELDS and FIELDS[key].metadata["flag"]  # else it came as --set KEY=VALUE
+        values[key] = _coerce(key, value, f"--{key.replace('_', '-')}" if flag else "--set")
     return validate(TrainConfig(**values))
 
 
@@ -247,7 +266,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.max_steps_per_epoch >= 0, "max_steps_per_epoch must be >= 0"),
         (0.0 < cfg.layer_decay <= 1.0, "layer_decay must be in (0, 1]"),
         (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
-        (cfg.feature_views >= 1, "feature_views must be >= 1"),
+        (str(cfg.feature_views) == "auto" or str(cfg.feature_views).isdigit(), "feature_views must be auto or >= 0"),
         (0.0 <= cfg.unknown_accept <= 1.0, "unknown_accept must be in [0, 1] (0 = no unknown answer)"),
         (
             cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"),
@@ -275,6 +294,16 @@ def save_config(cfg: TrainConfig, path: Path) -> None:
 def read_saved_config(path: Path) -> TrainConfig:
     """A run dir's config.json; keys an older version wrote and this one no longer has (such as
     phase2_on_views, now phase2_mode, phase2_keeps_accuracy, now always on, or views_above and
-    finetune_time_cap, gone with the plan that used them) are dropped, so
-    older runs still load, export and evaluate."""
-    return TrainConfig(**{k: v for k, v in read_json_object(path).items() if k in FIELDS})
+    finetune_time_cap, gone with the plan that used them) are dropped, and cache_features joins
+    feature_views, so older runs still load, export and evaluate."""
+    saved = read_json_object(path)
+    if "cache_features" in saved:
+        saved["feature_views"] = _joined_views(saved.pop("cache_features"), saved.get("feature_views", AUTO_VIEWS))
+    return TrainConfig(**{k: v for k, v in saved.items() if k in FIELDS})
+
+
+def _joined_views(cache_features: object, views: object) -> str:
+    """An older run's cache_features (auto | true | false) and feature_views (a count) as one key."""
+    if cache_features == "false":
+        return "0"
+    return "auto" if cache_features == "auto" and views == AUTO_VIEWS else str(views)

@@ -58,8 +58,8 @@ def run_phase1_comparison(
 ) -> dict[str, dict[str, float]]:
     """Phase 1 on augmented images (one backbone pass per image per epoch) vs on cached features of
     K augmented views, same seeds, variants alternating within each seed. Accuracy is on val."""
-    variants = {"images": {"cache_features": "false"}}
-    variants.update({f"features_x{k}": {"cache_features": "true", "feature_views": k} for k in views})
+    variants = {"images": {"feature_views": "0"}}
+    variants.update({f"features_x{k}": {"feature_views": str(k)} for k in views})
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
         base = TrainConfig(

@@ -69,7 +69,7 @@ def skipped_work(cfg: TrainConfig, earlier: Path) -> dict[str, float]:
         raise UserError(f"a run on {cfg.data} keeps no views' or test photos' activations to time")
     cut, batch, rows = frozen.cut, cfg.batch_size, {"train": frozen._train, "val": frozen._val}
     info = load_dataset_info(str(earlier))
-    old = {"train": cfg.feature_views * info.num_examples("train"), "val": info.num_examples("val")}
+    old = {"train": cfg.cached_views * info.num_examples("train"), "val": info.num_examples("val")}
 
     def upper(counts: dict[str, int]) -> None:
         for split, count in counts.items():

@@ -50,7 +50,7 @@ def run_training_benchmark(
             augment=False,
             early_stopping_patience=epochs + 1,
         )
-        normal_cfg, cached_cfg = base.replace(cache_features="false"), base.replace(cache_features="true")
+        normal_cfg, cached_cfg = base.replace(feature_views="0"), base.replace(feature_views="2")
         samples: dict[str, list[float]] = {"phase1": [], "phase1_cached": [], "phase2": []}
         for r in range(rounds):
             seconds, (ctx, phase1) = timed_phase1(normal_cfg)

@@ -71,13 +71,13 @@ def test_a_run_dir_that_is_not_finished_says_what_is_missing(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cache_features", ["true", "false"])
-def test_a_run_without_phase_2_also_leaves_weights_that_rebuild_its_export(tiny_config, cache_features: str):
+@pytest.mark.parametrize("feature_views", ["2", "0"])
+def test_a_run_without_phase_2_also_leaves_weights_that_rebuild_its_export(tiny_config, feature_views: str):
     """model.weights.h5 is the kept epoch's file copied when that holds the whole model (phase 1
     on images), and written from the model when it holds only the head (phase 1 on cached features)."""
     from app.training.train import train
 
-    train(tiny_config.replace(epochs_finetune=0, cache_features=cache_features))
+    train(tiny_config.replace(epochs_finetune=0, feature_views=feature_views))
     run = Path(tiny_config.out)
     x = np.random.default_rng(1).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     exported = tf.saved_model.load(str(run / "export" / "run" / "1")).signatures["predict_images"]

@@ -68,7 +68,7 @@ def _derived(
     steps = info.num_examples("train") // global_batch
     return {
         "augmentation": Augment(color_jitter=cfg.color_jitter) if cfg.augment else Augment.off(),
-        "views_per_image": cfg.feature_views if cfg.augment else 1,
+        "views_per_image": cfg.cached_views if cfg.augment else 1,
         "label_smoothing": cfg.side_label_smoothing if info.side_width else cfg.label_smoothing,
         "replicas": replicas,
         "global_batch": global_batch,
@@ -88,8 +88,11 @@ def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Str
             f"batch size {global_batch} is larger than the train split ({info.num_examples('train')} images);"
             " lower --batch-size"
         )
-    if cfg.cache_features == "true" and num_workers(strategy) > 1:
-        raise UserError("cache_features is not supported with several workers (each would cache every split)")
+    if cfg.feature_views not in ("auto", "0") and num_workers(strategy) > 1:
+        raise UserError(
+            f"feature_views = {cfg.feature_views}: cached views need one worker (each would cache every split);"
+            " use auto or 0"
+        )
     if cfg.data_service:
         check_reachable(cfg.data_service)
     for split in info.shards:  # a damaged shard is named before anything is built

@@ -15,7 +15,7 @@ from benchmarks.training_choices import Run
 
 @pytest.mark.slow  # two runs: the fast tier stays under 3 minutes
 def test_each_skipped_piece_of_work_is_timed(tiny_config: TrainConfig, demo_records: Path):
-    seconds = shortcuts.skipped_work(tiny_config.replace(cache_features="true"), demo_records)
+    seconds = shortcuts.skipped_work(tiny_config.replace(feature_views="2"), demo_records)
     assert set(seconds) == {"test split on images", "test split above the cut", "all rows above the cut",
                             "earlier photos' rows above the cut"}  # fmt: skip
     assert all(s > 0 for s in seconds.values())
@@ -24,7 +24,7 @@ def test_each_skipped_piece_of_work_is_timed(tiny_config: TrainConfig, demo_reco
 @pytest.mark.slow  # a run: the fast tier stays under 3 minutes
 def test_a_run_that_keeps_no_activations_is_refused(tiny_config: TrainConfig, demo_records: Path):
     with pytest.raises(UserError, match="keeps no views' or test photos' activations"):
-        shortcuts.skipped_work(tiny_config.replace(cache_features="false"), demo_records)
+        shortcuts.skipped_work(tiny_config.replace(feature_views="0"), demo_records)
 
 
 def test_the_report_gives_each_saving_as_a_share_of_both_runs():

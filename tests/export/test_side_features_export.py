@@ -49,7 +49,7 @@ def side_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         epochs_head=1,
         epochs_finetune=1,
         max_steps_per_epoch=2,
-        cache_features="true",
+        feature_views="2",
         phase2_mode="images",
     )
     return tmp, train(cfg)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import tensorflow as tf
 
 from app.config import TrainConfig
 from app.data.pipeline import DatasetInfo
+from app.errors import UserError
 from app.training.builders import class_weights
 from app.training.context import setup
 from app.training.phase import run_phase
@@ -160,7 +163,7 @@ def test_jit_compile_option_is_off_on_cpus_unless_asked(tiny_config: TrainConfig
 @pytest.mark.slow
 def test_mobilenet_train_step_compiles_and_trains_under_xla(tiny_config: TrainConfig):
     forced = setup(
-        tiny_config.replace(backbone="mobilenet_v2", jit_compile="true", cache_features="false", epochs_finetune=0)
+        tiny_config.replace(backbone="mobilenet_v2", jit_compile="true", feature_views="0", epochs_finetune=0)
     )
     result = run_phase1(forced)  # MobileNetV2's train step through XLA on the CPU
     assert result.epochs == 1 and np.isfinite(result.val_loss)
@@ -196,6 +199,19 @@ def test_a_dataset_with_side_features_trains_with_side_label_smoothing(tiny_conf
 
 
 def test_phase1_caches_feature_views_per_image_and_one_plain_view_without_augmentation(tiny_config: TrainConfig):
-    assert setup(tiny_config.replace(feature_views=3)).views_per_image == 3
-    plain = tiny_config.replace(feature_views=3, augment=False, out=tiny_config.out + "-plain")
+    assert setup(tiny_config.replace(feature_views="3")).views_per_image == 3
+    plain = tiny_config.replace(feature_views="3", augment=False, out=tiny_config.out + "-plain")
     assert setup(plain).views_per_image == 1
+
+
+@pytest.mark.parametrize("views", ["2", "5"])
+def test_a_number_of_views_with_several_workers_is_refused_before_anything_is_built(
+    tiny_config: TrainConfig, views: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Each worker would cache every split; auto trains phase 1 on images there instead."""
+    import app.training.context as context
+
+    monkeypatch.setattr(context, "num_workers", lambda strategy: 2)
+    with pytest.raises(UserError, match=f"^feature_views = {views}: cached views need one worker"):
+        setup(tiny_config.replace(feature_views=views))
+    assert not Path(tiny_config.out).exists()  # refused before the run dir was claimed

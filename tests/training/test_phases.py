@@ -37,7 +37,7 @@ def test_phase1_changes_only_the_head(tiny_config: TrainConfig):
 
 
 def test_each_epoch_reports_its_progress_and_result_in_plain_text(tiny_config: TrainConfig, capsys):
-    run_phase1(setup(tiny_config.replace(epochs_head=2, cache_features="false", epochs_finetune=0)))
+    run_phase1(setup(tiny_config.replace(epochs_head=2, feature_views="0", epochs_finetune=0)))
     out, err = capsys.readouterr()
     assert "\x1b[" not in out + err  # no terminal colour codes where the output is not a terminal
     assert out.count("Phase 1 epoch") == 2 and out.count("val_accuracy") == 2
@@ -90,7 +90,7 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
         image_size=96,
         batch_size=16,
         epochs_head=8,
-        cache_features="true",
+        feature_views="2",
         augment=False,
         epochs_finetune=2,
         lr_finetune=5e-5,
@@ -104,14 +104,14 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
     assert phase2.val_accuracy >= phase1.val_accuracy - 0.05, (phase1, phase2)
     # Cached-features mode is an optimisation, not a different method: a normal phase 1 on
     # images (same settings, augmentation off) lands in the same place.
-    normal = run_phase1(setup(cfg.replace(cache_features="false", out=str(root / "normal"), epochs_finetune=0)))
+    normal = run_phase1(setup(cfg.replace(feature_views="0", out=str(root / "normal"), epochs_finetune=0)))
     assert abs(normal.val_accuracy - phase1.val_accuracy) <= 0.1, (normal, phase1)
     assert abs(normal.val_loss - phase1.val_loss) <= 0.1, (normal, phase1)
     # With augmentation too: the head on cached features of K = 2 augmented views lands where
     # augmented training on images does.
     augmented = cfg.replace(augment=True, epochs_finetune=0)
-    on_images = run_phase1(setup(augmented.replace(cache_features="false", out=str(root / "aug-images"))))
-    on_views = run_phase1(setup(augmented.replace(cache_features="true", feature_views=2, out=str(root / "aug-views"))))
+    on_images = run_phase1(setup(augmented.replace(feature_views="0", out=str(root / "aug-images"))))
+    on_views = run_phase1(setup(augmented.replace(feature_views="2", out=str(root / "aug-views"))))
     assert on_views.val_accuracy >= 0.8 and abs(on_views.val_accuracy - on_images.val_accuracy) <= 0.1, (
         on_images,
         on_views,

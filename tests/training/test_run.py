@@ -52,9 +52,30 @@ def test_a_config_saved_by_an_older_version_loads_without_its_retired_keys(tmp_p
 
 
 @pytest.mark.parametrize(
+    "cache_features,views,joined",
+    [("auto", 2, "auto"), ("auto", 4, "4"), ("true", 2, "2"), ("true", 3, "3"), ("false", 2, "0"), ("false", 5, "0")],
+)
+def test_an_older_run_s_cache_features_joins_feature_views(tmp_path: Path, cache_features: str, views: int, joined):
+    """Before one key said both, cache_features said whether phase 1 caches and feature_views how
+    many views; an older run dir loads with the one key that says what it did."""
+    saved = {**TrainConfig().to_dict(), "cache_features": cache_features, "feature_views": views}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert read_saved_config(tmp_path / "config.json") == TrainConfig(feature_views=joined)
+
+
+@pytest.mark.parametrize("given,kept", [("auto", "auto"), ("AUTO", "auto"), ("0", "0"), ("03", "3"), (4, "4")])
+def test_feature_views_is_auto_or_a_count(given: object, kept: str):
+    cfg = load_config(None, {"feature_views": given})
+    assert cfg.feature_views == kept and cfg.cached_views == (2 if kept == "auto" else int(kept))
+
+
+@pytest.mark.parametrize(
     "overrides,message",
     [
-        ({"batch_size": "many"}, "'batch_size' must be int"),
+        ({"feature_views": "-1"}, "--set: 'feature_views' must be auto or a number of views >= 0, got '-1'"),
+        ({"feature_views": True}, "'feature_views' must be auto or a number of views"),
+        ({"cache_features": "false"}, "'cache_features' is retired; feature_views says it now: 0 = phase 1 on images"),
+        ({"batch_size": "many"}, "--batch-size: 'batch_size' must be int"),  # a flag is named as one
         ({"no_such_key": "1"}, "unknown config key"),
         ({"strategy": "magic"}, "must be one of"),
         ({"augment": "maybe"}, "must be bool"),
@@ -195,7 +216,7 @@ def test_resume_after_sigkill(demo_records: Path, tmp_path: Path):
         "--data", str(demo_records), "--out", str(run), "--image-size", "64",
         "--batch-size", "8", "--epochs-head", "12", "--epochs-finetune", "2",
         "--set", "max_steps_per_epoch=2", "--set", "early_stopping_patience=20",
-        "--set", "cache_features=false", "--set", "phase2_mode=images",  # epochs on images: long enough to kill
+        "--set", "feature_views=0", "--set", "phase2_mode=images",  # epochs on images: long enough to kill
     )  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PHOTOCLF_WEIGHTS", None)

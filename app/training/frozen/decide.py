@@ -97,26 +97,27 @@ def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes:
     phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate).
     `limit`: the bytes the cache may take (`cache_limit`)."""
     shown = (
-        f"{cfg.feature_views} augmented view(s) per training image"
+        f"{cfg.cached_views} augmented view(s) per training image"
         if cfg.augment
         else "unaugmented images (augment = false)"
     )
-    if cfg.cache_features != "auto":
-        cached = cfg.cache_features == "true"
-        return cached, f"cache_features = {cfg.cache_features}" + (f"; {shown}" if cached else "")
+    if cfg.feature_views == "0":
+        return False, "feature_views = 0: phase 1 on images"
+    if cfg.feature_views != "auto":
+        return True, f"feature_views = {cfg.feature_views}; {shown}"
     if num_workers(strategy) > 1 or cfg.data_service:
-        return False, "cache_features = auto: several workers or a tf.data service decode every epoch"
+        return False, "feature_views = auto: several workers or a tf.data service decode every epoch"
     if cache_bytes > limit:
         return False, (
-            f"cache_features = auto: the cache would take {cache_bytes / 2**30:.1f} GiB, more than the"
-            f" {limit / 2**30:.1f} GiB free beside the run; set true to cache anyway"
+            f"feature_views = auto: the cache would take {cache_bytes / 2**30:.1f} GiB, more than the"
+            f" {limit / 2**30:.1f} GiB free beside the run; set a number of views to cache anyway"
         )
     if tf.config.list_physical_devices("GPU"):
         return True, (
-            "cache_features = auto: on a GPU the CPU's decoding is the bottleneck; each image is decoded once"
+            "feature_views = auto: on a GPU the CPU's decoding is the bottleneck; each image is decoded once"
             f" per view, not once per epoch; {shown}"
         )
-    return True, f"cache_features = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {shown}"
+    return True, f"feature_views = auto: on a CPU the frozen backbone runs once per view, not once per epoch; {shown}"
 
 
 def _cut(ctx: Context, phase1_cached: bool, limit: int) -> tuple[FrozenCut | None, bool, bool, str | None]:
@@ -149,7 +150,7 @@ def _cut(ctx: Context, phase1_cached: bool, limit: int) -> tuple[FrozenCut | Non
 
 def _keeps_views(ctx: Context, phase1_cached: bool, total_bytes: int, limit: int) -> tuple[bool, str]:
     if not phase1_cached:
-        return False, "phase 1 trained on images, so there are no cached views (cache_features)"
+        return False, "phase 1 trained on images, so there are no cached views (feature_views)"
     if ctx.cfg.phase2_mode == "images":
         return False, "phase2_mode = images"
     if total_bytes > limit:

@@ -73,7 +73,7 @@ def test_a_run_whose_rows_exceed_memory_still_caches_them_on_disk(
     """The rows are more than ROWS_IN_MEMORY: the run keeps phase 1 on cached features and phase 2
     on the views, with the rows in files beside the run, and trains the head as it does with them
     in memory."""
-    cfg = tiny_config.replace(cache_features="auto", phase2_mode="views", feature_store="run")
+    cfg = tiny_config.replace(feature_views="auto", phase2_mode="views", feature_store="run")
     in_memory = setup(cfg.replace(out=cfg.out + "-memory"))
     memory_door = FrozenBackbone(in_memory)
     assert memory_door.decision.rows_on_disk is None
@@ -104,7 +104,7 @@ def test_auto_trains_phase1_on_images_only_when_the_rows_would_not_fit_on_disk(
 ):
     monkeypatch.setattr(decide, "ROWS_IN_MEMORY", 1000)
     monkeypatch.setattr(decide.shutil, "disk_usage", lambda _: type("Usage", (), {"free": decide.DISK_SPARE + 2000}))
-    door = FrozenBackbone(setup(tiny_config.replace(cache_features="auto")))
+    door = FrozenBackbone(setup(tiny_config.replace(feature_views="auto")))
     assert not door.decision.phase1_cached and door.decision.rows_on_disk is None
     assert "GiB free beside the run; set true to cache anyway" in door.decision.phase1_reason
 
@@ -115,7 +115,7 @@ def test_phase2s_val_activations_made_apart_from_phase1_go_to_disk_too(
 ):
     """Phase 1 on images (or finished in an earlier process): phase 2 computes the val photos'
     activations itself, into a file where the run's rows are on disk, the same as in memory."""
-    ctx = setup(tiny_config.replace(cache_features="false"))
+    ctx = setup(tiny_config.replace(feature_views="0"))
     in_memory = FrozenBackbone(ctx)
     in_memory._gather_for_phase2()
     monkeypatch.setattr(decide, "ROWS_IN_MEMORY", 1000)

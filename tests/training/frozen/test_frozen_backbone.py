@@ -60,7 +60,7 @@ def _phase2_after_phase1(cfg: TrainConfig):
 def test_validation_on_activations_equals_validation_on_images(data: str, tiny_config: TrainConfig, side_records: Path):
     cfg = _config(data, tiny_config, side_records).replace(
         label_smoothing=0.1,  # the tail's loss: the steps' own
-        cache_features="false",
+        feature_views="0",
     )  # phase 2 trains on images
     ctx, phase = _phase2_after_phase1(cfg)
     assert phase.val_steps is not None and phase.val_steps.model.name == "tail"
@@ -80,7 +80,7 @@ def test_phase1s_gather_hands_phase2_its_activations(
     caplog: pytest.LogCaptureFixture,
 ):
     """Phase 1's cache runs every val photo through the backbone; phase 2 then computes nothing."""
-    cfg = _config(data, tiny_config, side_records).replace(cache_features="true")
+    cfg = _config(data, tiny_config, side_records).replace(feature_views="2")
     ctx = setup(cfg)
     frozen = FrozenBackbone(ctx)
     with caplog.at_level(logging.INFO, logger="app.training.frozen"):
@@ -138,7 +138,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
 ):
     """The cache build hands phase 2 the activations of every training view, the same ones the
     views give when made again; phase 2's train step then runs only the layers above the cut."""
-    cfg = tiny_config.replace(cache_features="true", feature_views=2)
+    cfg = tiny_config.replace(feature_views="2")
     ctx = setup(cfg)
     frozen = FrozenBackbone(ctx)
     assert frozen.decision.keeps_views and frozen.decision.phase2_on_views
@@ -165,7 +165,7 @@ def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainCo
     """Without the activations (phase 1 built its cache without phase 2's cut: nothing of them
     was stored), phase 2 runs the same content-seeded views through the frozen layers as it
     starts."""
-    cfg = tiny_config.replace(cache_features="true")
+    cfg = tiny_config.replace(feature_views="2")
     ctx = setup(cfg)
     phase1 = run_phase1(ctx, FrozenBackbone.phase1_only(ctx))  # no cut: phase 2's door below holds nothing
     unfreeze_top(ctx.clf, cfg.unfreeze)
@@ -186,7 +186,7 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
 ):
     """Phase 1's cache build stored the activations at the cut; a resumed run's phase 2 (a new
     process: a fresh FrozenActivations) runs nothing through the backbone to get them back."""
-    cfg = tiny_config.replace(cache_features="true")
+    cfg = tiny_config.replace(feature_views="2")
     ctx = setup(cfg)
     built = FrozenBackbone(ctx)
     phase1 = run_phase1(ctx, built)
@@ -217,7 +217,7 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
     features come from the layers above alone, the same as from the whole backbone (but for
     the stored activations' float16 rounding)."""
     monkeypatch.setattr(decide, "ROWS_IN_MEMORY", rows_in_memory)
-    ctx = setup(tiny_config.replace(cache_features="true"))
+    ctx = setup(tiny_config.replace(feature_views="2"))
     FrozenBackbone(ctx).phase1_features()  # stores the activations at the cut
     trained = unfreeze_top(ctx.clf, ctx.cfg.unfreeze)  # the layers phase 2 would have changed
     for layer in ctx.clf.backbone.layers:
@@ -238,9 +238,9 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
     [
         ({"phase2_mode": "images"}, "phase2_mode = images"),
         pytest.param(
-            {"cache_features": "false"},
+            {"feature_views": "0"},
             "phase2_mode = views; no cached views: phase 1 trained on images, so there are no"
-            " cached views (cache_features)",
+            " cached views (feature_views)",
             marks=pytest.mark.slow,  # the fast tier stays under 3 minutes
         ),
     ],
@@ -279,7 +279,7 @@ def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
     """The "none of these" fit runs the views and the val photos through the layers above the
     cut with the kept weights; their features go to the store, so a run with those weights (one
     started from this run, --init-from) finds every row and runs no layer at all."""
-    ctx = setup(tiny_config.replace(cache_features="true", phase2_mode="views"))
+    ctx = setup(tiny_config.replace(feature_views="2", phase2_mode="views"))
     frozen = FrozenBackbone(ctx)
     frozen.phase1_features()
     for weight in frozen.cut.upper.weights:  # what phase 2 trains, changed as its steps would
@@ -313,7 +313,7 @@ def test_after_phase2_on_images_the_views_activations_still_give_the_training_fe
     layers above the cut: the views' activations kept from phase 1 then still give the trained
     model's features of those views, which the out-of-distribution fit reads instead of making a
     pass over every training photo."""
-    cfg = tiny_config.replace(phase2_mode="auto", cache_features="true")
+    cfg = tiny_config.replace(phase2_mode="auto", feature_views="2")
     ctx = setup(cfg)
     frozen = FrozenBackbone(ctx)
     run_phase1(ctx, frozen)
@@ -340,7 +340,7 @@ def test_the_test_split_is_read_through_the_layers_above_the_cut_with_the_figure
     """Phase 1's cache build also runs the test photos through the frozen layers; the test pass
     after training then runs only the layers above (trained since), with the loss, accuracy and
     confusion matrix a pass over the decoded photos gives."""
-    ctx = setup(tiny_config.replace(cache_features="true"))
+    ctx = setup(tiny_config.replace(feature_views="2"))
     frozen = FrozenBackbone(ctx)
     assert frozen.decision.keeps_test
     run_phase1(ctx, frozen)
@@ -360,7 +360,7 @@ def test_the_test_split_is_read_through_the_layers_above_the_cut_with_the_figure
 def test_the_test_split_stays_on_images_when_its_activations_would_not_fit(
     tiny_config: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ):
-    ctx = setup(tiny_config.replace(cache_features="true"))
+    ctx = setup(tiny_config.replace(feature_views="2"))
     cut = FrozenBackbone(ctx).cut
     held = decide._bytes(ctx, cut, "val") + 2 * decide._bytes(ctx, cut, "train")
     monkeypatch.setattr(decide, "cache_limit", lambda _: held)  # the views fit, the test photos do not
@@ -382,7 +382,7 @@ def test_where_the_backbone_is_as_phase_1_left_it_the_ood_fit_reads_its_cached_f
     phase 1's cache was built with, so the out-of-distribution fit takes that cache's pooled
     features, the ones the layers above the cut would give, and runs no layer."""
     monkeypatch.setattr(decide, "ROWS_IN_MEMORY", rows_in_memory)
-    ctx = setup(tiny_config.replace(cache_features="true", phase2_mode="views"))
+    ctx = setup(tiny_config.replace(feature_views="2", phase2_mode="views"))
     frozen = FrozenBackbone(ctx)
     phase1 = run_phase1(ctx, frozen)
     through_upper = frozen.pooled_features("train")

@@ -36,7 +36,7 @@ def _train_counts(ctx) -> np.ndarray:
 def cached_config(tiny_config: TrainConfig, demo_records: Path, tmp_path: Path) -> TrainConfig:
     data = tmp_path / "data"
     shutil.copytree(demo_records, data)  # a private copy: one test changes its dataset.json
-    return tiny_config.replace(data=str(data), cache_features="true", feature_views=3)
+    return tiny_config.replace(data=str(data), feature_views="3")
 
 
 def test_one_stream_runs_the_parts_in_order_and_tags_every_row_with_its_part():
@@ -129,7 +129,7 @@ def test_a_resumed_run_reads_its_features_back_and_other_settings_compute_their_
     np.testing.assert_array_equal(first.train_features, again.train_features)
     np.testing.assert_array_equal(first.val_features, again.val_features)
     caplog.clear()
-    more_views = load_or_build(setup(cached_config.replace(feature_views=4, out=cached_config.out + "-4")))
+    more_views = load_or_build(setup(cached_config.replace(feature_views="4", out=cached_config.out + "-4")))
     n = ctx.info.num_examples("train")
     assert f"{rows} from the feature store" in caplog.text and f", {n} computed" in caplog.text  # only view 4
     np.testing.assert_array_equal(more_views.train_features[: 3 * n], first.train_features)
@@ -184,7 +184,7 @@ def test_features_are_kept_by_photo_content_a_renamed_photo_reuses_them_a_change
 
     photos = _split_folder(demo_images, tmp_path / "photos")
     write_tfrecords(photos, tmp_path / "before", num_shards=2, workers=1)
-    cfg = tiny_config.replace(data=str(tmp_path / "before"), cache_features="true", feature_views=2)
+    cfg = tiny_config.replace(data=str(tmp_path / "before"), feature_views="2")
     before = load_or_build(setup(cfg))
     renamed, changed = sorted((photos / "train" / "circle").iterdir())[:2]
     renamed.rename(renamed.with_name("renamed" + renamed.suffix))
@@ -218,10 +218,10 @@ def test_cached_phase1_checkpoints_only_the_head_and_trains_it(cached_config: Tr
 
 def test_auto_caches_on_a_cpu_and_says_why(tiny_config: TrainConfig):
     decision = FrozenBackbone(setup(tiny_config)).decision
-    assert tiny_config.cache_features == "auto" and decision.phase1_cached
+    assert tiny_config.feature_views == "auto" and decision.phase1_cached
     assert "on a CPU" in decision.phase1_reason and "2 augmented view(s)" in decision.phase1_reason
-    off = FrozenBackbone(setup(tiny_config.replace(cache_features="false", out=tiny_config.out + "-off"))).decision
-    assert not off.phase1_cached and off.phase1_reason == "cache_features = false"
+    off = FrozenBackbone(setup(tiny_config.replace(feature_views="0", out=tiny_config.out + "-off"))).decision
+    assert not off.phase1_cached and off.phase1_reason == "feature_views = 0: phase 1 on images"
 
 
 def test_auto_caches_on_a_gpu_too_unless_the_cache_would_not_fit_on_disk(tiny_config: TrainConfig, monkeypatch):
@@ -231,7 +231,11 @@ def test_auto_caches_on_a_gpu_too_unless_the_cache_would_not_fit_on_disk(tiny_co
     cached, why = phase1_mode(tiny_config, strategy, cache_bytes=2**20, limit=limit)
     assert cached and "on a GPU the CPU's decoding is the bottleneck" in why
     cached, why = phase1_mode(tiny_config, strategy, cache_bytes=limit + 2**29, limit=limit)
-    assert not cached and "would take 4.5 GiB, more than the 4.0 GiB free" in why and "set true to cache anyway" in why
-    assert phase1_mode(tiny_config.replace(cache_features="true"), strategy, cache_bytes=limit + 1, limit=limit)[0]
+    assert (
+        not cached
+        and "would take 4.5 GiB, more than the 4.0 GiB free" in why
+        and "set a number of views to cache anyway" in why
+    )
+    assert phase1_mode(tiny_config.replace(feature_views="2"), strategy, cache_bytes=limit + 1, limit=limit)[0]
     cached, why = phase1_mode(tiny_config.replace(data_service="grpc://host:5000"), strategy, 2**20, limit)
     assert not cached and "tf.data service" in why
