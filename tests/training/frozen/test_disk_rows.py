@@ -106,7 +106,7 @@ def test_auto_trains_phase1_on_images_only_when_the_rows_would_not_fit_on_disk(
     monkeypatch.setattr(decide.shutil, "disk_usage", lambda _: type("Usage", (), {"free": decide.DISK_SPARE + 2000}))
     door = FrozenBackbone(setup(tiny_config.replace(feature_views="auto")))
     assert not door.decision.phase1_cached and door.decision.rows_on_disk is None
-    assert "GiB free beside the run; set true to cache anyway" in door.decision.phase1_reason
+    assert "GiB free beside the run; set a number of views to cache anyway" in door.decision.phase1_reason
 
 
 @pytest.mark.slow  # whole phases on the tiny backbone: the fast tier's budget
