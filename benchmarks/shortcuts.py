@@ -64,9 +64,9 @@ def skipped_work(cfg: TrainConfig, earlier: Path) -> dict[str, float]:
 
     ctx = setup(cfg)
     frozen = FrozenBackbone(ctx)
-    frozen.phase1_features()
-    if not (frozen.decision.keeps_views and frozen.decision.keeps_test):
+    if not (frozen.decision.keeps_views and frozen.decision.keeps_test):  # decided before any photo runs
         raise UserError(f"a run on {cfg.data} keeps no views' or test photos' activations to time")
+    frozen.phase1_features()
     cut, batch, rows = frozen.cut, cfg.batch_size, {"train": frozen._train, "val": frozen._val}
     info = load_dataset_info(str(earlier))
     old = {"train": cfg.cached_views * info.num_examples("train"), "val": info.num_examples("val")}

@@ -18,6 +18,7 @@ SIGTERM stops accepting, answers the requests in flight, then exits 0.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import sys
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> None:
     layout.served_versions(args.model_dir)  # a wrong folder is said before TensorFlow's seconds of import
     check_bindable(args.host, args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    faulthandler.enable()  # a crash in a runtime's native code leaves every thread's stack on stderr, not a bare signal
     with lasting_imports():
         from app.serving.batcher import Batcher
         from app.serving.connections import serve

@@ -50,7 +50,7 @@ class Context:
 
     # Settings derived from cfg, the data and the strategy, decided once by setup (see _derived).
     augmentation: Augment
-    views_per_image: int  # augmented views of each training image that phase 1 caches; 1 without augmentation
+    views_per_image: int  # augmented views of each training image phase 1's gather runs; 1 without augmentation
     label_smoothing: float  # the training loss's: side_label_smoothing for a dataset with side features
     replicas: int
     global_batch: int
@@ -68,7 +68,7 @@ def _derived(
     steps = info.num_examples("train") // global_batch
     return {
         "augmentation": Augment(color_jitter=cfg.color_jitter) if cfg.augment else Augment.off(),
-        "views_per_image": cfg.cached_views if cfg.augment else 1,
+        "views_per_image": max(cfg.cached_views, 1) if cfg.augment else 1,
         "label_smoothing": cfg.side_label_smoothing if info.side_width else cfg.label_smoothing,
         "replicas": replicas,
         "global_batch": global_batch,
