@@ -153,6 +153,9 @@ class TrainConfig:
         flag=True,
     )
 
+    def __post_init__(self) -> None:  # feature_views=3 from code says what "3" from a file says
+        object.__setattr__(self, "feature_views", str(self.feature_views).strip().lower())
+
     def replace(self, **changes: typing.Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 

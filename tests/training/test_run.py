@@ -67,6 +67,7 @@ def test_an_older_run_s_cache_features_joins_feature_views(tmp_path: Path, cache
 def test_feature_views_is_auto_or_a_count(given: object, kept: str):
     cfg = load_config(None, {"feature_views": given})
     assert cfg.feature_views == kept and cfg.cached_views == (2 if kept == "auto" else int(kept))
+    assert TrainConfig().replace(feature_views=4).feature_views == "4"  # from code as from a file
 
 
 @pytest.mark.parametrize(
