@@ -153,8 +153,9 @@ class TrainConfig:
         flag=True,
     )
 
-    def __post_init__(self) -> None:  # feature_views=3 from code says what "3" from a file says
-        object.__setattr__(self, "feature_views", str(self.feature_views).strip().lower())
+    def __post_init__(self) -> None:  # feature_views=3 from code says what "3" or "03" from a file says
+        views = str(self.feature_views).strip().lower()
+        object.__setattr__(self, "feature_views", str(int(views)) if views.isdigit() else views)
 
     def replace(self, **changes: typing.Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -203,11 +204,11 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     return value
 
 
-def _views(value: typing.Any, origin: str) -> str:
-    """`feature_views`: "auto" or a count of views >= 0, kept as text ("3", never "03" or 3)."""
+def _views(value: typing.Any, origin: str) -> typing.Any:
+    """`feature_views`: "auto" or a count of views >= 0 (TrainConfig keeps it as text, "3")."""
     text = str(value).strip().lower()
     if text == "auto" or (text.isdigit() and not isinstance(value, bool)):
-        return text if text == "auto" else str(int(text))
+        return value
     raise UserError(f"{origin}: 'feature_views' must be auto or a number of views >= 0, got {value!r}")
 
 
@@ -269,7 +270,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.max_steps_per_epoch >= 0, "max_steps_per_epoch must be >= 0"),
         (0.0 < cfg.layer_decay <= 1.0, "layer_decay must be in (0, 1]"),
         (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
-        (str(cfg.feature_views) == "auto" or str(cfg.feature_views).isdigit(), "feature_views must be auto or >= 0"),
+        (cfg.feature_views == "auto" or cfg.feature_views.isdigit(), "feature_views must be auto or >= 0"),
         (0.0 <= cfg.unknown_accept <= 1.0, "unknown_accept must be in [0, 1] (0 = no unknown answer)"),
         (
             cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"),
