@@ -4,6 +4,8 @@ before any of it is read."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 from aiohttp import web
@@ -53,6 +55,24 @@ async def declared_size_first(request: web.Request, handler):
     return await handler(request)
 
 
+async def _answer_then_linger(request: web.Request, response: web.StreamResponse) -> None:
+    """A lingering close, as web servers do it: the answer, then our half of the connection
+    closed (FIN), then the rest of the late body read and dropped for at most the client timeout.
+    Closed at once, the socket would answer the client's next bytes with a reset, which can reach
+    the client before it has read the answer and discard it there."""
+    await response.prepare(request)
+    await response.write_eof()
+    transport = request.transport
+    if transport is None or transport.is_closing() or not transport.can_write_eof():
+        return
+    transport.write_eof()
+    deadline = time.monotonic() + request.app[LIMITS].client_timeout_s
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        while not request.content.is_eof() and (left := deadline - time.monotonic()) > 0:
+            if not await asyncio.wait_for(request.content.readany(), left):
+                break
+
+
 @web.middleware
 async def errors_as_json(request: web.Request, handler):
     try:
@@ -61,6 +81,7 @@ async def errors_as_json(request: web.Request, handler):
         response = web.json_response({"error": str(err)}, status=err.status, headers=err.headers)
         if err.status == 408:  # the rest of a late body must not be read as the next request
             response.force_close()
+            await _answer_then_linger(request, response)
         return response
     except InferenceError as err:
         return web.json_response({"error": str(err)}, status=400)

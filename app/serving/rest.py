@@ -13,7 +13,7 @@ Bad input is a 4xx JSON {"error": "..."}, as TF Serving answers, and the server 
 Image bytes are checked from their header before they are queued: over `max_megapixels` is a
 413 naming the size and the limit. A full queue is a 503 with Retry-After; a request not
 answered within `request_timeout_ms` is a 504 (and dropped if it had not started); a body that
-takes longer than `client_timeout_s` to arrive is a 408 and its connection is closed (slow
+takes longer than `client_timeout_s` to arrive is a 408 and its connection closed after it (slow
 headers and too many connections: app.serving.connections).
 """
 
