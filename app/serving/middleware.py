@@ -13,6 +13,7 @@ from aiohttp import web
 from app.serving.app_state import INSTANCES, LIMITS, METRICS
 from app.serving.batcher import InferenceError
 from app.serving.bodies import too_large
+from app.serving.connections import LINGER_SECONDS
 from app.serving.metrics import log_access
 from app.serving.tf_json import ApiError
 
@@ -56,17 +57,18 @@ async def declared_size_first(request: web.Request, handler):
 
 
 async def _answer_then_linger(request: web.Request, response: web.StreamResponse) -> None:
-    """A lingering close, as web servers do it: the answer, then our half of the connection
-    closed (FIN), then the rest of the late body read and dropped for at most the client timeout.
-    Closed at once, the socket would answer the client's next bytes with a reset, which can reach
-    the client before it has read the answer and discard it there."""
+    """A lingering close, as web servers do it (and as a refused connection gets it): the
+    answer, then our half of the connection closed (FIN), then the rest of the late body read and
+    dropped for at most LINGER_SECONDS. Closed at once, the socket would answer the client's next
+    bytes with a reset, which can reach the client before it has read the answer and discard it
+    there. Short, so a trickling client holds its connection hardly longer than before."""
     await response.prepare(request)
     await response.write_eof()
     transport = request.transport
     if transport is None or transport.is_closing() or not transport.can_write_eof():
         return
     transport.write_eof()
-    deadline = time.monotonic() + request.app[LIMITS].client_timeout_s
+    deadline = time.monotonic() + min(LINGER_SECONDS, request.app[LIMITS].client_timeout_s)
     with contextlib.suppress(TimeoutError, ConnectionError):
         while not request.content.is_eof() and (left := deadline - time.monotonic()) > 0:
             if not await asyncio.wait_for(request.content.readany(), left):
