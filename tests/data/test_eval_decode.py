@@ -1,6 +1,7 @@
 """The one eval decode: a JPEG's centre crop decoded at the smallest DCT scale that keeps it at
 least the model's input, so phone photos cost a fraction of a full decode and give the same
-picture; small photos and other formats decode as before."""
+picture; web-sized photos and other formats decode as before, and a photo smaller than the
+input is enlarged as before to a rounding step."""
 
 from __future__ import annotations
 
