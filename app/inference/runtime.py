@@ -12,8 +12,9 @@ same outputs, so the server, evaluation and batch prediction choose a runtime wi
 - `openvino`: `openvino/model.xml`, decoded the same way, compiled for this CPU in bfloat16 where
   the CPU has it and that precision's check passed, else float32; refused like LiteRT.
 - `onnx`: `onnx/model.onnx` through ONNX Runtime on the CPU, decoded the same way; refused like LiteRT.
-- `auto`: each runtime that may serve is timed on a batch as it loads, and the fastest serves; the
-  log says which, the figures, and why any was refused. Remembered per export and host
+- `auto`: each runtime that may serve is timed on a batch as it loads (its model's pass on the
+  same decoded pixels), and the fastest serves; the log says which, the figures, and why any
+  was refused. Remembered per export and host
   (app.inference.runtime_choice). TensorFlow when a GPU is visible. Measured: benchmarks/README.md,
   "Serving" and "Offline commands".
 """
@@ -215,7 +216,7 @@ def _measured(version: Path, key: str, litert_mode: str, batch: int) -> TFRuntim
             refusals.append(str(err))
     inputs = _timing_inputs(candidates[0], batch)
     for candidate in candidates:
-        candidate.run("serving_default", inputs)  # its first call, untimed
+        candidate.run(TIMED_SIGNATURE, inputs)  # its first call, untimed
     times = [[_ms_per_photo(c, inputs) for c in candidates] for _ in range(TIMING_ROUNDS)]
     timed = sorted((min(column), runtime_label(c)) for c, column in zip(candidates, zip(*times)))
     chosen = next(c for c in candidates if runtime_label(c) == timed[0][1])
@@ -244,15 +245,26 @@ def runtime_label(runtime: TFRuntime | HostRuntime) -> str:
     return runtime.name if runtime.name == "tf" else f"{runtime.name} {runtime.mode}"
 
 
+# What auto times: the model's pass on decoded pixels. Every runtime decodes with the export's own
+# decode (the SavedModel in its graph, the others on the host), so its cost is the same in each
+# and timing it too only added its noise: two runtimes tied on photos while one was clearly the
+# faster model (benchmarks/README.md, "Offline commands").
+TIMED_SIGNATURE = "predict_images"
+
+
 def _timing_inputs(runtime: TFRuntime | HostRuntime, batch: int) -> dict[str, np.ndarray]:
-    """serving_default's inputs for `batch` photo-sized JPEGs (noise: every pixel decoded)."""
+    """predict_images' inputs for `batch` photos: a noise JPEG's pixels, decoded once by the
+    export's decode, and zero side vectors for a model that takes them."""
     noise = np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)
     jpeg = tf.io.encode_jpeg(noise).numpy()
-    return {"image_bytes": np.array([jpeg] * batch, dtype=object), **missing_side_inputs(runtime, batch)}
+    pixels = host_decoder(runtime.version)(np.array([jpeg] * batch, dtype=object)).astype(np.float32)
+    specs = runtime.signatures()[TIMED_SIGNATURE][0]
+    side = {name: np.zeros([batch, *spec.shape[1:]], np.float32) for name, spec in specs.items() if name != "images"}
+    return {"images": pixels, **side}
 
 
 def _ms_per_photo(runtime: TFRuntime | HostRuntime, inputs: dict[str, np.ndarray]) -> float:
-    """One timed call of serving_default on `inputs`."""
+    """One timed call of the model's pass on `inputs`."""
     start = time.perf_counter()
-    runtime.run("serving_default", inputs)
-    return (time.perf_counter() - start) * 1000 / len(inputs["image_bytes"])
+    runtime.run(TIMED_SIGNATURE, inputs)
+    return (time.perf_counter() - start) * 1000 / len(inputs["images"])

@@ -161,6 +161,27 @@ def test_the_server_takes_side_features_as_instance_fields_and_query_parameters(
     asyncio.run(main())
 
 
+def test_auto_times_every_runtime_s_model_pass_with_the_side_vector(side_run, monkeypatch: pytest.MonkeyPatch):
+    """auto times predict_images on decoded pixels: a model with side features gets a side vector
+    of its width, in every runtime."""
+    from app.inference import runtime as runtime_module
+
+    tmp, metrics = side_run
+    monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(tmp / "cache"))
+    width = len(read_metadata(Path(metrics["export"]))["side_features"])
+    for name in ("tf", "litert", "onnx"):
+        loaded = runtime_module.load_runtime(Path(metrics["export"]), name)
+        inputs = runtime_module._timing_inputs(loaded, 3)
+        assert inputs["images"].shape == (3, 32, 32, 3) and inputs["side"].shape == (3, width)
+        assert 0 < runtime_module._ms_per_photo(loaded, inputs) < 10_000
+    assert runtime_module.load_runtime(Path(metrics["export"]), "auto", batch=3).name in (
+        "tf",
+        "litert",
+        "onnx",
+        "openvino",
+    )
+
+
 def test_evaluation_feeds_each_record_s_side_features_and_matches_training(side_run):
     from app.evaluation.evaluate import evaluate
     from app.inference.batch_predict import predict_files

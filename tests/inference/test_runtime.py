@@ -109,7 +109,7 @@ def test_auto_serves_with_the_runtime_measured_fastest_as_it_loads(
         speeds = {"tf": 9.0, "litert": 5.0, "openvino": 5.0, "onnx": 5.0, fastest: 1.0}
 
         def measured(runtime, inputs, speeds=speeds):
-            batches.append(len(inputs["image_bytes"]))
+            batches.append(len(inputs["images"]))
             return speeds[runtime.name]
 
         monkeypatch.setattr(runtime_module, "_ms_per_photo", measured)
