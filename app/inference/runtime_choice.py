@@ -4,9 +4,9 @@ runtime that may serve the export, later ones load only the one it found fastest
 Loading and timing all of them costs seconds and a model's memory each (TensorFlow's SavedModel,
 an OpenVINO compile, an ONNX Runtime session), which a short `predict` would pay every time. The
 key holds everything the answer depends on: the export's metadata.json (its files' SHA-256 and
-parity checks), the CPU, the batch, and the runtimes' package versions; any change measures
-again. Kept in the user's cache (`app.storage.cache_root`), one JSON object; deleting it measures
-again too.
+parity checks), the CPU, the batch, the runtimes' package versions and what is timed; any
+change measures again. Kept in the user's cache (`app.storage.cache_root`), one JSON object;
+deleting it measures again too.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from app.export import layout
 FILE = "runtime_choices.json"
 KEEP = 200  # measurements kept, the newest: one per export, host and batch
 PACKAGES = ("tensorflow", "ai-edge-litert", "openvino", "onnxruntime")
+TIMED = "each model's pass on decoded pixels"  # what was timed: a choice timed otherwise is measured again
 
 
 def choices_path() -> Path:
@@ -58,6 +59,7 @@ def choice_key(version: Path, batch: int, litert_mode: str) -> str:
         "batch": batch,
         "litert_mode": litert_mode,
         "packages": {p: _version(p) for p in PACKAGES},
+        "timed": TIMED,
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 

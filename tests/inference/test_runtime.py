@@ -143,11 +143,14 @@ def test_auto_measures_once_per_export_and_host_and_again_when_either_changes(
     monkeypatch.setattr(runtime_choice, "_cpu", lambda: "another CPU, 64 cores")
     load_runtime(version, "auto")
     assert measurements() == 12  # another host
+    monkeypatch.setattr(runtime_choice, "TIMED", "whole calls on photos")  # a choice another code timed otherwise
+    load_runtime(version, "auto")
+    assert measurements() == 16
     _edit_metadata(version, lambda m: m["onnx"]["float32"].update(passed=False))  # a new export, or a failed check
-    assert load_runtime(version, "auto").name != "onnx" and measurements() == 15
+    assert load_runtime(version, "auto").name != "onnx" and measurements() == 19
     runtime_choice.choices_path().write_text("not JSON")  # a broken memory is only a measurement more
     load_runtime(version, "auto")
-    assert measurements() == 18
+    assert measurements() == 22
     assert runtime_module._ms_per_photo.__name__ == "measured"  # the measurement itself is tested below
 
 
