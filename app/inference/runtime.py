@@ -257,7 +257,7 @@ def _timing_inputs(runtime: TFRuntime | HostRuntime, batch: int) -> dict[str, np
     export's decode, and zero side vectors for a model that takes them."""
     noise = np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)
     jpeg = tf.io.encode_jpeg(noise).numpy()
-    pixels = host_decoder(runtime.version)(np.array([jpeg] * batch, dtype=object)).astype(np.float32)
+    pixels = runtime.decode(np.array([jpeg] * batch, dtype=object)).astype(np.float32)
     specs = runtime.signatures()[TIMED_SIGNATURE][0]
     side = {name: np.zeros([batch, *spec.shape[1:]], np.float32) for name, spec in specs.items() if name != "images"}
     return {"images": pixels, **side}
