@@ -49,7 +49,8 @@ def _resize(image: tf.Tensor, image_size: int) -> tf.Tensor:
     """Bilinear with antialiasing where a side shrinks, so large photos shrink without aliasing.
     An image no larger than the output (a small photo, a satellite tile) is enlarged by plain
     bilinear: there antialiasing widens no kernel, so the two filters agree (to a rounding step
-    in a few pixels) and plain bilinear is the faster kernel (benchmarks/README.md, "Offline commands")."""
+    in a small fraction of the pixels) and plain bilinear is the faster kernel
+    (benchmarks/README.md, "Offline commands")."""
     shrinks = tf.reduce_any(tf.shape(image)[:2] > image_size)
     return to_uint8(
         tf.cond(
