@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 import signal
 import subprocess
 import sys
@@ -24,11 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def dispatcher():
-    """An in-process dispatcher with two workers (deleting the objects stops the servers)."""
+    """An in-process dispatcher with two workers (deleting the objects stops the servers). The
+    workers heartbeat every half second: stopping one waits for its heartbeat thread, up to
+    TensorFlow's default interval otherwise (scripts/data_service.py's workers are stopped by a
+    signal instead, tested below)."""
     server = service.start_dispatcher(0)
     address = server.target.split("://")[1]
-    workers = [service.start_worker(address, 0, "localhost") for _ in range(2)]
+    config = tf.data.experimental.service.WorkerConfig(address, port=0, heartbeat_interval_ms=500)
+    workers = [tf.data.experimental.service.WorkerServer(config) for _ in range(2)]
     yield server.target
+    # The tests' data-service iterators are collected first: with one still alive, stopping a
+    # worker waited for it, holding an xdist worker idle.
+    gc.collect()
     del workers, server
 
 
