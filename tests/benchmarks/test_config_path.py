@@ -116,3 +116,24 @@ def test_module_names_and_what_carries_a_configuration(tmp_path: Path):
 def test_summary_of_no_edges_is_empty():
     summary = summarise([Edge("x", "f:1", "x", "g")])
     assert summary.modules == ["x"] and not summary.entries and summary.reentries == 0
+
+
+@pytest.mark.slow  # a whole run, traced
+@pytest.mark.export_files  # the whole export, model card included, as a user's run writes it
+def test_a_run_s_configuration_reaches_at_most_25_modules_none_entered_more_than_5_times(tiny_config):
+    """The bounds the configuration's path was redesigned to (benchmarks/README.md, "The
+    configuration's path"), held on a tiny run of the train command, which takes a path close to
+    the demo's (the benchmark traces the demo itself)."""
+    from app.commands import main as photoclf
+    from benchmarks.config_path import _run
+
+    cfg = tiny_config
+    argv = ["train", "--data", cfg.data, "--out", cfg.out, "--backbone", cfg.backbone, "--weights", "none",
+            "--image-size", "64", "--epochs-finetune", "1", "--set", "epochs_head=1", "--set", "batch_size=8",
+            "--set", "max_steps_per_epoch=2", "--set", "unfreeze=blocks:2"]  # fmt: skip
+    tracer = ConfigTracer()
+    tracer.trace(lambda: _run(photoclf, argv))
+    summary = summarise(list(tracer.edges))
+    assert "app.training.train" in summary.modules and "app.export.run_export" in summary.modules  # a whole run
+    assert len(summary.modules) <= 25, summary.modules
+    assert max(summary.entries.values()) <= 5, summary.entries

@@ -55,7 +55,7 @@ class Decision:
 def decide(ctx: Context, phase2: bool = True) -> Decision:
     """`phase2=False`: phase 1's inputs alone (a learning-rate sweep), so no cut is built."""
     limit = cache_limit(ctx.run.root)
-    cached, reason = phase1_mode(ctx.cfg, ctx.strategy, phase1_bytes(ctx), limit)
+    cached, reason = phase1_mode(ctx.cfg, ctx.strategy, phase1_bytes(ctx), limit, ctx.views_per_image)
     cut, keeps_views, keeps_test, no_views = (
         _cut(ctx, cached, limit) if phase2 else (None, False, False, "phase 1 alone")
     )
@@ -90,17 +90,15 @@ def phase1_bytes(ctx: Context) -> int:
     return rows * (ctx.clf.features_model.output.shape[-1] + ctx.info.side_width) * 4
 
 
-def phase1_mode(cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes: int, limit: int) -> tuple[bool, str]:
+def phase1_mode(
+    cfg: TrainConfig, strategy: tf.distribute.Strategy, cache_bytes: int, limit: int, views: int
+) -> tuple[bool, str]:
     """(train phase 1 on cached features?, why). `auto` caches on a single worker: every image is
     decoded, augmented and run through the frozen backbone K times in all instead of once per
     epoch (and the val split once instead of every epoch). On a CPU the backbone is nearly all of
     phase 1's time; on a GPU the CPU's decoding is (it feeds a fraction of the GPU's rate).
-    `limit`: the bytes the cache may take (`cache_limit`)."""
-    shown = (
-        f"{cfg.cached_views} augmented view(s) per training image"
-        if cfg.augment
-        else "unaugmented images (augment = false)"
-    )
+    `limit`: the bytes the cache may take (`cache_limit`); `views`: the context's views per image."""
+    shown = f"{views} augmented view(s) per training image" if cfg.augment else "unaugmented images (augment = false)"
     if cfg.feature_views == "0":
         return False, "feature_views = 0: phase 1 on images"
     if cfg.feature_views != "auto":

@@ -228,14 +228,14 @@ def test_auto_caches_on_a_gpu_too_unless_the_cache_would_not_fit_on_disk(tiny_co
     strategy = tf.distribute.get_strategy()
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
     limit = 4 * 2**30  # what the disk beside the run has free
-    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=2**20, limit=limit)
+    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=2**20, limit=limit, views=2)
     assert cached and "on a GPU the CPU's decoding is the bottleneck" in why
-    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=limit + 2**29, limit=limit)
+    cached, why = phase1_mode(tiny_config, strategy, cache_bytes=limit + 2**29, limit=limit, views=2)
     assert (
         not cached
         and "would take 4.5 GiB, more than the 4.0 GiB free" in why
         and "set a number of views to cache anyway" in why
     )
-    assert phase1_mode(tiny_config.replace(feature_views="2"), strategy, cache_bytes=limit + 1, limit=limit)[0]
-    cached, why = phase1_mode(tiny_config.replace(data_service="grpc://host:5000"), strategy, 2**20, limit)
+    assert phase1_mode(tiny_config.replace(feature_views="2"), strategy, cache_bytes=limit + 1, limit=limit, views=2)[0]
+    cached, why = phase1_mode(tiny_config.replace(data_service="grpc://host:5000"), strategy, 2**20, limit, views=2)
     assert not cached and "tf.data service" in why
