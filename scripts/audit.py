@@ -2,12 +2,8 @@
 
     photoclf audit photos/                                  # class folders (or train/ val/ [test/])
     photoclf audit photos.csv --write-manifest reviewed.csv # then edit it and convert it
-    photoclf audit data/                                    # a TFRecord folder from make_tfrecords.py
 
-Writes REPORT/audit.json (every finding), REPORT/report.html (one self-contained page) and
-REPORT/embeddings.npz (reused by the next audit of the same files), and prints a summary.
---write-manifest writes a CSV that make_tfrecords.py accepts: review it (flip labels, set
-keep=false), then run make_tfrecords.py on it.
+The same command as `photoclf audit` (its --help says more).
 """
 
 from app.commands import run_command

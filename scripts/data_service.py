@@ -1,11 +1,9 @@
-"""Start a tf.data service server: one dispatcher, and any number of workers that decode and
-augment training input for scripts/fine_tune.py --data-service grpc://DISPATCHER_HOST:PORT.
+"""Start a tf.data service dispatcher or worker, for fine_tune.py --data-service.
 
     photoclf data-service dispatcher --port 5050
     photoclf data-service worker --dispatcher dispatcher-host:5050      # on each CPU machine
 
-Workers read the TFRecords themselves, so the data must be at the same path for them as for the
-trainer (shared storage or gs://). Runs until Ctrl-C or SIGTERM.
+The same command as `photoclf data-service` (its --help says more).
 """
 
 from app.commands import run_command

@@ -2,7 +2,7 @@
 
     photoclf merge data/
 
-Fails, writing nothing, unless every writer finished and every planned shard is present.
+The same command as `photoclf merge` (its --help says more).
 """
 
 from app.commands import run_command

@@ -1,7 +1,6 @@
 """Label the unlabelled photos that would help the model most, on a local page.
 
     python scripts/review.py runs/photos ~/new_photos             # http://127.0.0.1:8502/
-    python scripts/review.py runs/photos ~/new_photos --top 20    # print the queue, serve nothing
 
 The same command as `photoclf review` (its --help says more).
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -52,6 +53,16 @@ def test_every_script_is_a_wrapper_over_one_command_and_every_command_has_one():
     wrapped = {script.name: wrapped_command(script) for script in sorted((ROOT / "scripts").glob("*.py"))}
     assert None not in wrapped.values(), wrapped  # nothing in scripts/ but wrappers
     assert sorted(wrapped.values()) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "scripts").glob("*.py")), ids=lambda p: p.name)
+def test_a_script_s_docstring_points_at_its_command_s_help_instead_of_copying_it(script: Path):
+    """The command's own docstring is its --help; a second copy here went stale (a figure, a
+    runtime choice that had changed), so a script says what it is, shows a use, and points there."""
+    doc = ast.get_docstring(ast.parse(script.read_text()))
+    command = wrapped_command(script)
+    assert doc.endswith(f"The same command as `photoclf {command}` (its --help says more).")
+    assert len(doc.splitlines()) <= 6, doc
 
 
 def test_a_script_and_its_command_take_the_same_flags():
