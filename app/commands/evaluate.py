@@ -5,8 +5,8 @@
     photoclf evaluate runs/photos --data data/ --split test --ood ~/photos_of_other_things
 
 MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
-folder. The model is called through its serving signature on raw image bytes: what is measured
-is what is deployed.
+folder. The model is called on raw image bytes through the runtime --runtime names, as
+`photoclf serve` calls it: what is measured is what is deployed.
 """
 
 from __future__ import annotations

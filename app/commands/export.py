@@ -1,12 +1,13 @@
-"""Export a finished run as a TF Serving SavedModel (image bytes in) with its LiteRT file(s).
+"""Export a finished run as a TF Serving SavedModel (image bytes in), with its CPU runtimes' files.
 
     photoclf export runs/demo                        # → runs/demo/export/demo/<next version>
     photoclf export runs/demo --export-dir /models --name shapes --tflite int8
 
-TF Serving layout: EXPORT_DIR/NAME/VERSION/{saved_model.pb, variables/, assets/, litert/}. The
-float32 LiteRT file (serve.py's fast CPU runtime) is checked against the SavedModel on the
-validation split and the result stored in assets/metadata.json. Written to a hidden temp dir and
-renamed when complete; an existing version is never overwritten.
+TF Serving layout: EXPORT_DIR/NAME/VERSION/{saved_model.pb, variables/, assets/}, beside them
+the float32 LiteRT file (litert/), the OpenVINO IR (openvino/), the ONNX file (onnx/) and the
+model card. Each file is checked against the SavedModel on the validation split, and the result
+stored in assets/metadata.json: a runtime refuses a file whose check failed. Written to a hidden
+temp dir and renamed when complete; an existing version is never overwritten.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
     curl -s localhost:8501/v1/models/demo:classify --data-binary @cat.jpg -H 'Content-Type: image/jpeg'
 
 Serves the newest version folder and picks up new ones without a restart. --runtime auto runs
-the fastest, timed as it loads, of TensorFlow and the export's LiteRT file and OpenVINO IR whose
-parity checks passed (benchmarks/README.md, "Serving", has their throughput and latency).
+the fastest, timed as it loads (once per export and host), of TensorFlow and the export's LiteRT,
+OpenVINO and ONNX files whose parity checks passed (benchmarks/README.md, "Serving", has their
+throughput and latency).
 Images over --max-megapixels are refused from their header (413); a full queue answers 503
 with Retry-After; a request past --request-timeout-ms answers 504. A client gets
 --client-timeout-s to send a request's headers (else its connection is closed) and as long again
