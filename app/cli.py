@@ -103,3 +103,28 @@ def add_weights_and_seeds(parser) -> None:
 def int_list(text: str) -> tuple[int, ...]:
     """argparse type for '0,1,2' (the benchmarks' seeds and sizes); a bad item is argparse's usage error."""
     return tuple(int(v) for v in text.split(","))
+
+
+def tcp_port(text: str) -> int:
+    """argparse type for --port: a TCP port number, 0 to 65535 (0: any free one); else argparse's
+    usage error naming the flag, instead of the socket's traceback once the model has loaded."""
+    import argparse
+
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
+    return port
+
+
+def host_and_port(text: str) -> str:
+    """argparse type for an address given as HOST:PORT, its port checked as --port's is."""
+    import argparse
+
+    host, _, port = text.rpartition(":")
+    if not host:
+        raise argparse.ArgumentTypeError(f"'{text}' is not HOST:PORT")
+    tcp_port(port)
+    return text

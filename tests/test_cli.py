@@ -118,3 +118,23 @@ def test_a_wrong_path_or_flag_is_refused_before_tensorflow_is_imported(
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: {message.format(tmp=tmp_path)}") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "script,args,message",
+    [
+        ("serve.py", ["{tmp}", "--port", "99999"], "argument --port: 99999 is not a port number (0 to 65535)"),
+        ("serve.py", ["{tmp}", "--port", "-5"], "argument --port: -5 is not a port number (0 to 65535)"),
+        ("review.py", ["{tmp}", "{tmp}", "--port", "web"], "argument --port: 'web' is not a port number"),
+        ("data_service.py", ["dispatcher", "--port", "65536"], "argument --port: 65536 is not a port number"),
+        ("data_service.py", ["worker", "--dispatcher", "host"], "argument --dispatcher: 'host' is not HOST:PORT"),
+        ("data_service.py", ["worker", "--dispatcher", "host:70000"], "argument --dispatcher: 70000 is not a port"),
+    ],
+)
+def test_a_port_no_socket_can_have_is_a_usage_error_not_a_traceback_once_the_model_loaded(
+    tmp_path: Path, script: str, args: list[str], message: str
+):
+    done = run(WITHOUT_TENSORFLOW, str(ROOT / "scripts" / script), *[a.format(tmp=tmp_path) for a in args])
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr.splitlines()[-1], done.stderr
+    assert "Traceback" not in done.stderr

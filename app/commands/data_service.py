@@ -15,6 +15,8 @@ import logging
 import os
 import socket
 
+from app.cli import host_and_port, tcp_port
+
 HELP = "start a tf.data service dispatcher or worker, to decode and augment on other machines"
 
 
@@ -22,11 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("role", choices=["dispatcher", "worker"], help="which server to start")
     p.add_argument(
         "--port",
-        type=int,
+        type=tcp_port,
         default=None,
         help="port to listen on (default: 5050 for the dispatcher, any free port for a worker)",
     )
-    p.add_argument("--dispatcher", default=None, help="worker only: the dispatcher's HOST:PORT (required)")
+    p.add_argument(
+        "--dispatcher", type=host_and_port, default=None, help="worker only: the dispatcher's HOST:PORT (required)"
+    )
     p.add_argument(
         "--advertise",
         default=socket.gethostname(),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import add_export_run_flags, lasting_imports
+from app.cli import add_export_run_flags, lasting_imports, tcp_port
 from app.data.photo_lists import list_inputs
 from app.errors import UserError
 from app.export.layout import resolve_model_dir
@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--by", choices=["margin", "entropy"], default="margin", help="uncertainty measure (default margin)")
     p.add_argument("--top", type=int, default=0, help="print the first N of the queue and exit, serving nothing")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8502, help="port (default 8502)")
+    p.add_argument("--port", type=tcp_port, default=8502, help="port (default 8502)")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.cli import add_runtime_flag, lasting_imports
+from app.cli import add_runtime_flag, lasting_imports, tcp_port
 from app.errors import UserError
 from app.export import layout
 from app.net import check_bindable
@@ -36,7 +36,7 @@ HELP = "serve an exported model over TF Serving's REST API, with an image-upload
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", type=Path, help="EXPORT_DIR/<name>: the folder holding numbered versions")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8501, help="port (default 8501, as TF Serving's REST port)")
+    p.add_argument("--port", type=tcp_port, default=8501, help="port (default 8501, as TF Serving's REST port)")
     p.add_argument("--max-batch", type=int, default=32, help="most instances merged into one model call (default 32)")
     p.add_argument(
         "--max-wait-ms",
