@@ -6,8 +6,8 @@
     photoclf predict runs/demo ~/new_photos --explain why/       # + a Grad-CAM map of each top label
 
 MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
-folder. INPUT is a folder (searched recursively), a glob (quote it) or a .txt/.csv file of
-paths. Rows: path, label_1, score_1, ..., unknown, ood_score ("none of these": the photo is
+folder. INPUT is a folder (searched recursively), a glob (quote it), a .txt/.csv file of
+paths or one photo. Rows: path, label_1, score_1, ..., unknown, ood_score ("none of these": the photo is
 unlike the training photos), error. Files that cannot be read, are not images or
 are over the model's pixel limit get their reason in `error` and never stop the run; they are
 also listed at the end. The output appears only when complete.
@@ -31,7 +31,7 @@ HELP = "predict labels for unlabelled photos with an exported model: CSV or JSON
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_export_run_flags(p)
-    p.add_argument("input", help="folder of photos, glob pattern, or .txt/.csv file of paths")
+    p.add_argument("input", help="folder of photos, glob pattern, .txt/.csv file of paths, or one photo")
     p.add_argument(
         "--output",
         type=Path,

@@ -38,7 +38,9 @@ HELP = "label the unlabelled photos that would help the model most, on a local p
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_export_run_flags(p)
-    p.add_argument("unlabelled", help="folder of photos (searched recursively), glob, or .txt/.csv list of paths")
+    p.add_argument(
+        "unlabelled", help="folder of photos (searched recursively), glob, .txt/.csv list of paths, or one photo"
+    )
     p.add_argument(
         "--manifest",
         type=Path,

@@ -18,7 +18,10 @@ from app.errors import UserError
 def _from_list(list_file: Path) -> list[Path]:
     """A .txt (one path per line) or .csv (a `path` column, else the first) of paths, relative
     to the list's own folder unless absolute."""
-    text = list_file.read_text()
+    try:
+        text = list_file.read_text()
+    except UnicodeDecodeError:
+        raise UserError(f"{list_file}: a list of paths must be UTF-8 text") from None
     if list_file.suffix.lower() == ".csv":
         rows = list(csv.reader(io.StringIO(text)))
         column = rows[0].index("path") if rows and "path" in rows[0] else 0
@@ -28,14 +31,17 @@ def _from_list(list_file: Path) -> list[Path]:
     return [p if p.is_absolute() else list_file.parent / p for p in map(Path, names)]
 
 
+LIST_SUFFIXES = (".txt", ".csv")
+
+
 def list_inputs(source: str, flag: str = "INPUT") -> list[Path]:
-    """A folder (recursively, hidden files skipped), a glob pattern, or a .txt/.csv list of paths;
-    none is an error naming `flag`."""
+    """A folder (recursively, hidden files skipped), a glob pattern, a .txt/.csv list of paths, or
+    one photo; none is an error naming `flag`."""
     path = Path(source)
     if path.is_dir():
         files = list_files(path)
     elif path.is_file():
-        files = _from_list(path)
+        files = _from_list(path) if path.suffix.lower() in LIST_SUFFIXES else [path]
     elif glob.has_magic(source):
         files = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
     else:

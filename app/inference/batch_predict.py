@@ -187,6 +187,8 @@ def predict_files(
         raise UserError("--top-k and --batch-size must be >= 1")
     if not output.parent.is_dir():
         raise UserError(f"--output {output}: folder {output.parent} does not exist")
+    if output.is_dir():
+        raise UserError(f"--output {output}: is a folder; give the file to write, e.g. {output / 'predictions.csv'}")
     version = layout.resolve_model_dir(model_dir)
     metadata = layout.read_metadata(version)
     side = [c["name"] for c in metadata.get("side_features", [])]

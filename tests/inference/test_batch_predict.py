@@ -85,6 +85,19 @@ def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="no files in it"):
         predict_files(trained_run, str(tmp_path / "empty"), tmp_path / "p.csv")
+    with pytest.raises(UserError, match="is a folder; give the file to write"):
+        predict_files(trained_run, str(tmp_path / "empty"), tmp_path / "empty")
+    (tmp_path / "paths.csv").write_bytes(b"\xff\xd8\xff\xe0 not text")
+    with pytest.raises(UserError, match="paths.csv: a list of paths must be UTF-8 text"):
+        predict_files(trained_run, str(tmp_path / "paths.csv"), tmp_path / "p.csv")
+
+
+def test_one_photo_is_an_input_of_its_own(trained_run: Path, photos: Path, tmp_path: Path):
+    photo = next((photos / "star").glob("star_000.*"))
+    summary = predict_files(trained_run, str(photo), tmp_path / "one.csv", runtime="tf", top_k=2)
+    rows = list(csv.DictReader((tmp_path / "one.csv").open()))
+    assert [Path(r["path"]).name for r in rows] == [photo.name] and rows[0]["error"] == ""
+    assert summary.predicted == 1 and rows[0]["label_1"] in ("circle", "square", "star")
 
 
 @pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
