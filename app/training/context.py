@@ -131,6 +131,7 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     policy = set_precision(cfg)
     strategy = make_strategy(cfg)
     _check_data(cfg, info, strategy)
+    validate_run_dir(cfg, overwrite, chief=is_chief(strategy))  # said before the weights load (or download)
     facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name}
     if info.side_features:  # the model's side branch is built from them; a resume must see the same
         facts["side_features"] = info.side_features

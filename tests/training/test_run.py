@@ -122,10 +122,16 @@ def test_weights_file_that_does_not_fit(tiny_config: TrainConfig, tmp_path: Path
         setup(tiny_config.replace(weights=str(tmp_path / "missing.weights.h5")))
 
 
-def test_changed_config_in_existing_run_dir_is_refused(tiny_config: TrainConfig):
+def test_changed_config_in_existing_run_dir_is_refused(tiny_config: TrainConfig, monkeypatch):
     setup(tiny_config)
-    with pytest.raises(UserError, match="different config.*epochs_head"):
-        setup(tiny_config.replace(epochs_head=9))
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights were loaded (or downloaded) before the run dir was checked")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("app.training.context.load_pretrained_backbone", no_weights)
+        with pytest.raises(UserError, match="different config.*epochs_head"):
+            setup(tiny_config.replace(epochs_head=9))
     setup(tiny_config.replace(epochs_head=9), overwrite=True)
 
 
