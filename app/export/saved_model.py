@@ -157,8 +157,18 @@ def _new_version(export_root: Path, name: str, version: int | None) -> tuple[Pat
     final = layout.version_dir(export_root, name, version)
     if final.exists():
         raise UserError(f"{final} already exists; versions are never overwritten (omit --version for the next one)")
-    model_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--export-dir {export_root}: cannot create {model_dir} ({err.strerror})") from None
     return model_dir, version, final
+
+
+def check_export_root(export_root: Path) -> None:
+    """Refuse an export folder that cannot be one (a file, or under one) before a model is built."""
+    existing = next(p for p in (export_root, *export_root.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        raise UserError(f"--export-dir {export_root}: {existing} is a file, not a folder")
 
 
 def _save(module: ServingModule, path: Path) -> None:

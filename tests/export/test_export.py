@@ -226,6 +226,21 @@ def test_versions_are_never_overwritten(trained_run: Path, tmp_path: Path):
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["1", "2"]  # no half-written leftovers
 
 
+def test_an_export_dir_that_is_or_lies_under_a_file_is_refused_before_a_model_is_built(
+    trained_run: Path, tmp_path: Path, monkeypatch
+):
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before --export-dir was checked")
+
+    monkeypatch.setattr("app.export.run_export.rebuild_served_model", no_model)
+    (tmp_path / "models").write_text("not a folder")
+    for export_dir in (tmp_path / "models", tmp_path / "models" / "inner"):
+        with pytest.raises(
+            UserError, match=f"--export-dir {export_dir}: {tmp_path / 'models'} is a file, not a folder"
+        ):
+            export_run(trained_run, export_dir=export_dir, name="m")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["float16", "int8"])
 def test_phone_litert_files_with_parity_in_the_metadata(
