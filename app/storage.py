@@ -77,6 +77,28 @@ def must_exist(path: Path) -> None:
         raise UserError(f"{path}: no such file or folder")
 
 
+def check_output_folder(path: str | Path, flag: str) -> None:
+    """Refuse, naming `flag`, a folder to write into that cannot be one (a file, or a path under a
+    file), before the work whose results it would hold. A URL is left to its write."""
+    if is_url(path):
+        return
+    path = Path(path)
+    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UserError(f"{flag} {path}: {blocker} is a file, not a folder")
+
+
+def check_output_file(path: str | Path, flag: str) -> None:
+    """Refuse, naming `flag`, a file to write whose folder does not exist or that is a folder."""
+    path = Path(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UserError(f"{flag} {path}: {path.parent} is a file, not a folder")
+    if not path.parent.is_dir():
+        raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; give the file to write, e.g. {path / 'out.csv'}")
+
+
 def exists(path: str | Path) -> bool:
     return _gfile().exists(str(path)) if is_url(path) else os.path.exists(path)
 

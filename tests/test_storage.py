@@ -61,3 +61,27 @@ def test_tensorflows_words_for_a_full_disk_count_too():
     assert storage.is_out_of_space(RuntimeError("/tmp/x.tfrecord; No space left on device"))
     assert storage.is_out_of_space(OSError(errno.EDQUOT, "Disk quota exceeded"))
     assert not storage.is_out_of_space(OSError(errno.EACCES, "Permission denied"))
+
+
+def test_an_output_folder_that_is_or_lies_under_a_file_is_refused_naming_the_flag(tmp_path: Path):
+    (tmp_path / "notes").write_text("a file")
+    for folder in (tmp_path / "notes", tmp_path / "notes" / "a" / "b"):
+        with pytest.raises(UserError, match=f"^--report {folder}: {tmp_path / 'notes'} is a file, not a folder$"):
+            storage.check_output_folder(folder, "--report")
+    storage.check_output_folder(tmp_path / "new" / "deeper", "--report")  # created later, by the write
+    storage.check_output_folder(tmp_path, "--report")
+    storage.check_output_folder("gs://bucket/notes", "--report")  # left to the write
+
+
+def test_an_output_file_needs_an_existing_folder_and_must_not_be_one(tmp_path: Path):
+    (tmp_path / "notes").write_text("a file")
+    cases = {
+        tmp_path / "missing" / "out.csv": f"folder {tmp_path / 'missing'} does not exist",
+        tmp_path / "notes" / "out.csv": f"{tmp_path / 'notes'} is a file, not a folder",
+        tmp_path: "is a folder; give the file to write",
+    }
+    for path, reason in cases.items():
+        with pytest.raises(UserError, match=f"^--output {path}: {reason}"):
+            storage.check_output_file(path, "--output")
+    storage.check_output_file(tmp_path / "out.csv", "--output")
+    storage.check_output_file(tmp_path / "notes", "--output")  # an existing file is replaced whole

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app import storage
 from app.audit import findings, report
 from app.audit.items import AuditInput, AuditItem, load_audit_input
 from app.audit.neighbours import Nearest, nearest
@@ -103,9 +104,9 @@ def run_audit(
                 f"--write-manifest needs the original photos; {data} is a TFRecord folder"
                 " (audit the folder or CSV you converted)"
             )
-        if not Path(manifest).parent.is_dir():
-            raise UserError(f"--write-manifest: no such folder {Path(manifest).parent}")
+        storage.check_output_file(manifest, "--write-manifest")
     report_dir = Path(report_dir) if report_dir else default_report_dir(data)
+    storage.check_output_folder(report_dir, "--report")
     result = audit(audit_input, report_dir, **options)
     written = list(report.write_reports(result, report_dir))
     if manifest is not None:

@@ -149,6 +149,7 @@ def _check_out(out: str, overwrite: bool, part: str | None = None) -> None:
     storage.check_url(out, "OUT")
     if storage.exists(out) and not storage.isdir(out):
         raise UserError(f"{out}: exists and is not a folder")
+    storage.check_output_folder(out, "OUT")
     if part is not None:  # split-writer mode: other writers' shards are expected here
         for name in (part, schema.METADATA_FILE):
             if storage.exists(storage.join(out, name)) and not overwrite:

@@ -203,6 +203,7 @@ def evaluate(
     if check_tta(tta) != "none" and baked != "none":
         raise UserError(f"--tta {tta}: {version_dir} already applies '{baked}' test-time augmentation in its graph")
     data = str(data)
+    storage.check_output_folder(report_dir or default_report_dir(version_dir, split), "--report")
     _check_task(version_dir, data)
     if ood is not None:
         _check_ood(version_dir, str(ood))

@@ -164,13 +164,6 @@ def _new_version(export_root: Path, name: str, version: int | None) -> tuple[Pat
     return model_dir, version, final
 
 
-def check_export_root(export_root: Path) -> None:
-    """Refuse an export folder that cannot be one (a file, or under one) before a model is built."""
-    existing = next(p for p in (export_root, *export_root.parents) if p.exists() or p == p.parent)
-    if not existing.is_dir():
-        raise UserError(f"--export-dir {export_root}: {existing} is a file, not a folder")
-
-
 def _save(module: ServingModule, path: Path) -> None:
     """The SavedModel with its three signatures."""
     with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames

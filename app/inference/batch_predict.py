@@ -185,10 +185,9 @@ def predict_files(
         raise UserError(f"--format must be one of {FORMATS}, got '{fmt}'")
     if top_k < 1 or batch_size < 1:
         raise UserError("--top-k and --batch-size must be >= 1")
-    if not output.parent.is_dir():
-        raise UserError(f"--output {output}: folder {output.parent} does not exist")
-    if output.is_dir():
-        raise UserError(f"--output {output}: is a folder; give the file to write, e.g. {output / 'predictions.csv'}")
+    storage.check_output_file(output, "--output")
+    if explain is not None:
+        storage.check_output_folder(explain, "--explain")
     version = layout.resolve_model_dir(model_dir)
     metadata = layout.read_metadata(version)
     side = [c["name"] for c in metadata.get("side_features", [])]

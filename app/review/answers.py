@@ -36,10 +36,7 @@ class Answers:
     @classmethod
     def open(cls, path: Path) -> Answers:
         """The manifest at `path`, or a new one; one that the converter would refuse is refused here."""
-        if not path.parent.is_dir():
-            raise UserError(f"--manifest {path}: folder {path.parent} does not exist")
-        if path.is_dir():
-            raise UserError(f"--manifest {path}: is a folder; name a .csv file")
+        storage.check_output_file(path, "--manifest")
         if not path.exists():
             return cls(path, list(NEW_HEADER), [])
         header, rows = read_manifest_table(path)

@@ -6,6 +6,7 @@ import csv
 import json
 import logging
 import shutil
+import sys
 from pathlib import Path
 
 import keras
@@ -107,6 +108,16 @@ def test_a_tfrecord_folder_is_audited_from_its_records(demo_records: Path, tmp_p
     assert result["counts"] == info["counts"]
     with pytest.raises(UserError, match="needs the original photos"):
         run_audit(demo_records, tmp_path / "r2", tmp_path / "m.csv", **FAST)
+
+
+def test_a_report_folder_that_is_a_file_is_refused_before_the_scan(dirty_folder: Path, tmp_path: Path, monkeypatch):
+    module = sys.modules[run_audit.__module__]
+    monkeypatch.setattr(module, "audit", lambda *a, **k: pytest.fail("scanned before --report was checked"))
+    (tmp_path / "report").write_text("a file")
+    with pytest.raises(UserError, match=f"--report {tmp_path / 'report'}: .* is a file, not a folder"):
+        run_audit(dirty_folder, tmp_path / "report", **FAST)
+    with pytest.raises(UserError, match="--write-manifest .*: is a folder"):
+        run_audit(dirty_folder, tmp_path / "r2", tmp_path, **FAST)
 
 
 def test_embeddings_are_reused_when_nothing_changed(dirty_folder: Path, tmp_path: Path, caplog):

@@ -81,6 +81,18 @@ def test_empty_split_is_a_clear_error(trained_run: Path, demo_records: Path, tmp
         evaluate(trained_run, tmp_path / "empty", report_dir=tmp_path)
 
 
+def test_a_report_folder_under_a_file_is_refused_before_the_model_runs(
+    trained_run: Path, demo_records: Path, tmp_path: Path, monkeypatch
+):
+    def no_runtime(*args, **kwargs):
+        raise AssertionError("the model was loaded before --report was checked")
+
+    monkeypatch.setattr("app.evaluation.evaluate.load_runtime", no_runtime)
+    (tmp_path / "report").write_text("a file")
+    with pytest.raises(UserError, match=f"--report {tmp_path / 'report' / 'test'}: .* is a file, not a folder"):
+        evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "report" / "test")
+
+
 @pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
 def test_cli_prints_the_summary(trained_run: Path, demo_records: Path, tmp_path: Path):
     out = subprocess.run(
