@@ -221,6 +221,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any]
             raw = tomllib.loads(path.read_text())
         except FileNotFoundError:
             raise UserError(f"--config: no such file {path}") from None
+        except (IsADirectoryError, UnicodeDecodeError) as err:
+            why = "a folder" if isinstance(err, IsADirectoryError) else "not UTF-8 text"
+            raise UserError(f"--config {path}: {why}; give a TOML file (examples in configs/)") from None
         except tomllib.TOMLDecodeError as err:
             raise UserError(f"{path}: not valid TOML ({err})") from None
         raw = raw.get("train", raw)

@@ -99,6 +99,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
     [
         ("fine_tune.py", ["--set", "no_such_key=1"], "--set: unknown config key 'no_such_key'"),
         ("fine_tune.py", ["--config", "{tmp}/missing.toml"], "--config: no such file {tmp}/missing.toml"),
+        ("fine_tune.py", ["--config", "{tmp}"], "--config {tmp}: a folder; give a TOML file"),
         ("fine_tune.py", ["--data", "{tmp}/records"], "--data {tmp}/records: no such folder"),
         ("make_tfrecords.py", ["{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
         ("audit.py", ["{tmp}/photos"], "{tmp}/photos: no such file or folder"),

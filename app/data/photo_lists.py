@@ -47,5 +47,6 @@ def list_inputs(source: str, flag: str = "INPUT") -> list[Path]:
     else:
         raise UserError(f"{flag} {source}: no such folder, list file or matching glob")
     if not files:
-        raise UserError(f"{flag} {source}: no files in it")
+        said = "matches no files" if glob.has_magic(source) and not path.exists() else "no files in it"
+        raise UserError(f"{flag} {source}: {said}")
     return files

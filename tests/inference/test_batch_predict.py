@@ -85,6 +85,8 @@ def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="no files in it"):
         predict_files(trained_run, str(tmp_path / "empty"), tmp_path / "p.csv")
+    with pytest.raises(UserError, match=r"/none\*/\*.jpg: matches no files"):
+        predict_files(trained_run, f"{tmp_path}/none*/*.jpg", tmp_path / "p.csv")
     with pytest.raises(UserError, match="is a folder; give the file to write"):
         predict_files(trained_run, str(tmp_path / "empty"), tmp_path / "empty")
     (tmp_path / "paths.csv").write_bytes(b"\xff\xd8\xff\xe0 not text")
