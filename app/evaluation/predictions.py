@@ -93,8 +93,10 @@ def load_label_map(path: str | Path | None) -> dict[str, str] | None:
         return None
     try:
         mapping = storage.read_json_object(path)
-    except (OSError, UserError) as err:
+    except UserError as err:
         raise UserError(f"--label-map {err}") from None
+    except OSError as err:
+        raise UserError(f"--label-map {path}: {err.strerror or err}") from None
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
         raise UserError(f"--label-map {path}: expected a JSON object of strings")
     return mapping

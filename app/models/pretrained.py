@@ -58,7 +58,11 @@ def load_backbone(
 
 def _from_file(spec: BackboneSpec, shape: tuple[int, int, int], path: Path, named_by: str) -> keras.Model:
     if not path.is_file():
-        raise UserError(f"{named_by}: no such file {path}")
+        raise UserError(
+            f"{named_by}: {path} is a folder, not a weights file"
+            if path.is_dir()
+            else f"{named_by}: no such file {path}"
+        )
     suffix, loader = spec.weights_file or (".h5", None)
     if not path.name.endswith(".h5") and not path.name.endswith(suffix):
         kinds = ".h5 or .weights.h5" + ("" if suffix == ".h5" else f" or {suffix}")

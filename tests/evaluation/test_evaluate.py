@@ -243,3 +243,12 @@ def test_ood_needs_photos_and_says_so_before_any_work(trained_run: Path, demo_re
         with pytest.raises(UserError, match="--ood .*neither a TFRecord folder"):
             evaluate(trained_run, demo_records, split="val", report_dir=tmp_path / "rep", ood=path)
     assert not (tmp_path / "rep").exists()
+
+
+def test_a_label_map_that_cannot_be_read_is_one_line_naming_the_flag_and_the_file(tmp_path: Path):
+    from app.evaluation.predictions import load_label_map
+
+    with pytest.raises(UserError, match=f"^--label-map {tmp_path}: Is a directory$"):
+        load_label_map(tmp_path)
+    with pytest.raises(UserError, match=f"^--label-map {tmp_path / 'none.json'}: No such file or directory$"):
+        load_label_map(tmp_path / "none.json")

@@ -75,6 +75,9 @@ def test_a_configured_file_that_is_missing_or_does_not_fit_is_an_error_naming_th
     monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path / "missing.weights.h5"))
     with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: no such file {tmp_path / 'missing.weights.h5'}$"):
         load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
+    monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path))
+    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: {tmp_path} is a folder, not a weights file$"):
+        load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
 
 
 def test_offline_auto_without_a_file_starts_from_random_weights_and_says_why(
