@@ -119,7 +119,7 @@ main(sys.argv[1:])
     "args,message",
     [
         (["{tmp}/nowhere", "{tmp}/photos"], "{tmp}/nowhere: no SavedModel found"),
-        (["{tmp}/m/1", "{tmp}/photos/*.png"], "UNLABELLED {tmp}/photos/*.png: no files in it"),
+        (["{tmp}/m/1", "{tmp}/photos/*.png"], "UNLABELLED {tmp}/photos/*.png: matches no files"),
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/bad.csv"], "{tmp}/bad.csv: the first line must be"),
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/no/r.csv"], "--manifest {tmp}/no/r.csv: folder"),
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/done.csv"], "{tmp}/photos: every photo is already in"),
