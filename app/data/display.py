@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 MISTAKE_SIDE = 256  # pixels a side of each photo in the report's mistakes figures
 
@@ -13,11 +13,12 @@ MISTAKE_SIDE = 256  # pixels a side of each photo in the report's mistakes figur
 def open_photo(data: bytes, max_side: int | None = None) -> np.ndarray:
     """uint8 RGB [H, W, 3] of a decodable photo; with `max_side`, at most that many pixels a side,
     a JPEG decoded at libjpeg's reduced scale: a figure of a 12 MP photo then costs milliseconds,
-    not a full decode and an overlay of 12 million pixels."""
+    not a full decode and an overlay of 12 million pixels. Upright by its EXIF orientation, as the
+    model sees it (`app.data.exif`)."""
     with Image.open(io.BytesIO(data)) as opened:
         if max_side:
             opened.draft("RGB", (max_side, max_side))
-        image = opened.convert("RGB")
+        image = ImageOps.exif_transpose(opened).convert("RGB")
     if max_side:
         image.thumbnail((max_side, max_side))
     return np.asarray(image)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from app.data import image_header
+from app.data import exif, image_header
 
 # For the functions handed to tf.data and tf.function: they use TF's own control flow
 # (tf.cond, tf.switch_case), so AutoGraph's rewrite of their Python source, paid on first use,
@@ -82,12 +82,14 @@ def decode_for_eval(encoded: tf.Tensor, image_size: int, crop_fraction: float = 
     at the smallest of libjpeg's DCT scales (1, 1/2, 1/4, 1/8) that keeps its side at least S
     (`eval_scale`; the header gives the size): a 12-megapixel phone photo is decoded at 1/8 of
     its width, already low-passed, instead of whole and then shrunk 12×. Crops under 2S decode
-    exactly as before, as every other format does.
+    exactly as before, as every other format does. A JPEG's EXIF orientation is applied to the
+    result (`app.data.exif`): the centred square crop turns with the photo, so turning it last is
+    turning the photo first, as `photoclf convert` does.
     """
     is_jpeg = tf.equal(tf.strings.substr(encoded, 0, 3), b"\xff\xd8\xff")
     image = tf.cond(
         is_jpeg,
-        lambda: _eval_jpeg(encoded, image_size, crop_fraction),
+        lambda: exif.upright(_eval_jpeg(encoded, image_size, crop_fraction), exif.jpeg_orientation(encoded)),
         lambda: _resize(_eval_any_crop(encoded, crop_fraction), image_size),
     )
     return tf.ensure_shape(image, [image_size, image_size, 3])
