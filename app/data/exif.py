@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-SCAN_BYTES = 2 + 18 + 65_535 + 8  # SOI, a JFIF APP0, then APP1 (at most 65,535 bytes): where the tag can be
+SCAN_BYTES = 2 + 2 * (2 + 65_535) + 4096  # SOI, two whole segments before APP1 at most, then its IFD0
 MAX_SEGMENTS = 3  # markers looked at for the EXIF block (it follows at most a JFIF and one other block)
 MAX_ENTRIES = 64  # IFD0 entries searched for the orientation tag
 ORIENTATION_TAG = 0x0112

@@ -66,6 +66,9 @@ def test_big_endian_tags_and_headers_without_one_or_broken_read_as_they_should()
     plain = _jpeg(_scene())
     assert int(jpeg_orientation(tf.constant(plain))) == 1
     assert int(jpeg_orientation(tf.constant(_big_endian_exif(plain, 6)))) == 6
+    tagged = _big_endian_exif(plain, 8)
+    icc = b"\xff\xe2" + struct.pack(">H", 65_535) + bytes(65_533)  # a whole APPn block before the tag's
+    assert int(jpeg_orientation(tf.constant(tagged[:2] + icc + tagged[2:]))) == 8
     for broken in (b"", b"\xff\xd8\xff", _big_endian_exif(plain, 6)[:30], _big_endian_exif(plain, 9)):
         assert int(jpeg_orientation(tf.constant(broken))) == 1
 
