@@ -11,58 +11,53 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-SCAN_BYTES = 2 + 2 * (2 + 65_535) + 4096  # SOI, two whole segments before APP1 at most, then its IFD0
 MAX_SEGMENTS = 3  # markers looked at for the EXIF block (it follows at most a JFIF and one other block)
 MAX_ENTRIES = 64  # IFD0 entries searched for the orientation tag
 ORIENTATION_TAG = 0x0112
 _APP1 = 0xE1
 
 
-def _bytes(data: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
-    """int32 bytes of uint8 `data` (never empty) at `offsets`; past either end a byte reads as 0."""
-    inside = tf.logical_and(offsets >= 0, offsets < tf.size(data))
-    return tf.where(inside, tf.gather(tf.cast(data, tf.int32), tf.clip_by_value(offsets, 0, tf.size(data) - 1)), 0)
+def _read(encoded: tf.Tensor, pos: tf.Tensor, count: int) -> tf.Tensor:
+    """int32 [count]: the bytes of `encoded` from `pos`, zeros past its end. Small reads at the
+    offsets the header gives: copying the whole first segments cost as much as the parse."""
+    pos = tf.clip_by_value(pos, 0, tf.strings.length(encoded))
+    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(encoded, pos, count), tf.uint8), tf.int32)
+    return tf.pad(raw, [[0, count - tf.size(raw)]])
 
 
-def _uint(data: tf.Tensor, offset: tf.Tensor, length: int, little: tf.Tensor) -> tf.Tensor:
-    """Unsigned integer of `length` bytes at `offset`, little- or big-endian by `little`."""
-    raw = _bytes(data, offset + tf.range(length))
-    order = tf.range(length)
-    shifts = 8 * tf.where(little, order, length - 1 - order)
+def _uint(raw: tf.Tensor, little: tf.Tensor) -> tf.Tensor:
+    """Unsigned integer of the bytes `raw` [N], little- or big-endian by `little`."""
+    order = tf.range(tf.size(raw))
+    shifts = 8 * tf.where(little, order, tf.size(raw) - 1 - order)
     return tf.reduce_sum(tf.bitwise.left_shift(raw, shifts))
 
 
-def _exif_start(data: tf.Tensor) -> tf.Tensor:
+def _exif_start(encoded: tf.Tensor) -> tf.Tensor:
     """Offset of the TIFF header inside the APP1 "Exif" segment, or -1. The segment comes first
     after the start-of-image marker, or after a JFIF (APP0) or other APPn block or two: the first
     MAX_SEGMENTS markers are looked at, unrolled, since a loop in the graph cost more than this."""
-    pos, found = tf.constant(2), tf.constant(-1)
+    pos, found, big = tf.constant(2), tf.constant(-1), tf.constant(False)
     for _ in range(MAX_SEGMENTS):
-        marker, length = _bytes(data, pos + 1), _uint(data, pos + 2, 2, tf.constant(False))
+        head = _read(encoded, pos, 10)  # FF, marker, length (2), then "Exif\0\0" in an EXIF block
         is_exif = tf.logical_and(
-            tf.logical_and(tf.equal(_bytes(data, pos), 0xFF), tf.equal(marker, _APP1)),
-            tf.reduce_all(tf.equal(_bytes(data, pos + 4 + tf.range(6)), list(b"Exif\0\0"))),
+            tf.reduce_all(tf.equal(head[:2], [0xFF, _APP1])), tf.reduce_all(tf.equal(head[4:], list(b"Exif\0\0")))
         )
         found = tf.where(tf.logical_and(found < 0, is_exif), pos + 10, found)
-        pos = pos + 2 + length
+        pos = pos + 2 + _uint(head[2:4], big)
     return found
 
 
 def jpeg_orientation(encoded: tf.Tensor) -> tf.Tensor:
     """int32 1..8: the orientation tag of a JPEG's IFD0, 1 where there is none or it is unreadable."""
-    data = tf.concat([tf.io.decode_raw(tf.strings.substr(encoded, 0, SCAN_BYTES), tf.uint8), [0]], 0)
-    tiff = _exif_start(data)
-    order = _bytes(data, tiff + tf.range(2))
-    little = tf.reduce_all(tf.equal(order, list(b"II")))
-    valid = tf.logical_and(tiff >= 0, tf.logical_or(little, tf.reduce_all(tf.equal(order, list(b"MM")))))
-    ifd = tiff + _uint(data, tiff + 4, 4, little)
-    count = tf.minimum(_uint(data, ifd, 2, little), MAX_ENTRIES)
-    entries = ifd + 2 + 12 * tf.range(MAX_ENTRIES)
-    first_byte, second_byte = _bytes(data, entries), _bytes(data, entries + 1)
-    tags = tf.where(little, first_byte + 256 * second_byte, 256 * first_byte + second_byte)
-    hits = tf.logical_and(tf.equal(tags, ORIENTATION_TAG), tf.range(MAX_ENTRIES) < count)
-    first = tf.argmax(tf.cast(hits, tf.int32), output_type=tf.int32)
-    value = _uint(data, entries[first] + 8, 2, little)
+    tiff = _exif_start(encoded)
+    header = _read(encoded, tiff, 8)  # byte order, 42, IFD0's offset
+    little = tf.reduce_all(tf.equal(header[:2], list(b"II")))
+    valid = tf.logical_and(tiff >= 0, tf.logical_or(little, tf.reduce_all(tf.equal(header[:2], list(b"MM")))))
+    ifd = _read(encoded, tiff + _uint(header[4:], little), 2 + 12 * MAX_ENTRIES)
+    entries = tf.reshape(ifd[2:], [MAX_ENTRIES, 12])
+    tags = tf.where(little, entries[:, 0] + 256 * entries[:, 1], 256 * entries[:, 0] + entries[:, 1])
+    hits = tf.logical_and(tf.equal(tags, ORIENTATION_TAG), tf.range(MAX_ENTRIES) < _uint(ifd[:2], little))
+    value = _uint(entries[tf.argmax(tf.cast(hits, tf.int32), output_type=tf.int32)][8:10], little)
     ok = tf.logical_and(tf.logical_and(valid, tf.reduce_any(hits)), tf.logical_and(value >= 1, value <= 8))
     return tf.where(ok, value, 1)
 
