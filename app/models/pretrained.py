@@ -81,10 +81,13 @@ def _from_file(spec: BackboneSpec, shape: tuple[int, int, int], path: Path, name
     return model
 
 
-def load_pretrained_backbone(spec: BackboneSpec, image_size: int, weights: str) -> PretrainedBackbone:
-    """`weights` as in load_backbone, or `auto`: $PHOTOCLF_WEIGHTS, else ImageNet, else none (warned)."""
+def load_pretrained_backbone(
+    spec: BackboneSpec, image_size: int, weights: str, named_by: str = "--weights"
+) -> PretrainedBackbone:
+    """`weights` as in load_backbone, or `auto`: $PHOTOCLF_WEIGHTS, else ImageNet, else none (warned).
+    `named_by`: the flag that gave `weights`, for its errors."""
     if weights != "auto" or spec.hub_handle:
-        model, used = load_backbone(spec, image_size, weights)
+        model, used = load_backbone(spec, image_size, weights, named_by)
         return PretrainedBackbone(
             model, used, "training from random initialisation (--weights none)" if weights == "none" else None
         )

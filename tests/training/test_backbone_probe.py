@@ -93,6 +93,12 @@ def test_a_probe_of_the_tiny_backbone_reads_every_split(demo_records: Path, monk
     assert result.weights_used.startswith("none")
 
 
+def test_a_candidate_s_missing_weights_file_is_named_by_the_flag_that_gave_it(demo_records: Path, tmp_path: Path):
+    missing = tmp_path / "gone.weights.h5"
+    with pytest.raises(UserError, match=f"^--backbones {TINY_BACKBONE}@{missing}: no such file {missing}$"):
+        probe_backbone(Candidate(TINY_BACKBONE, str(missing)), str(demo_records), image_size=64)
+
+
 def test_the_script_says_a_missing_folder_before_importing_tensorflow(tmp_path: Path):
     done = subprocess.run(
         [
