@@ -36,14 +36,15 @@ def _exif_start(encoded: tf.Tensor) -> tf.Tensor:
     """Offset of the TIFF header inside the APP1 "Exif" segment, or -1. The segment comes first
     after the start-of-image marker, or after a JFIF (APP0) or other APPn block or two: the first
     MAX_SEGMENTS markers are looked at, unrolled, since a loop in the graph cost more than this."""
-    pos, found, big = tf.constant(2), tf.constant(-1), tf.constant(False)
+    pos, found = tf.constant(2), tf.constant(-1)
+    little = tf.constant(False)  # a JPEG's own segment lengths are big-endian
     for _ in range(MAX_SEGMENTS):
         head = _read(encoded, pos, 10)  # FF, marker, length (2), then "Exif\0\0" in an EXIF block
         is_exif = tf.logical_and(
             tf.reduce_all(tf.equal(head[:2], [0xFF, _APP1])), tf.reduce_all(tf.equal(head[4:], list(b"Exif\0\0")))
         )
         found = tf.where(tf.logical_and(found < 0, is_exif), pos + 10, found)
-        pos = pos + 2 + _uint(head[2:4], big)
+        pos = pos + 2 + _uint(head[2:4], little)
     return found
 
 
