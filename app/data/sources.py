@@ -10,6 +10,7 @@ in a second instead of after an hour of conversion.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,15 +50,22 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
+def _visible(folder: Path) -> Iterator[Path]:
+    """Everything below `folder` (recursively) but hidden names, sorted for determinism."""
+    for path in sorted(folder.rglob("*")):
+        if not any(_is_hidden(part) for part in path.relative_to(folder).parts):
+            yield path
+
+
 def list_files(folder: Path) -> list[Path]:
     """Regular, non-hidden files below `folder` (recursively), sorted for determinism."""
-    files = []
-    for path in sorted(folder.rglob("*")):
-        if any(_is_hidden(part) for part in path.relative_to(folder).parts):
-            continue
-        if path.is_file():
-            files.append(path)
-    return files
+    return [path for path in _visible(folder) if path.is_file()]
+
+
+def broken_links(folder: Path) -> list[Path]:
+    """Links below `folder` whose target is gone: `list_files` passes over them, and a converter
+    that did so silently would lose those photos without a word."""
+    return [path for path in _visible(folder) if path.is_symlink() and not path.exists()]
 
 
 def class_dirs(folder: Path) -> list[Path]:
@@ -134,6 +142,9 @@ def _from_folders(src: Path, class_root: Path, skipped: list[dict[str, str]]) ->
     by_class: dict[str, list[Path]] = {}
     for class_dir in class_dirs(class_root):
         files = [p for p in list_files(class_dir) if _screen(p, src, skipped)]
+        skipped += [
+            {"path": _relpath(p, src), "reason": "broken link (its target is missing)"} for p in broken_links(class_dir)
+        ]
         if not files:
             raise UserError(f"{class_dir}: class folder holds no usable files")
         by_class[class_dir.name] = files

@@ -107,6 +107,15 @@ def test_hidden_and_zero_byte_files(tmp_path: Path):
     assert source.skipped == [{"path": "b/empty.jpg", "reason": "zero-byte file"}]
 
 
+def test_a_broken_link_is_listed_as_skipped_not_dropped_silently(tmp_path: Path):
+    src = _make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    (src / "b" / "moved.jpg").symlink_to(tmp_path / "gone.jpg")
+    (src / "a" / "linked.jpg").symlink_to(src / "a" / "000.jpg")  # a link that resolves is a photo like any other
+    source = scan_source(src, val_fraction=0, test_fraction=0)
+    assert len(source.images) == 7
+    assert source.skipped == [{"path": "b/moved.jpg", "reason": "broken link (its target is missing)"}]
+
+
 @pytest.mark.parametrize(
     "layout,kwargs,message",
     [
