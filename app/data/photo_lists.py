@@ -11,7 +11,7 @@ import glob
 import io
 from pathlib import Path
 
-from app.data.sources import list_files
+from app.data.sources import broken_links, list_files
 from app.errors import UserError
 
 
@@ -38,8 +38,8 @@ def list_inputs(source: str, flag: str = "INPUT") -> list[Path]:
     """A folder (recursively, hidden files skipped), a glob pattern, a .txt/.csv list of paths, or
     one photo; none is an error naming `flag`."""
     path = Path(source)
-    if path.is_dir():
-        files = list_files(path)
+    if path.is_dir():  # a broken link gets its row ("cannot read"), as a missing file in a list does
+        files = sorted(list_files(path) + broken_links(path))
     elif path.is_file():
         files = _from_list(path) if path.suffix.lower() in LIST_SUFFIXES else [path]
     elif glob.has_magic(source):

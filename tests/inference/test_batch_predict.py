@@ -32,10 +32,11 @@ def photos(demo_images: Path, tmp_path: Path) -> Path:
 def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
     trained_run: Path, photos: Path, tmp_path: Path
 ):
+    (photos / "star" / "moved.jpg").symlink_to(tmp_path / "gone.jpg")
     out = tmp_path / "predictions.csv"
     summary = predict_files(trained_run, str(photos), out, runtime="litert", top_k=2, batch_size=8)
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == len(list_inputs(str(photos))) == 4 * 12 + 4
+    assert len(rows) == len(list_inputs(str(photos))) == 4 * 12 + 5
     assert list(rows[0]) == [
         "path", "answer", "label_1", "score_1", "label_2", "score_2", "unknown", "ood_score", "error"
     ]  # fmt: skip
@@ -45,8 +46,9 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
         "not_an_image.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
         "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
         "huge.png": "image is 50000x50000 pixels; the limit is 40 megapixels",
+        "moved.jpg": "cannot read: No such file or directory",
     }
-    assert summary.predicted == 48 and len(summary.failed) == 4 and summary.runtime == "litert float32"
+    assert summary.predicted == 48 and len(summary.failed) == 5 and summary.runtime == "litert float32"
     assert summary.warning.startswith("this model was trained from random initialisation")  # weights none
     # the scores are the SavedModel's probabilities, best first
     good = [r for r in rows if not r["error"]][:5]
