@@ -141,7 +141,7 @@ def audit(
     leaks = [p for p in exact + near if p["a"]["split"] != p["b"]["split"]]
     return {
         "data": str(audit_input.root),
-        "images": len(audit_input.items),
+        "images": len(scan.indices) + len(audit_input.unreadable),  # every file: read, or unreadable
         "readable": len(scan.indices),
         "classes": audit_input.classes,
         "counts": _counts(audit_input.items),

@@ -37,7 +37,7 @@ def summary(result: dict) -> str:
     lines += [
         format_table([["class", *splits], *rows]),
         "",
-        f"{result['readable']} of {result['images']} images read; {len(result['unreadable'])} unreadable",
+        f"{result['readable']} of {result['images']} files read; {len(result['unreadable'])} unreadable",
         f"leaks across splits:   {len(result['leaks'])} pairs"
         f" ({leaked['val']} val and {leaked['test']} test images have a copy elsewhere)",
         f"exact duplicates:      {len(result['exact_duplicates'])} pairs",

@@ -60,7 +60,8 @@ def test_audit_finds_the_planted_problems(dirty_folder: Path, tmp_path: Path):
     assert result["leaked_eval_images"] == {"val": 1, "test": 0}
     unreadable = {u["path"]: u["reason"] for u in result["unreadable"]}  # the demo has broken files of its own too
     assert unreadable[f"train/{first_class}/broken.jpg"].startswith("undecodable")
-    assert result["readable"] == result["images"] - sum(1 for u in unreadable if not u.endswith("empty.jpg"))
+    assert result["readable"] == result["images"] - len(unreadable)  # a zero-byte file, skipped unread, counts too
+    assert f"{result['readable']} of {result['images']} files read; {len(unreadable)} unreadable" in summary(result)
     blank = [o for o in result["outliers"] if o["path"].endswith("blank.png")]
     assert blank and any(r.startswith("near-constant") for r in blank[0]["reasons"])
     assert "leaks across splits:   1 pairs (1 val and 0 test images" in summary(result)
