@@ -25,9 +25,16 @@ from app.evaluation.figures import (
 )
 from app.evaluation.metrics import calibration_effect, compute_metrics
 from app.evaluation.ood import check_ood_source, ood_metrics, ood_scores, plot_ood_histogram
-from app.evaluation.predictions import Predictions, folder_examples, load_label_map, predict, tfrecord_examples
+from app.evaluation.predictions import (
+    Predictions,
+    folder_examples,
+    label_mapping,
+    load_label_map,
+    predict,
+    tfrecord_examples,
+)
 from app.evaluation.report import summary_table, write_html, write_metrics
-from app.export.layout import read_metadata, reports_dir, resolve_model_dir
+from app.export.layout import read_classes, read_metadata, reports_dir, resolve_model_dir
 from app.inference.runtime import HostRuntime, TFRuntime, load_runtime
 from app.models.tta import check_tta
 from app.run_dir import RunDir
@@ -211,6 +218,7 @@ def evaluate(
     mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
     if total == 0:
         raise UserError("the evaluation data is empty")
+    label_mapping(data_classes, read_classes(version_dir), mapping)  # a class the model lacks: said before it loads
     loaded = load_runtime(version_dir, runtime, batch=min(batch_size, total))
     with ThreadPoolExecutor(1) as background:
         multi_label = metadata.get("task") == "multi_label"
