@@ -15,7 +15,7 @@ import keras
 import app
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
-from app.data.pipeline import dataset_fingerprint
+from app.data.pipeline import dataset_fingerprint, load_dataset_info
 from app.errors import UserError
 from app.export.frozen import FrozenForward
 from app.export.layout import read_metadata
@@ -82,6 +82,17 @@ def _files_beside(
     return files
 
 
+def _check_calibration_photos(finished: FinishedRun) -> None:
+    """An int8 file is calibrated on the run's training photos: where they are gone, said before
+    the model is rebuilt and the SavedModel written, not after."""
+    try:
+        info = load_dataset_info(finished.config.data)
+    except UserError as err:
+        raise UserError(f"--tflite int8 is calibrated on the run's training photos: {err}") from None
+    if not info.num_examples("train"):
+        raise UserError(f"--tflite int8 is calibrated on the run's training photos, and {info.root} has none")
+
+
 def _check_flags(tflite: str, top_k: int, tta: str, max_megapixels: float) -> None:
     """Refuse bad flags before a model is loaded."""
     if tflite not in TFLITE_MODES:
@@ -118,6 +129,8 @@ def export_run(
     storage.check_output_folder(export_dir or run.export_root, "--export-dir")
     reduced = keras.config.dtype_policy().compute_dtype != "float32"  # mixed precision: the default on GPUs
     finished = run.load(need_weights=model is None or reduced)
+    if tflite == "int8":
+        _check_calibration_photos(finished)
     if model is None or reduced:
         with float32_policy():  # LiteRT's built-in ops run float32 graphs; the weights are float32 already
             model = rebuild_served_model(finished, metrics)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,19 @@ def test_an_export_dir_that_is_or_lies_under_a_file_is_refused_before_a_model_is
             UserError, match=f"--export-dir {export_dir}: {tmp_path / 'models'} is a file, not a folder"
         ):
             export_run(trained_run, export_dir=export_dir, name="m")
+
+
+def test_an_int8_file_whose_calibration_photos_are_gone_is_refused_before_a_model_is_built(
+    trained_run: Path, tmp_path: Path, monkeypatch
+):
+    moved = Path(shutil.copytree(trained_run, tmp_path / "run", ignore=shutil.ignore_patterns("export")))
+    config = json.loads((moved / "config.json").read_text())
+    (moved / "config.json").write_text(json.dumps({**config, "data": str(tmp_path / "moved-away")}))
+    monkeypatch.setattr("app.export.run_export.rebuild_served_model", lambda *a, **k: pytest.fail("a model was built"))
+    message = f"--tflite int8 is calibrated on the run's training photos: {tmp_path / 'moved-away'}: no dataset.json"
+    with pytest.raises(UserError, match=re.escape(message)):
+        export_run(moved, export_dir=tmp_path / "models", name="m", tflite="int8")
+    assert not (tmp_path / "models").exists()
 
 
 @pytest.mark.slow
