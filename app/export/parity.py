@@ -27,6 +27,14 @@ FLOAT32_MAX_ABS_DIFF = 1e-4
 PARITY_IMAGES = {"float32": 64, "float16": None, "bfloat16": None, "int8": None}
 
 
+def min_images(precision: str) -> int:
+    """The fewest val images on which a smaller type's bar means anything: on fewer than
+    1 / (1 - bar) (200 for 99.5%) one flip is already under it, and none says little (six of six
+    passed a tiny run's bfloat16 IR, which then served). float32's every-image check needs none."""
+    required = REQUIRED_AGREEMENT[precision]
+    return 0 if required >= 1 else round(1 / (1 - required))
+
+
 def unknown_threshold(metadata: dict) -> float | None:
     """The export's "none of these" threshold (above it, unknown), or None: a multi-label export or
     one made before it existed."""
@@ -70,7 +78,7 @@ class _Tally:
         agreement = self.agree / total
         unknown = self.agree_unknown / total if self.threshold is not None else None
         passed = (
-            self.total > 0
+            self.total >= max(1, min_images(precision))
             and agreement >= REQUIRED_AGREEMENT[precision]
             and (unknown is None or unknown >= REQUIRED_AGREEMENT[precision])
             and (precision != "float32" or self.max_diff <= FLOAT32_MAX_ABS_DIFF)
@@ -83,6 +91,7 @@ class _Tally:
             **({"unknown_agreement": unknown} if unknown is not None else {}),
             "passed": passed,
             "required_agreement": REQUIRED_AGREEMENT[precision],
+            **({"min_images": min_images(precision)} if min_images(precision) else {}),
             "accuracy": self.correct_file / total,
             "saved_model_accuracy": self.correct_saved / total,
         }
@@ -167,15 +176,27 @@ def _val_batches(
         yield images.numpy(), None if side is None else side.numpy(), labels.numpy()
 
 
+def too_few(parity: dict) -> str | None:
+    """Why a check on too few val images cannot pass (`min_images`), or None."""
+    if parity.get("images", 0) >= parity.get("min_images", 0):
+        return None
+    bar = f"{parity['required_agreement']:.1%}"
+    return f"{parity['images']} val images, under the {parity['min_images']} its {bar} bar needs"
+
+
 def refusal(parity: dict | None, what: str) -> str | None:
     """Why a file whose check is `parity` must not serve, or None when it may."""
     if not parity or "passed" not in parity:
         return f"its {what} parity check against the SavedModel is missing from assets/metadata.json"
     if not parity["passed"]:
-        why = parity.get("missing") or (
-            f"top-1 agreement {parity['top1_agreement']:.4f} < {parity['required_agreement']}"
-            f", max abs difference {parity['max_abs_diff']:.2g}"
-            + (f", unknown agreement {parity['unknown_agreement']:.4f}" if "unknown_agreement" in parity else "")
+        why = (
+            parity.get("missing")
+            or too_few(parity)
+            or (
+                f"top-1 agreement {parity['top1_agreement']:.4f} < {parity['required_agreement']}"
+                f", max abs difference {parity['max_abs_diff']:.2g}"
+                + (f", unknown agreement {parity['unknown_agreement']:.4f}" if "unknown_agreement" in parity else "")
+            )
         )
         return f"its {what} parity check against the SavedModel failed ({why})"
     return None

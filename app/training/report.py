@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.evaluation.metrics import accuracy_with_interval
+from app.export.parity import too_few
 from app.table import format_table
 
 
@@ -74,5 +75,6 @@ def _runtime_line(runtime: str, what: str, checks: dict) -> str:
             agreed = f"{round(parity['top1_agreement'] * parity['images'])}/{parity['images']}"
             if "unknown_agreement" in parity:  # "none of these" decided alike too
                 agreed += f" top-1, {round(parity['unknown_agreement'] * parity['images'])}/{parity['images']} unknown"
-            said.append(f"{precision} {agreed}{'' if parity['passed'] else ' (not served: below its bar)'}")
+            why = "" if parity["passed"] else f" (not served: {too_few(parity) or 'below its bar'})"
+            said.append(f"{precision} {agreed}{why}")
     return f"{runtime}: {what} agrees with the SavedModel on val images in {', '.join(said)}; photoclf serve may run it"

@@ -174,7 +174,7 @@ def test_auto_prefers_tensorflow_when_a_gpu_is_visible(
 
 
 def test_the_openvino_ir_gives_the_savedmodel_s_answers_in_every_precision_the_host_runs(
-    trained_run: Path, val_bytes: list[bytes], monkeypatch: pytest.MonkeyPatch
+    trained_run: Path, val_bytes: list[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     version = trained_run / "export" / "shapes" / "1"
     checks = layout.read_metadata(version)["openvino"]
@@ -191,23 +191,28 @@ def test_the_openvino_ir_gives_the_savedmodel_s_answers_in_every_precision_the_h
     assert answered.keys() == theirs.keys()
     np.testing.assert_allclose(answered["probabilities"], theirs["probabilities"], atol=1e-4)
     assert (answered["classes"] == theirs["classes"]).all() and list(answered["key"]) == [b"k"] * len(val_bytes)
-    if "bfloat16" in host_precisions():  # this CPU runs bfloat16: its own check, and it is preferred
-        assert checks["bfloat16"]["top1_agreement"] >= 0.995 and checks["bfloat16"]["passed"]
+    if "bfloat16" in host_precisions():  # this CPU runs bfloat16: its own check, and where it passes it is preferred
+        bf16 = checks["bfloat16"]
+        assert bf16["top1_agreement"] >= 0.995 and bf16["images"] < 200 and not bf16["passed"]  # too few to tell
         monkeypatch.setattr(host_runtimes, "host_precisions", host_precisions)
-        fast = load_runtime(version, "openvino")
+        assert load_runtime(version, "openvino").mode == "float32"
+        passed = Path(shutil.copytree(version, tmp_path / "shapes" / "1"))
+        _edit_metadata(passed, lambda m: m["openvino"]["bfloat16"].update(images=200, passed=True))
+        fast = load_runtime(passed, "openvino")
         assert fast.mode == "bfloat16"
         agree = fast.run("serving_default", inputs)["class_ids"][:, 0] == theirs["class_ids"][:, 0]
         assert agree.mean() >= 0.99
 
 
 def test_a_file_whose_none_of_these_score_drifts_fails_its_check_though_every_top1_agrees(
-    trained_run: Path, demo_records: Path
+    trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """bfloat16 can leave every top-1 as it was and still move the "none of these" score far
     (a difference of large sums): the check counts the unknown decisions too."""
     from app.export import parity
 
     version = trained_run / "export" / "shapes" / "1"
+    monkeypatch.setattr(parity, "min_images", lambda precision: 1)  # the demo's val split is under the bar's 200
     predict = tf.saved_model.load(str(version)).signatures["predict_images"]
 
     def answering(drift: float):
@@ -222,6 +227,27 @@ def test_a_file_whose_none_of_these_score_drifts_fails_its_check_though_every_to
     drifted = parity.parity_report(answering(100.0), version, str(demo_records), 64, "bfloat16")
     assert drifted["top1_agreement"] == 1.0 and drifted["unknown_agreement"] < 0.5 and not drifted["passed"]
     assert "unknown agreement" in parity.refusal(drifted, "OpenVINO bfloat16")
+
+
+def test_a_smaller_type_s_check_passes_only_on_enough_images_to_tell_its_bar_from_a_flip():
+    """99.5% top-1 agreement needs 200 val images before it means anything: on fewer one flip is
+    already under it, and none says little."""
+    from app.export import parity
+
+    def checked(n: int, precision: str) -> dict:
+        tally = parity._Tally(threshold=None)
+        answers = {"probabilities": np.eye(4, dtype=np.float32)[np.arange(n) % 4]}
+        tally.add(answers, answers, np.arange(n) % 4)
+        return tally.report(precision)
+
+    assert [parity.min_images(p) for p in ("float32", "float16", "bfloat16", "int8")] == [0, 200, 200, 200]
+    few, enough = checked(6, "bfloat16"), checked(200, "bfloat16")
+    assert few["top1_agreement"] == 1.0 and not few["passed"] and enough["passed"]
+    assert checked(6, "float32")["passed"]  # float32's every top-1 must agree: a sample decides it
+    assert parity.refusal(few, "OpenVINO bfloat16") == (
+        "its OpenVINO bfloat16 parity check against the SavedModel failed"
+        " (6 val images, under the 200 its 99.5% bar needs)"
+    )
 
 
 def test_an_openvino_ir_without_a_passed_check_is_refused(version: Path):
