@@ -16,6 +16,7 @@ from app import storage
 from app.data.pipeline import load_dataset_info
 from app.errors import UserError
 from app.export import layout
+from app.export.parity import too_few
 
 SETTINGS = ("backbone", "image_size", "epochs_head", "epochs_finetune", "lr_head", "lr_finetune", "unfreeze",
             "batch_size", "augment", "label_smoothing", "seed", "forward_runtime")  # fmt: skip
@@ -125,9 +126,11 @@ def _section_runtimes(facts: dict) -> list[str]:
         for precision, check in (checks or {}).items():
             if isinstance(check, dict) and "passed" in check:
                 agreement = f"{check['top1_agreement']:.4f}" if "top1_agreement" in check else "-"
+                passed = (
+                    "yes" if check["passed"] else "no: " + (check.get("missing") or too_few(check) or "below the bar")
+                )
                 lines.append(
-                    f"| {runtime} | {precision} | {check.get('images', '-')} val photos | {agreement} | "
-                    f"{'yes' if check['passed'] else 'no: ' + check.get('missing', 'below the bar')} |"
+                    f"| {runtime} | {precision} | {check.get('images', '-')} val photos | {agreement} | {passed} |"
                 )
     return [*lines, ""]
 

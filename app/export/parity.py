@@ -180,8 +180,7 @@ def too_few(parity: dict) -> str | None:
     """Why a check on too few val images cannot pass (`min_images`), or None."""
     if parity.get("images", 0) >= parity.get("min_images", 0):
         return None
-    bar = f"{parity['required_agreement']:.1%}"
-    return f"{parity['images']} val images, under the {parity['min_images']} its {bar} bar needs"
+    return f"{parity['images']} val images, under the {parity['min_images']} its bar needs"
 
 
 def refusal(parity: dict | None, what: str) -> str | None:
