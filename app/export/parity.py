@@ -27,12 +27,15 @@ FLOAT32_MAX_ABS_DIFF = 1e-4
 PARITY_IMAGES = {"float32": 64, "float16": None, "bfloat16": None, "int8": None}
 
 
+def images_needed(required_agreement: float) -> int:
+    """The fewest val images on which a bar under 1 means anything: on fewer than 1 / (1 - bar)
+    one flip is already under it, and none says little. A bar of 1 (float32: every top-1 agrees)
+    is decided by any sample."""
+    return 0 if required_agreement >= 1 else round(1 / (1 - required_agreement))
+
+
 def min_images(precision: str) -> int:
-    """The fewest val images on which a smaller type's bar means anything: on fewer than
-    1 / (1 - bar) (200 for 99.5%) one flip is already under it, and none says little (six of six
-    passed a tiny run's bfloat16 IR, which then served). float32's every-image check needs none."""
-    required = REQUIRED_AGREEMENT[precision]
-    return 0 if required >= 1 else round(1 / (1 - required))
+    return images_needed(REQUIRED_AGREEMENT[precision])
 
 
 def unknown_threshold(metadata: dict) -> float | None:
@@ -177,17 +180,19 @@ def _val_batches(
 
 
 def too_few(parity: dict) -> str | None:
-    """Why a check on too few val images cannot pass (`min_images`), or None."""
-    if parity.get("images", 0) >= parity.get("min_images", 0):
+    """Why a check on too few val images cannot pass (`images_needed`), or None. Read from its bar,
+    so an export checked before the rule existed is held to it too."""
+    needed = images_needed(parity.get("required_agreement", 1.0))
+    if parity.get("images", 0) >= needed:
         return None
-    return f"{parity['images']} val images, under the {parity['min_images']} its bar needs"
+    return f"{parity.get('images', 0)} val images, under the {needed} its bar needs"
 
 
 def refusal(parity: dict | None, what: str) -> str | None:
     """Why a file whose check is `parity` must not serve, or None when it may."""
     if not parity or "passed" not in parity:
         return f"its {what} parity check against the SavedModel is missing from assets/metadata.json"
-    if not parity["passed"]:
+    if not parity["passed"] or too_few(parity):
         why = (
             parity.get("missing")
             or too_few(parity)

@@ -247,6 +247,10 @@ def test_a_smaller_type_s_check_passes_only_on_enough_images_to_tell_its_bar_fro
     assert parity.refusal(few, "OpenVINO bfloat16") == (
         "its OpenVINO bfloat16 parity check against the SavedModel failed (6 val images, under the 200 its bar needs)"
     )
+    before_the_rule = {**few, "passed": True}  # an export checked before the rule: held to it when loaded
+    del before_the_rule["min_images"]
+    assert parity.refusal(before_the_rule, "OpenVINO bfloat16").endswith("(6 val images, under the 200 its bar needs)")
+    assert parity.refusal({**enough, "passed": True}, "OpenVINO bfloat16") is None
 
 
 def test_an_openvino_ir_without_a_passed_check_is_refused(version: Path):
