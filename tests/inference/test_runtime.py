@@ -212,7 +212,7 @@ def test_a_file_whose_none_of_these_score_drifts_fails_its_check_though_every_to
     from app.export import parity
 
     version = trained_run / "export" / "shapes" / "1"
-    monkeypatch.setattr(parity, "min_images", lambda precision: 1)  # the demo's val split is under the bar's 200
+    monkeypatch.setattr(parity, "images_needed", lambda bar: 1)  # the demo's val split is under the bar's 200
     predict = tf.saved_model.load(str(version)).signatures["predict_images"]
 
     def answering(drift: float):
