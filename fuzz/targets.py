@@ -206,14 +206,14 @@ SCRATCH_ENV = "PHOTOCLF_FUZZ_SCRATCH"
 
 
 class _Scratch:
-    """One temporary folder per fuzzing process: the files an input is written to, and two
-    small photos a manifest can name."""
+    """One temporary folder per fuzzing process: the files an input is written to, and four
+    small photos a manifest can name (a photo may be listed once)."""
 
     def __init__(self) -> None:
         given = os.environ.get(SCRATCH_ENV)  # fuzz.run names one inside --out: libFuzzer's exit skips clean-up
         self.root = Path(given) if given else Path(tempfile.mkdtemp(prefix="photoclf-fuzz-"))
         self.root.mkdir(parents=True, exist_ok=True)
-        for name in ("a.jpg", "b.png"):
+        for name in ("a.jpg", "b.png", "c.jpg", "d.png"):
             (self.root / name).write_bytes(_image("JPEG" if name.endswith("jpg") else "PNG"))
 
     def write(self, name: str, data: bytes) -> Path:
@@ -246,13 +246,13 @@ def _manifest() -> Callable[[bytes], None]:
 
 
 def manifest_seeds() -> list[bytes]:
-    rows = "a.jpg,cat,train,3,leg\nb.png,dog,train,,arm\na.jpg,dog,val,7,\nb.png,cat,val,1.5,leg\n"
+    rows = "a.jpg,cat,train,3,leg\nb.png,dog,train,,arm\nc.jpg,dog,val,7,\nd.png,cat,val,1.5,leg\n"
     return [
-        b"\x00path,label\na.jpg,cat\nb.png,dog\na.jpg,dog\nb.png,cat\n",
+        b"\x00path,label\na.jpg,cat\nb.png,dog\nc.jpg,dog\nd.png,cat\n",
         b"\x02path,label,split,age,site\n" + rows.encode(),
-        b"\x01path,label,split\na.jpg,cat|dog,train\nb.png,dog,train\na.jpg,,val\nb.png,cat,val\n",
+        b"\x01path,label,split\na.jpg,cat|dog,train\nb.png,dog,train\nc.jpg,,val\nd.png,cat,val\n",
         b'\x00\xef\xbb\xbfpath,label,split,keep\r\na.jpg,"<b>&",train,true\r\nb.png,dog,train,\r\n'
-        b'a.jpg,dog,val,1\r\nb.png,"<b>&",val,false\r\n',
+        b'c.jpg,dog,val,1\r\nd.png,"<b>&",val,false\r\n',
         b"\x00path,label\na.jpg,cat\nb.png," + b"d" * 4097 + b"\n",  # a cell past the limit
         b"\x00path,label" + b",x" * 255 + b"\na.jpg,cat" + b"," * 255 + b"\n",  # columns at the limit
     ]

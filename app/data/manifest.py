@@ -137,6 +137,28 @@ def read_manifest_table(csv_path: Path) -> tuple[list[str], list[list[str]]]:
     return rows[0], rows[1:]
 
 
+def _listed_before(
+    listed: dict[Path, tuple[int, str, str]], path: Path, label_split: tuple[str, str], where: str, multi_label: bool
+) -> bool:
+    """Whether an earlier row names the same photo alike (the repeat is skipped). Named with another
+    label or split it is refused: filed twice, one photo would be trained on as two classes, or
+    tested on after being trained on."""
+    if path not in listed:
+        return False
+    line, *first = listed[path]
+    if tuple(first) == label_split:
+        return True
+    hint = f" (its labels in one cell, separated by '{LABEL_SEPARATOR}')" if multi_label else ""
+    raise UserError(
+        f"{where} was listed at line {line} as {_as(*first)} and here as {_as(*label_split)};"
+        f" keep one row a photo{hint}"
+    )
+
+
+def _as(label: str, split: str) -> str:
+    return f"'{label}'" + (f" in {split}" if split else "")
+
+
 def read_manifest(
     csv_path: Path,
     skipped: list[dict[str, str]],
@@ -152,6 +174,7 @@ def read_manifest(
     side_at = _side_columns_at(csv_path, header, columns)
     by_split: Manifest = {}
     cells: dict[Path, tuple[str, ...]] = {}
+    listed: dict[Path, tuple[int, str, str]] = {}  # each photo's first row: line, label, split
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
@@ -169,6 +192,10 @@ def read_manifest(
             skipped.append({"path": row[0].strip(), "reason": f"no such file (line {line_no} of the manifest)"})
             continue
         path = named.resolve()
+        if _listed_before(listed, path, (label, split), f"{csv_path}:{line_no}: {row[0].strip()}", multi_label):
+            skipped.append({"path": row[0].strip(), "reason": f"listed again (line {listed[path][0]}), kept once"})
+            continue
+        listed[path] = (line_no, label, split)
         cells[path] = _side_cells(row, side_at, columns, f"{csv_path}:{line_no}")
         if screen(path):
             by_split.setdefault(split, {}).setdefault(label, []).append(path)

@@ -75,7 +75,8 @@ def test_a_run_file_nested_past_the_limit_is_one_line_naming_it(tmp_path: Path):
 
 
 def _photos_and_manifest(folder: Path, rows: list[list[str]]) -> Path:
-    for name, data in (("a.jpg", image_seeds()[0]), ("b.png", image_seeds()[2])):
+    for name, data in (("a.jpg", image_seeds()[0]), ("b.png", image_seeds()[2]), ("c.jpg", image_seeds()[0]),
+                       ("d.png", image_seeds()[2])):  # fmt: skip
         (folder / name).write_bytes(data)
     manifest = folder / "m.csv"
     with manifest.open("w", newline="") as f:
@@ -86,8 +87,8 @@ def _photos_and_manifest(folder: Path, rows: list[list[str]]) -> Path:
 def test_each_manifest_limit_holds_at_the_limit_and_refuses_one_past_it(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(manifest_csv, "MANIFEST_LIMITS", ManifestLimits(rows=5, columns=4, cell_chars=12))
     header = ["path", "label", "split", "keep"]
-    rows = [["a.jpg", "cat", "train", ""], ["b.png", "dog", "train", ""], ["a.jpg", "cat", "val", ""]]
-    at_limit = _photos_and_manifest(tmp_path, [header, *rows, ["b.png", "dog", "val", "true".ljust(12)]])
+    rows = [["a.jpg", "cat", "train", ""], ["b.png", "dog", "train", ""], ["c.jpg", "cat", "val", ""]]
+    at_limit = _photos_and_manifest(tmp_path, [header, *rows, ["d.png", "dog", "val", "true".ljust(12)]])
     assert len(scan_source(at_limit).images) == 4  # 5 rows, the header included; a 12-character cell
     for bad, message in [
         ([header, *rows, *rows], r"m.csv:6: more than 5 rows; split the manifest"),

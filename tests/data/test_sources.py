@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -140,22 +141,22 @@ def test_missing_src(tmp_path: Path):
 
 
 def test_manifest_may_carry_review_columns_and_keep_false_leaves_a_row_out(tmp_path: Path):
-    for name in ("a.jpg", "b.jpg"):
+    for name in ("a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"):
         Image.new("RGB", (40, 40), (10, 20, 30)).save(tmp_path / name)
     manifest = tmp_path / "reviewed.csv"
     manifest.write_text(
         "path,label,split,finding,keep\n"
-        "a.jpg,cat,train,,true\nb.jpg,dog,train,,1\nb.jpg,cat,val,leak of b.jpg,false\n"
-        "a.jpg,dog,val,,yes\nb.jpg,cat,val,,\n"
+        "a.jpg,cat,train,,true\nb.jpg,dog,train,,1\ne.jpg,cat,val,leak of b.jpg,false\n"
+        "c.jpg,dog,val,,yes\nd.jpg,cat,val,,\n"
     )
     source = scan_source(manifest)
     assert [(i.path.name, i.class_name, i.split) for i in source.images] == [
         ("a.jpg", "cat", "train"),
         ("b.jpg", "dog", "train"),
-        ("b.jpg", "cat", "val"),
-        ("a.jpg", "dog", "val"),
+        ("d.jpg", "cat", "val"),
+        ("c.jpg", "dog", "val"),
     ]
-    assert source.skipped == [{"path": "b.jpg", "reason": "keep = false in the manifest"}]
+    assert source.skipped == [{"path": "e.jpg", "reason": "keep = false in the manifest"}]
     manifest.write_text("label,path\ncat,a.jpg\n")
     with pytest.raises(UserError, match="header 'path,label'"):
         scan_source(manifest)
@@ -186,6 +187,20 @@ def test_a_manifest_row_whose_file_is_missing_is_skipped_and_listed(tmp_path: Pa
     source = scan_source(tmp_path / "m.csv")
     assert len(source.images) == 4
     assert source.skipped == [{"path": "gone.jpg", "reason": "no such file (line 4 of the manifest)"}]
+
+
+def test_a_photo_listed_twice_is_kept_once_and_one_listed_as_two_classes_or_splits_is_refused(tmp_path: Path):
+    _make_tree(tmp_path / "img", {"x": 4})
+    rows = "img/x/000.jpg,cat,train\nimg/x/001.jpg,dog,train\nimg/x/002.jpg,cat,val\nimg/x/003.jpg,dog,val\n"
+    (tmp_path / "m.csv").write_text(f"path,label,split\n{rows}./img/x/001.jpg,dog,train\n")
+    source = scan_source(tmp_path / "m.csv")
+    assert len(source.images) == 4
+    assert source.skipped == [{"path": "./img/x/001.jpg", "reason": "listed again (line 3), kept once"}]
+    for again, said in (("cat,train", "'dog' in train and here as 'cat' in train"),
+                        ("dog,test", "'dog' in train and here as 'dog' in test")):  # fmt: skip
+        (tmp_path / "m.csv").write_text(f"path,label,split\n{rows}img/x/001.jpg,{again}\n")
+        with pytest.raises(UserError, match=re.escape(f"m.csv:6: img/x/001.jpg was listed at line 3 as {said};")):
+            scan_source(tmp_path / "m.csv")
 
 
 def test_a_label_with_a_line_break_is_refused_naming_its_line(tmp_path: Path):

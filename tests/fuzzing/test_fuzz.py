@@ -132,8 +132,10 @@ def test_a_manifest_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path):
 
 def test_a_manifest_path_no_file_can_have_is_skipped_like_a_missing_one(tmp_path: Path):
     _photos(tmp_path)
+    for name in ("c.jpg", "d.png"):  # one row a photo
+        (tmp_path / name).write_bytes((tmp_path / f"{'a.jpg' if name == 'c.jpg' else 'b.png'}").read_bytes())
     manifest = tmp_path / "m.csv"
-    manifest.write_text("path,label\na.jpg,cat\nb.png,dog\na.jpg,dog\nb.p\x00ng,cat\nb.png,cat\n")  # found: a NUL
+    manifest.write_text("path,label\na.jpg,cat\nb.png,dog\nc.jpg,dog\nb.p\x00ng,cat\nd.png,cat\n")  # found: a NUL
     source = scan_source(manifest, 0.4)
     assert source.skipped == [{"path": "b.p\x00ng", "reason": "no such file (line 5 of the manifest)"}]
 
