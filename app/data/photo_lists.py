@@ -11,7 +11,7 @@ import glob
 import io
 from pathlib import Path
 
-from app.data.sources import broken_links, list_files
+from app.data.sources import files_and_broken_links
 from app.errors import UserError
 
 
@@ -39,7 +39,8 @@ def list_inputs(source: str, flag: str = "INPUT") -> list[Path]:
     one photo; none is an error naming `flag`."""
     path = Path(source)
     if path.is_dir():  # a broken link gets its row ("cannot read"), as a missing file in a list does
-        files = sorted(list_files(path) + broken_links(path))
+        found, broken = files_and_broken_links(path)
+        files = sorted(found + broken)
     elif path.is_file():
         files = _from_list(path) if path.suffix.lower() in LIST_SUFFIXES else [path]
     elif glob.has_magic(source):

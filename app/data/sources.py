@@ -10,7 +10,6 @@ in a second instead of after an hour of conversion.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,22 +49,24 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def _visible(folder: Path) -> Iterator[Path]:
-    """Everything below `folder` (recursively) but hidden names, sorted for determinism."""
+def files_and_broken_links(folder: Path) -> tuple[list[Path], list[Path]]:
+    """Regular, non-hidden files below `folder` (recursively), and the links whose target is gone,
+    each sorted for determinism, in one walk: a command that passed over the links silently would
+    lose those photos without a word."""
+    files, broken = [], []
     for path in sorted(folder.rglob("*")):
-        if not any(_is_hidden(part) for part in path.relative_to(folder).parts):
-            yield path
+        if any(_is_hidden(part) for part in path.relative_to(folder).parts):
+            continue
+        if path.is_file():
+            files.append(path)
+        elif path.is_symlink() and not path.exists():
+            broken.append(path)
+    return files, broken
 
 
 def list_files(folder: Path) -> list[Path]:
     """Regular, non-hidden files below `folder` (recursively), sorted for determinism."""
-    return [path for path in _visible(folder) if path.is_file()]
-
-
-def broken_links(folder: Path) -> list[Path]:
-    """Links below `folder` whose target is gone: `list_files` passes over them, and a converter
-    that did so silently would lose those photos without a word."""
-    return [path for path in _visible(folder) if path.is_symlink() and not path.exists()]
+    return files_and_broken_links(folder)[0]
 
 
 def class_dirs(folder: Path) -> list[Path]:
@@ -141,10 +142,9 @@ def _check_classes(by_split: dict[str, dict[str, list[Path]]], src: Path) -> lis
 def _from_folders(src: Path, class_root: Path, skipped: list[dict[str, str]]) -> dict[str, list[Path]]:
     by_class: dict[str, list[Path]] = {}
     for class_dir in class_dirs(class_root):
-        files = [p for p in list_files(class_dir) if _screen(p, src, skipped)]
-        skipped += [
-            {"path": _relpath(p, src), "reason": "broken link (its target is missing)"} for p in broken_links(class_dir)
-        ]
+        found, broken = files_and_broken_links(class_dir)
+        files = [p for p in found if _screen(p, src, skipped)]
+        skipped += [{"path": _relpath(p, src), "reason": "broken link (its target is missing)"} for p in broken]
         if not files:
             raise UserError(f"{class_dir}: class folder holds no usable files")
         by_class[class_dir.name] = files

@@ -192,10 +192,11 @@ def refusal(parity: dict | None, what: str) -> str | None:
     """Why a file whose check is `parity` must not serve, or None when it may."""
     if not parity or "passed" not in parity:
         return f"its {what} parity check against the SavedModel is missing from assets/metadata.json"
-    if not parity["passed"] or too_few(parity):
+    few = too_few(parity)
+    if not parity["passed"] or few:
         why = (
             parity.get("missing")
-            or too_few(parity)
+            or few
             or (
                 f"top-1 agreement {parity['top1_agreement']:.4f} < {parity['required_agreement']}"
                 f", max abs difference {parity['max_abs_diff']:.2g}"
