@@ -34,6 +34,15 @@ def _from_list(list_file: Path) -> list[Path]:
 LIST_SUFFIXES = (".txt", ".csv")
 
 
+def read_or_reason(path: Path) -> bytes | str:
+    """The file's bytes, or why it cannot be read (a link whose target is gone, no permission):
+    that photo's row says so, and the others are still answered."""
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        return f"cannot read: {err.strerror or err}"
+
+
 def list_inputs(source: str, flag: str = "INPUT") -> list[Path]:
     """A folder (recursively, hidden files skipped), a glob pattern, a .txt/.csv list of paths, or
     one photo; none is an error naming `flag`."""

@@ -22,14 +22,16 @@ from tqdm import tqdm
 from app import storage
 from app.data import schema, side_features
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
+from app.data.photo_lists import read_or_reason
 from app.data.pipeline import load_dataset_info
-from app.data.sources import class_dirs, list_files
+from app.data.sources import class_dirs, files_and_broken_links
 from app.errors import UserError
 from app.export import layout
 from app.inference.runtime import HostRuntime, TFRuntime, answers_or_reasons, load_runtime, runtime_label
 
-# encoded image, dataset label id (multi-label: a tuple of ids), filename, side features ({} if none)
-Example = tuple[bytes, int | tuple[int, ...], str, dict]
+# encoded image (or why the file could not be read), dataset label id (multi-label: a tuple of ids),
+# filename, side features ({} if none)
+Example = tuple[bytes | str, int | tuple[int, ...], str, dict]
 
 
 @dataclass
@@ -64,14 +66,15 @@ def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int,
 
 
 def folder_examples(folder: str | Path) -> tuple[list[str], int, Iterator[Example]]:
-    """A folder of class folders, found as make_tfrecords.py finds them (hidden files ignored)."""
+    """A folder of class folders, found as make_tfrecords.py finds them (hidden files ignored); a
+    file that cannot be read (a link whose target is gone) is listed as skipped, with why."""
     folder = Path(folder)
     class_folders = class_dirs(folder)
-    files = [(f, i) for i, c in enumerate(class_folders) for f in list_files(c)]
+    files = [(f, i) for i, c in enumerate(class_folders) for f in sorted(sum(files_and_broken_links(c), []))]
     return (
         [c.name for c in class_folders],
         len(files),
-        ((f.read_bytes(), i, str(f.relative_to(folder)), {}) for f, i in files),
+        ((read_or_reason(f), i, str(f.relative_to(folder)), {}) for f, i in files),
     )
 
 

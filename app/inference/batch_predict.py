@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
-from app.data.photo_lists import list_inputs
+from app.data.photo_lists import list_inputs, read_or_reason
 from app.errors import UserError
 from app.export import layout
 from app.inference.host_runtimes import above_threshold
@@ -43,19 +43,12 @@ class PredictionSummary:
     warning: str | None = None  # the model's own (trained from random weights)
 
 
-def _read(path: Path) -> bytes | str:
-    try:
-        return path.read_bytes()
-    except OSError as err:
-        return f"cannot read: {err.strerror or err}"
-
-
 def read_batches(paths: list[Path], batch_size: int) -> Iterator[list[tuple[Path, bytes | str]]]:
     """Reads one batch ahead on a thread, so disk and model overlap."""
     chunks = [paths[i : i + batch_size] for i in range(0, len(paths), batch_size)]
 
     def read(chunk: list[Path]) -> list[tuple[Path, bytes | str]]:
-        return [(p, _read(p)) for p in chunk]
+        return [(p, read_or_reason(p)) for p in chunk]
 
     with ThreadPoolExecutor(1, thread_name_prefix="read") as pool:
         pending = pool.submit(read, chunks[0]) if chunks else None
@@ -75,12 +68,8 @@ def _rows(
 ) -> list[dict]:
     """One row per file; a multi-label model's rows add the labels at or above its thresholds,
     and a model with an out-of-distribution score its `ood_score` and `unknown`."""
-    readable = [(i, data) for i, (_, data) in enumerate(batch) if isinstance(data, bytes)]
-    results: list = [data for _, data in batch]  # read errors stay as their message
-    for (i, _), result in zip(readable, answers_or_reasons(model, [d for _, d in readable], limit)):
-        results[i] = result
     rows = []
-    for (path, _), result in zip(batch, results):
+    for (path, _), result in zip(batch, answers_or_reasons(model, [data for _, data in batch], limit)):
         if isinstance(result, str):
             rows.append({"path": str(path), "answer": "", "predictions": [], "error": result})
             continue

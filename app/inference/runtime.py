@@ -128,24 +128,33 @@ def _answers(
 
 def answers_or_reasons(
     runtime: TFRuntime | HostRuntime,
-    images: list[bytes],
+    images: list[bytes | str],
     max_megapixels: float,
     tta: str = "none",
     side: dict[str, list] | None = None,
 ) -> list[dict[str, np.ndarray] | str]:
-    """Per image: its answer ({"probabilities"[, "ood_score", "unknown"]}), or why it was refused
-    (the header check's words, else "undecodable"). For offline work (evaluation, batch
-    prediction); `tta` adds test-time augmentation around the export's predict_images; `side`
-    holds each side feature's raw values, one per image, for a model that takes them.
+    """Per image: its answer ({"probabilities"[, "ood_score", "unknown"]}), or why it has none:
+    a str in `images` (why the file could not be read) is kept as it is; a refused image gets the
+    header check's words, else "undecodable". For offline work (evaluation, batch prediction);
+    `tta` adds test-time augmentation around the export's predict_images; `side` holds each side
+    feature's raw values, one per image, for a model that takes them.
 
     The batch goes to the export as it is: its decode refuses a header over the pixel limit
     before decoding anything, so a bomb costs nothing. Only a refused batch is taken apart, one
     image at a time, so one bad image never costs the others their answer and each gets its
     reason; a batch of good photos pays for one header read each, not two.
     """
+    side = side or {}
+    readable = [i for i, image in enumerate(images) if isinstance(image, bytes)]
+    if len(readable) < len(images):
+        results: list = list(images)  # read errors stay as their message
+        readable_side = {k: [v[i] for i in readable] for k, v in side.items()}
+        answers = answers_or_reasons(runtime, [images[i] for i in readable], max_megapixels, tta, readable_side)
+        for i, answer in zip(readable, answers):
+            results[i] = answer
+        return results
     if not images:
         return []
-    side = side or {}
     try:
         outputs = _answers(runtime, images, tta, side)
         return [{k: v[i] for k, v in outputs.items()} for i in range(len(images))]

@@ -56,9 +56,7 @@ def rank_photos(
     failed: list[dict] = []
     with tqdm(total=len(paths), unit="img", desc="Ranking", dynamic_ncols=True) as bar:
         for batch in read_batches(paths, batch_size):
-            readable = [(p, d) for p, d in batch if isinstance(d, bytes)]
-            failed += [{"path": str(p), "error": d} for p, d in batch if isinstance(d, str)]
-            for (path, data), answer in zip(readable, answers_or_reasons(model, [d for _, d in readable], limit)):
+            for (path, data), answer in zip(batch, answers_or_reasons(model, [d for _, d in batch], limit)):
                 if isinstance(answer, str):
                     failed.append({"path": str(path), "error": answer})
                     continue

@@ -347,7 +347,8 @@ def test_the_serving_signature_refuses_images_over_its_pixel_limit(tmp_path: Pat
 
 def test_a_full_disk_during_export_publishes_nothing_and_the_next_export_completes(tmp_path: Path, monkeypatch):
     """The SavedModel is half on disk when the space runs out: no version appears (a server
-    polling the folder sees only the staging name it skips), and the same export then works."""
+    polling the folder sees only the staging name it skips), the NAME folder this first export
+    made is gone again, and the same export then works; a later failure keeps the versions there."""
     inputs = keras.Input((16, 16, 3))
     model = keras.Model(
         inputs, keras.layers.Dense(2, activation="softmax")(keras.layers.GlobalAveragePooling2D()(inputs))
@@ -363,10 +364,15 @@ def test_a_full_disk_during_export_publishes_nothing_and_the_next_export_complet
         patched.setattr(tf.saved_model, "save", filling)
         with pytest.raises(UserError, match=r"m/1: no space left on the device; nothing half-written was kept"):
             export_saved_model(model, ["a", "b"], 16, tmp_path, "m", version=1)
-    assert list((tmp_path / "m").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []
     assert real_save is tf.saved_model.save
     path = export_saved_model(model, ["a", "b"], 16, tmp_path, "m", version=1)
     assert path == tmp_path / "m" / "1" and (path / "saved_model.pb").stat().st_size > 1000
+    with monkeypatch.context() as patched:
+        patched.setattr(tf.saved_model, "save", filling)
+        with pytest.raises(UserError, match="no space left"):
+            export_saved_model(model, ["a", "b"], 16, tmp_path, "m")
+    assert [p.name for p in (tmp_path / "m").iterdir()] == ["1"]
 
 
 @pytest.mark.parametrize(
