@@ -134,26 +134,14 @@ def export_run(
     if model is None or reduced:
         with float32_policy():  # LiteRT's built-in ops run float32 graphs; the weights are float32 already
             model = rebuild_served_model(finished, metrics)
-    export_dir = Path(export_dir) if export_dir else run.export_root
-    name = name or run.export_name
+    export_dir, name = Path(export_dir) if export_dir else run.export_root, name or run.export_name
     metadata = build_metadata(finished, metrics or finished.metrics)
     modes = ["float32"] + ([tflite] if tflite != "none" else [])
-
     path = export_saved_model(
-        model,
-        finished.classes,
-        finished.image_size,
-        export_dir,
-        name,
-        version=version,
-        metadata=metadata,
-        top_k=top_k,
-        max_megapixels=max_megapixels,
-        tta=tta,
+        model, finished.classes, finished.image_size, export_dir, name, version=version, metadata=metadata,
+        top_k=top_k, max_megapixels=max_megapixels, tta=tta, side_features=finished.side_features,
         finish=partial(_files_beside, finished, metadata, name, modes, tta),
-        side_features=finished.side_features,
-        thresholds=metadata.get("thresholds"),
-        unknown_threshold=(metadata.get("ood") or {}).get("threshold"),
-    )
+        thresholds=metadata.get("thresholds"), unknown_threshold=(metadata.get("ood") or {}).get("threshold"),
+    )  # fmt: skip
     metadata = read_metadata(path)
     return {"saved_model": str(path), **{key: metadata[key] for key in ("litert", "openvino", "onnx")}}

@@ -24,7 +24,8 @@ from app.export import layout
 FILE = "runtime_choices.json"
 KEEP = 200  # measurements kept, the newest: one per export, host and batch
 PACKAGES = ("tensorflow", "ai-edge-litert", "openvino", "onnxruntime")
-TIMED = "each model's pass on decoded pixels"  # what was timed: a choice timed otherwise is measured again
+# What was timed: a choice timed otherwise is measured again.
+TIMED = "each model's pass on decoded pixels; LiteRT side by side where faster"
 
 
 def choices_path() -> Path:
