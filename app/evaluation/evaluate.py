@@ -166,23 +166,38 @@ def _multilabel_result(
 
     thresholds = read_metadata(version_dir)["thresholds"]
     metrics = compute_multilabel_metrics(predictions.labels, predictions.probabilities, thresholds, predictions.classes)
-    metrics.update(
-        {
-            "model": str(version_dir),
-            "data": str(data),
-            "split": split,
-            "skipped": predictions.skipped,
-            "runtime": predictions.runtime,
-        }
-    )
-    out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
-    out.mkdir(parents=True, exist_ok=True)
+    metrics.update(_what_was_evaluated(predictions, version_dir, data, split))
+    out = _report_folder(report_dir, version_dir, split)
     figures = {
         "Per label: precision, recall, F1, AP": plot_per_label(metrics, out / "per_label.png"),
         "Per label: true (rows) vs predicted (columns)": plot_label_confusion(metrics, out / "label_confusion.png"),
     }
+    return _written(metrics, figures, out, predictions, f"{version_dir.parent.name} v{version_dir.name}", data, split)
+
+
+def _what_was_evaluated(predictions: Predictions, version_dir: Path, data: str, split: str) -> dict:
+    """The fields every metrics.json starts with: which model, on what, and how it ran."""
+    return {
+        "model": str(version_dir),
+        "data": str(data),
+        "split": split,
+        "skipped": predictions.skipped,
+        "runtime": predictions.runtime,
+    }
+
+
+def _report_folder(report_dir: str | Path | None, version_dir: Path, split: str) -> Path:
+    out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _written(
+    metrics: dict, figures: dict, out: Path, predictions: Predictions, model_name: str, data: str, split: str
+) -> EvaluationResult:
+    """metrics.json and report.html in `out`, the figures already there."""
     write_metrics(metrics, out / "metrics.json")
-    title = f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}"
+    title = f"{model_name} on {data.rstrip('/').split('/')[-1]}/{split}"
     return EvaluationResult(
         metrics, figures, out, write_html(metrics, figures, out / "report.html", title), predictions
     )
@@ -260,25 +275,13 @@ def _single_label_result(
         metrics["calibration"] = calibration_effect(
             predictions.labels, predictions.probabilities, calibration["temperature"]
         )
-    metrics.update(
-        {
-            "model": str(version_dir),
-            "data": str(data),
-            "split": split,
-            "skipped": predictions.skipped,
-            "runtime": predictions.runtime,
-            "tta": baked if baked != "none" else tta,
-        }
-    )  # baked into the export, or added here
-    out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
-    out.mkdir(parents=True, exist_ok=True)
+    metrics.update(_what_was_evaluated(predictions, version_dir, data, split))
+    metrics["tta"] = baked if baked != "none" else tta  # baked into the export, or added here
+    out = _report_folder(report_dir, version_dir, split)
     figures = _figures(metrics, predictions, explainer, out)
     if ood is not None:
         metrics["ood"] = _ood_metrics(version_dir, str(ood), split, predictions, runtime, tta)
         figures["None of these: scores of the evaluation photos and the other photos"] = plot_ood_histogram(
             metrics["ood"], out / "ood_scores.png"
         )
-    write_metrics(metrics, out / "metrics.json")
-    title = f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}"
-    page = write_html(metrics, figures, out / "report.html", title)
-    return EvaluationResult(metrics, figures, out, page, predictions)
+    return _written(metrics, figures, out, predictions, f"{version_dir.parent.name} v{version_dir.name}", data, split)

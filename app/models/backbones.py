@@ -96,20 +96,10 @@ register_backbone(
     block_pattern=r"^(block_\d+)_",
     imagenet_sizes=(96, 128, 160, 192, 224),
 )(_apps("MobileNetV2"))
-register_backbone(
-    "mobilenet_v3_small",
-    default_size=224,
-    normalization=None,
-    block_pattern=r"^(expanded_conv(?:_\d+)?)_",
-    imagenet_sizes=(224,),
-)(_apps("MobileNetV3Small", include_preprocessing=True))
-register_backbone(
-    "mobilenet_v3_large",
-    default_size=224,
-    normalization=None,
-    block_pattern=r"^(expanded_conv(?:_\d+)?)_",
-    imagenet_sizes=(224,),
-)(_apps("MobileNetV3Large", include_preprocessing=True))
+for _name, _keras_name in (("mobilenet_v3_small", "MobileNetV3Small"), ("mobilenet_v3_large", "MobileNetV3Large")):
+    register_backbone(
+        _name, default_size=224, normalization=None, block_pattern=r"^(expanded_conv(?:_\d+)?)_", imagenet_sizes=(224,)
+    )(_apps(_keras_name, include_preprocessing=True))
 for _i, _size in enumerate((224, 240, 260, 300)):
     register_backbone(
         f"efficientnet_b{_i}", default_size=_size, normalization=None, block_pattern=r"^(block\d+[a-z])_"
