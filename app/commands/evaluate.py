@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> None:
     print(result.summary)
     if result.metrics["skipped"]:
         print(
-            f"skipped {len(result.metrics['skipped'])} file(s) the model refused (undecodable or over its pixel limit)"
+            f"skipped {len(result.metrics['skipped'])} file(s): unreadable, undecodable or over the model's pixel"
+            " limit (metrics.json lists each with why)"
         )
     print(f"\nreport: {result.html}\nmetrics: {result.report_dir / 'metrics.json'}")

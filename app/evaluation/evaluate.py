@@ -153,8 +153,8 @@ def _ood_metrics(
 ) -> dict:
     known = predictions.ood_scores
     correct = predictions.probabilities.argmax(axis=1) == predictions.labels
-    other = ood_scores(runtime, ood, split, tta)
-    return ood_metrics(known, other, float(read_metadata(version_dir)["ood"]["threshold"]), correct)
+    other, skipped = ood_scores(runtime, ood, split, tta)
+    return ood_metrics(known, other, float(read_metadata(version_dir)["ood"]["threshold"]), correct, skipped)
 
 
 def _multilabel_result(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from tqdm import tqdm
@@ -19,11 +20,14 @@ from tqdm import tqdm
 from app import storage
 from app.data import schema
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
-from app.data.sources import list_files
+from app.data.photo_lists import read_or_reason
+from app.data.sources import files_and_broken_links, list_files
 from app.errors import UserError
 from app.export.layout import read_metadata
 from app.inference.runtime import HostRuntime, TFRuntime, answers_or_reasons
 from app.models import ood
+
+T = TypeVar("T")
 
 
 def check_ood_source(path: str) -> None:
@@ -35,33 +39,44 @@ def check_ood_source(path: str) -> None:
         raise UserError(f"--ood {path}: neither a TFRecord folder (dataset.json) nor a folder of photos")
 
 
-def _encoded(path: str, split: str) -> tuple[int, Iterator[bytes]]:
+def _encoded(path: str, split: str) -> tuple[int, Iterator[tuple[str, bytes | str]]]:
+    """(name, the bytes or why they cannot be read) of every file under `path`, links whose
+    target is gone included, or of every record of its `split`."""
     if storage.exists(storage.join(path, schema.METADATA_FILE)):
         from app.evaluation.predictions import tfrecord_examples
 
         _, total, examples = tfrecord_examples(path, split)
-        return total, (example[0] for example in examples)
-    files = list_files(Path(path))
-    return len(files), (f.read_bytes() for f in files)
+        return total, ((example[2], example[0]) for example in examples)
+    folder = Path(path)
+    files = sorted(sum(files_and_broken_links(folder), []))
+    return len(files), ((str(f.relative_to(folder)), read_or_reason(f)) for f in files)
 
 
-def ood_scores(runtime: TFRuntime | HostRuntime, path: str, split: str, tta: str, batch_size: int = 32) -> np.ndarray:
-    """The export's ood_score of every photo under `path` it can decode (the others are skipped)."""
+def ood_scores(
+    runtime: TFRuntime | HostRuntime, path: str, split: str, tta: str, batch_size: int = 32
+) -> tuple[np.ndarray, list[dict]]:
+    """The export's ood_score of every photo under `path` it can read and decode, and the others
+    as skipped ({"path", "reason"}), as evaluation lists its own."""
     limit = float(read_metadata(runtime.version).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
     total, images = _encoded(path, split)
     scores: list[float] = []
+    skipped: list[dict] = []
     with tqdm(total=total, unit="img", desc="Other photos", dynamic_ncols=True) as bar:
         for batch in _batched(images, batch_size):  # streamed: one batch of bytes in memory at a time
-            answers = answers_or_reasons(runtime, batch, limit, tta)
-            scores += [float(a["ood_score"]) for a in answers if not isinstance(a, str)]
+            answers = answers_or_reasons(runtime, [data for _, data in batch], limit, tta)
+            for (name, _), answer in zip(batch, answers):
+                if isinstance(answer, str):
+                    skipped.append({"path": name, "reason": answer})
+                else:
+                    scores.append(float(answer["ood_score"]))
             bar.update(len(batch))
     if not scores:
         raise UserError(f"--ood {path}: no photo there could be decoded")
-    return np.array(scores, np.float32)
+    return np.array(scores, np.float32), skipped
 
 
-def _batched(items: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
-    batch: list[bytes] = []
+def _batched(items: Iterator[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
@@ -71,9 +86,11 @@ def _batched(items: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
         yield batch
 
 
-def ood_metrics(known: np.ndarray, other: np.ndarray, threshold: float, correct: np.ndarray) -> dict:
+def ood_metrics(
+    known: np.ndarray, other: np.ndarray, threshold: float, correct: np.ndarray, other_skipped: list[dict] | None = None
+) -> dict:
     """`known`: the evaluation photos' scores, `correct` whether each was classified right;
-    `other`: the other photos' scores; `threshold`: the export's."""
+    `other`: the other photos' scores, `other_skipped` those that had none; `threshold`: the export's."""
     accepted = known <= threshold
     return {
         "method": ood.SHIPPED,
@@ -85,6 +102,7 @@ def ood_metrics(known: np.ndarray, other: np.ndarray, threshold: float, correct:
             "count": len(other),
             "accepted": int((other <= threshold).sum()),
             "unknown": int((other > threshold).sum()),
+            "skipped": other_skipped or [],
         },
         "accuracy_accepted": round(float(correct[accepted].mean()), 6) if accepted.any() else None,
         "scores": {"known": known.round(5).tolist(), "other": other.round(5).tolist()},
@@ -115,6 +133,8 @@ def ood_summary_rows(metrics: dict) -> list[list[str]]:
         ["evaluation photos accepted", f"{known['accepted']} of {known['count']}"],
         ["other photos answered unknown", f"{other['unknown']} of {other['count']}"],
     ]
+    if other.get("skipped"):
+        rows.append(["other photos skipped", f"{len(other['skipped'])} (in metrics.json, ood.other.skipped)"])
     if metrics["accuracy_accepted"] is not None:
         rows.append(["accuracy on accepted photos", f"{metrics['accuracy_accepted']:.4f}"])
     return rows

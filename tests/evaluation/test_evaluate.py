@@ -200,7 +200,8 @@ def test_tta_flip_is_applied_recorded_and_refused_twice(trained_run: Path, demo_
 
 
 def _other_photos(folder: Path, count: int = 6) -> Path:
-    """Photos of something else: noise, in no class folder, plus a file that is not an image."""
+    """Photos of something else: noise, in no class folder, plus a file that is not an image and
+    a link whose target is gone."""
     from PIL import Image
 
     folder.mkdir(parents=True)
@@ -208,6 +209,7 @@ def _other_photos(folder: Path, count: int = 6) -> Path:
     for k in range(count):
         Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(folder / f"noise_{k}.jpg")
     (folder / "notes.txt").write_text("not a photo")
+    (folder / "gone.jpg").symlink_to(folder / "moved_away.jpg")
     return folder
 
 
@@ -228,7 +230,11 @@ def test_ood_photos_are_measured_against_the_evaluation_photos(trained_run: Path
     known, other = np.array(found["scores"]["known"]), np.array(found["scores"]["other"])
     threshold = read_metadata(resolve_model_dir(trained_run))["ood"]["threshold"]
     assert found["threshold"] == threshold and found["method"] == ood.SHIPPED
-    assert len(known) == load_dataset_info(demo_records).num_examples("val") and len(other) == 6  # the text skipped
+    assert len(known) == load_dataset_info(demo_records).num_examples("val") and len(other) == 6
+    assert found["other"]["skipped"] == [
+        {"path": "gone.jpg", "reason": "cannot read: No such file or directory"},
+        {"path": "notes.txt", "reason": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image"},
+    ]
     assert found["auroc"] == pytest.approx(ood.auroc(known, other), abs=1e-6)
     # The threshold was fitted on this split to accept 95% of it: exactly that many, on any CPU.
     accepted = int(np.ceil(0.95 * len(known)))
@@ -240,6 +246,7 @@ def test_ood_photos_are_measured_against_the_evaluation_photos(trained_run: Path
         assert abs(found[part]["unknown"] - int((scores > threshold).sum())) <= near
     assert result.figures["None of these: scores of the evaluation photos and the other photos"].exists()
     assert "other photos: AUROC" in result.summary and "ood_scores" in result.html.read_text()
+    assert "other photos skipped" in result.summary
 
 
 def test_ood_needs_photos_and_says_so_before_any_work(trained_run: Path, demo_records: Path, tmp_path: Path):
