@@ -92,8 +92,10 @@ def cut_folder(source: Path, out: Path, cut: Cut, quick: bool) -> None:
 
 
 def prepare(shared: Path, work: Path, name: str, quick: bool) -> Path:
-    """The set's TFRecords under `work`, converted once (a finished conversion is reused)."""
-    records = work / ("quick" if quick else "full") / name
+    """The set's TFRecords in WORK/full/NAME (or quick/), converted once (a finished conversion is
+    reused); `work` may name that full/ (or quick/) folder itself, which is then not nested again."""
+    kind = "quick" if quick else "full"
+    records = (work if work.name == kind else work / kind) / name
     if (records / "dataset.json").is_file():
         return records
     source = shared / "data" / name
@@ -201,7 +203,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shared", type=Path, default=Path("../shared"), help="folder with data/ and weights/")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "photoclf-suite",
-                   help="where the converted sets are kept between runs of the suite")  # fmt: skip
+                   help="where the converted sets are kept between runs of the suite (WORK/full/SET,"
+                   " WORK/quick/SET)")  # fmt: skip
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
     p.add_argument("--backbones", default=",".join(WEIGHTS), help=f"comma-separated, of {', '.join(WEIGHTS)}")
     p.add_argument("--seeds", type=int_list, default=None, help="comma-separated (default 0,1,2; --quick: 0)")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.suite import Cut, cut_folder, set_table, worst_sets
+from app.errors import UserError
+from benchmarks.suite import Cut, cut_folder, prepare, set_table, worst_sets
 from benchmarks.training_choices import Run
 
 
@@ -55,6 +56,17 @@ RUNS = [
     _run("flowers17 mobilenet_v2", "defaults", 0, 0.95, 90.0),
     _run("flowers17 mobilenet_v2", "views", 0, 0.955, 45.0),
 ]
+
+
+def test_converted_sets_are_found_from_the_work_folder_or_from_its_full_folder(tmp_path: Path):
+    records = tmp_path / "work" / "full" / "food10"
+    records.mkdir(parents=True)
+    (records / "dataset.json").write_text("{}")  # a finished conversion: reused, nothing converted
+    no_shared = tmp_path / "nowhere"
+    assert prepare(no_shared, tmp_path / "work", "food10", quick=False) == records
+    assert prepare(no_shared, tmp_path / "work" / "full", "food10", quick=False) == records
+    with pytest.raises(UserError, match="has no train/ folder"):  # the quick cut is its own conversion
+        prepare(no_shared, tmp_path / "work" / "full", "food10", quick=True)
 
 
 def test_each_variant_is_compared_with_the_defaults_of_the_same_seed():
