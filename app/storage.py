@@ -114,6 +114,22 @@ def makedirs(path: str | Path) -> None:
         os.makedirs(path, exist_ok=True)
 
 
+def missing_folders(path: str | Path) -> list[Path]:
+    """The folders of a local `path` that do not exist yet, innermost first: what writing it creates."""
+    if is_url(path):
+        return []
+    path = Path(path)
+    return [folder for folder in (path, *path.parents) if not folder.exists()]
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove each folder (innermost first) where nothing was written in it: a failed first write
+    leaves no empty folder for a later step to find."""
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not empty (or gone): kept
+            folder.rmdir()
+
+
 def listdir(path: str | Path) -> list[str]:
     """Entry names (no trailing slashes), or [] when `path` is not a folder."""
     if not isdir(path):

@@ -73,6 +73,31 @@ def class_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not _is_hidden(p.name))
 
 
+def check_out_beside_src(src: Path, out: str) -> None:
+    """OUT inside a folder SRC would be read as one of its classes by the next convert of SRC."""
+    if storage.is_url(out) or not src.is_dir() or not Path(out).resolve().is_relative_to(src.resolve()):
+        return
+    raise UserError(
+        f"OUT {out} is inside SRC {src}: a later convert of SRC would read it as a class; write it beside SRC"
+    )
+
+
+def refuse_classes_left_empty(
+    source: Source, counts: dict[str, dict[str, int]], skipped: list[dict[str, str]], src: Path
+) -> None:
+    """A class whose photos in a split were all skipped as they converted (none decoded) is refused
+    as the scan refuses a class with none: trained on, it is an output no photo teaches."""
+    asked = {image.split for image in source.images}
+    for split in sorted(asked):
+        for name in source.classes:
+            if counts.get(split, {}).get(name, 0) == 0:
+                first = next(iter(skipped), {"path": "?", "reason": "?"})
+                raise UserError(
+                    f"{src}: class '{name}' has no photo in split '{split}' that converts (skipped: {len(skipped)}"
+                    f" file(s), the first {first['path']}: {first['reason']})"
+                )
+
+
 def refused_by_strict(skipped: list[dict[str, str]]) -> list[dict[str, str]]:
     """The skipped files `--strict` refuses: missing or unreadable ones, not the rows a manifest's
     keep column leaves out on purpose."""

@@ -23,7 +23,16 @@ from tqdm import tqdm
 from app import storage
 from app.data import duplicates, schema, side_features
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
-from app.data.sources import SPLITS, Source, SourceImage, photo_labels, refused_by_strict, scan_source
+from app.data.sources import (
+    SPLITS,
+    Source,
+    SourceImage,
+    check_out_beside_src,
+    photo_labels,
+    refuse_classes_left_empty,
+    refused_by_strict,
+    scan_source,
+)
 from app.errors import UserError
 from app.labels import LABELS_FILE, write_labels
 
@@ -272,6 +281,7 @@ def write_tfrecords(
     merge_writers(OUT). Unreadable files are skipped and listed, or with `strict` refused."""
     src, out = Path(src), str(out)
     _check_options(num_shards, max_side, workers, num_writers, writer_index)
+    check_out_beside_src(src, out)
     part = _checked_part(out, overwrite, writer_index, num_writers)
     source, groups = _scan(
         src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns, multi_label, strict
@@ -282,6 +292,7 @@ def write_tfrecords(
     options = {"val_fraction": val_fraction, "test_fraction": test_fraction, "seed": seed, "num_shards": num_shards,
                "target_shard_mb": target_shard_mb, "max_side": max_side, "max_pixels": max_pixels,
                "layout": source.layout, "drop_duplicates": drop_duplicates}  # fmt: skip
+    created = storage.missing_folders(out)
     storage.makedirs(out)
     staging = storage.make_temp_dir(out, ".incomplete-")
     try:
@@ -291,11 +302,14 @@ def write_tfrecords(
             _refuse_skipped([s for r in results for s in r.skipped])
         metadata = _metadata(source, results, src, options) | _kind_metadata(source, tasks, results, feature_columns)
         metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
+        if part is None and source.task == "single_label":  # one writer's share may lack a class
+            refuse_classes_left_empty(source, metadata["counts"], metadata["skipped"], src)
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)
     finally:
         storage.rmtree(staging)
+        storage.remove_if_empty(created)  # a failed first conversion leaves no empty OUT
     return metadata
 
 

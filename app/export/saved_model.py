@@ -199,7 +199,7 @@ def export_saved_model(
     writes the LiteRT files of `forward`, the model's traced forward pass, and their parity
     check); what it returns is added to the metadata.
     """
-    created = [folder for folder in (Path(export_root) / name, Path(export_root)) if not folder.exists()]
+    created = storage.missing_folders(Path(export_root) / name)
     model_dir, version, final = _new_version(export_root, name, version)
     layout.remove_abandoned_staging(model_dir)  # what an export killed midway left
     staging = Path(tempfile.mkdtemp(prefix=layout.staging_prefix(version), dir=model_dir))  # servers skip it
@@ -223,12 +223,5 @@ def export_saved_model(
             os.replace(saved, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        _remove_if_empty(created)  # a failed first export leaves no empty NAME folder for a server to find
+        storage.remove_if_empty(created)  # a failed first export leaves no empty NAME folder for a server to find
     return final
-
-
-def _remove_if_empty(folders: list[Path]) -> None:
-    """The folders this export created, innermost first, where nothing was published in them."""
-    for folder in folders:
-        with contextlib.suppress(OSError):  # not empty (or gone): kept
-            folder.rmdir()

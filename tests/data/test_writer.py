@@ -132,7 +132,7 @@ def test_crash_mid_write_leaves_nothing_a_reader_would_pick_up(demo_images: Path
     monkeypatch.setattr(writer, "convert_image", failing)
     with pytest.raises(RuntimeError, match="simulated crash"):
         write_tfrecords(demo_images, tmp_path / "out", workers=1)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # the OUT it created is gone with its staging folder
 
 
 def test_bad_options_fail_before_writing(demo_images: Path, tmp_path: Path):
@@ -144,6 +144,28 @@ def test_bad_options_fail_before_writing(demo_images: Path, tmp_path: Path):
         with pytest.raises(UserError, match=message):
             write_tfrecords(demo_images, tmp_path / "o", **kwargs)
         assert not any((tmp_path / "o").glob("*.tfrecord"))
+
+
+def test_out_inside_a_folder_src_is_refused_before_writing(demo_images: Path, tmp_path: Path):
+    src = shutil.copytree(demo_images, tmp_path / "photos")
+    with pytest.raises(UserError, match=f"^OUT {src / 'records'} is inside SRC {src}: a later convert of SRC would"):
+        write_tfrecords(src, src / "records")  # the next convert of photos/ would read records/ as a class
+    assert sorted(p.name for p in src.iterdir()) == sorted(p.name for p in demo_images.iterdir())
+
+
+def test_a_class_whose_files_all_fail_to_convert_is_refused_and_no_out_is_left(demo_images: Path, tmp_path: Path):
+    src = shutil.copytree(demo_images, tmp_path / "photos")
+    (src / "notes").mkdir()
+    for k in range(12):  # files, so the scan finds a class with photos in every split; none decodes
+        (src / "notes" / f"{k}.txt").write_text("not a photo")
+    out = tmp_path / "made" / "records"
+    with pytest.raises(UserError, match=r"class 'notes' has no photo in split '\w+' that converts"):
+        write_tfrecords(src, out, workers=1)
+    assert not (tmp_path / "made").exists()  # the folders it created are gone
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(UserError, match="class 'notes'"):
+        write_tfrecords(src, tmp_path / "kept", workers=1)
+    assert (tmp_path / "kept").is_dir() and not any((tmp_path / "kept").iterdir())  # the user's own folder stays
 
 
 @pytest.mark.parametrize("where", ["local", "url"])
@@ -263,6 +285,6 @@ def test_a_full_disk_mid_shard_is_one_line_and_the_same_command_then_finishes(
         patched.setattr(tf.io, "TFRecordWriter", FillingWriter)
         with pytest.raises(UserError, match=rf"^{out}: no space left on the device; nothing half-written was kept"):
             write_tfrecords(demo_images, out, workers=1)
-    assert list(out.iterdir()) == []  # no shard, no dataset.json, no staging folder
+    assert not out.exists()  # no shard, no dataset.json, no staging folder: not even the OUT it created
     meta = write_tfrecords(demo_images, out, workers=1)
     assert load_dataset_info(out).shards == meta["shards"]
