@@ -102,8 +102,9 @@ img{{max-width:140px;max-height:140px}} .pair{{border-bottom:1px solid #ddd;padd
 
 def write_manifest(result: dict, items: list[AuditItem], path: Path) -> Path:
     """A CSV that `make_tfrecords.py` accepts: path,label,split, then `finding` and
-    `suggested_label` for review, and `keep`: true, except the val/test copy of every leak and
-    the second image of every other exact duplicate pair. Edit labels or `keep`, then convert."""
+    `suggested_label` for review (an unreadable file's row says why), and `keep`: true, except
+    the val/test copy of every leak and the second image of every other exact duplicate pair.
+    Edit labels or `keep`, then convert."""
     notes: dict[str, list[str]] = {}
     for kind, pairs in (
         ("leak", result["leaks"]),
@@ -116,6 +117,8 @@ def write_manifest(result: dict, items: list[AuditItem], path: Path) -> Path:
         notes.setdefault(m["path"], []).append(f"likely {m['suggested']} ({m['confidence_in_suggested']:.2f})")
     for o in result["outliers"]:
         notes.setdefault(o["path"], []).append("outlier: " + "; ".join(o["reasons"]))
+    for u in result["unreadable"]:  # convert will skip it too: the row says why before it does
+        notes.setdefault(u["path"], []).append(f"unreadable: {u['reason']}")
     suggested = {m["path"]: m["suggested"] for m in result["likely_mislabels"]}
     leaks = {_eval_side(p) for p in result["leaks"]}
     drop = leaks | {p["b"]["path"] for p in result["exact_duplicates"] if p["a"]["split"] == p["b"]["split"]}

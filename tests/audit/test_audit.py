@@ -96,6 +96,8 @@ def test_reports_and_the_review_manifest_round_trip_through_the_converter(dirty_
     dropped = {r["path"] for r in rows if r["keep"] == "false"}
     assert {Path(p).name for p in dropped} == {"leaked.jpg", "copy.jpg"}  # the val copy of the leak; the second copy
     assert any(r["finding"].startswith("leak of") for r in rows if r["path"].endswith("leaked.jpg"))
+    broken = [r for r in rows if r["path"].endswith("broken.jpg")]
+    assert len(broken) == 1 and broken[0]["finding"].startswith("unreadable: undecodable")
     source = scan_source(manifest)  # what make_tfrecords.py reads
     assert {Path(s["path"]).name for s in source.skipped if "keep = false" in s["reason"]} == {"leaked.jpg", "copy.jpg"}
     assert len(source.images) == len(rows) - 2
