@@ -37,9 +37,11 @@ def _manifest_header(csv_path: Path, header: list[str]) -> tuple[bool, int | Non
     findings) are allowed and ignored."""
     names = [h.strip() for h in header]
     if names[:2] != ["path", "label"]:
+        other = next((sep for sep in (";", "\t", "|") if len(header) == 1 and sep in header[0]), None)
+        hint = f"; its columns are separated by {other!r}: save it with commas" if other else ""
         raise UserError(
             f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'"
-            " (more columns may follow)"
+            f" (more columns may follow){hint}"
         )
     return "split" in names[2:3], names.index(KEEP_COLUMN) if KEEP_COLUMN in names else None
 

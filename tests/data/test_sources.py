@@ -177,6 +177,17 @@ def test_a_spreadsheets_manifest_reads_like_any_other(tmp_path: Path):
     ]
 
 
+def test_a_manifest_saved_with_semicolons_is_refused_saying_so(tmp_path: Path):
+    """A spreadsheet in many locales saves CSV with semicolons: the header names the separator."""
+    _make_tree(tmp_path / "img", {"x": 2})
+    (tmp_path / "m.csv").write_text("path;label\nimg/x/000.jpg;cat\nimg/x/001.jpg;dog\n")
+    with pytest.raises(UserError, match="header 'path,label'.*separated by ';': save it with commas$"):
+        scan_source(tmp_path / "m.csv")
+    (tmp_path / "other.csv").write_text("file,class\nimg/x/000.jpg,cat\n")
+    with pytest.raises(UserError, match=r"\(more columns may follow\)$"):  # no separator to blame
+        scan_source(tmp_path / "other.csv")
+
+
 def test_a_manifest_row_whose_file_is_missing_is_skipped_and_listed(tmp_path: Path):
     _make_tree(tmp_path / "img", {"x": 4})
     (tmp_path / "m.csv").write_text(
