@@ -76,16 +76,17 @@ def _from_file(spec: BackboneSpec, shape: tuple[int, int, int], path: Path, name
             else:
                 model.load_weights(str(path))
     except Exception as err:
-        first_line = str(err).strip().splitlines()[0]
+        first_line = str(err).strip().splitlines()[0].split(". Example error message")[0].rstrip(":")  # Keras' count
         raise UserError(f"{named_by}: {path} does not fit {spec.name}: {first_line}") from None
     return model
 
 
 def load_pretrained_backbone(
-    spec: BackboneSpec, image_size: int, weights: str, named_by: str = "--weights"
+    spec: BackboneSpec, image_size: int, weights: str, named_by: str = "--weights", own_file: str = ""
 ) -> PretrainedBackbone:
     """`weights` as in load_backbone, or `auto`: $PHOTOCLF_WEIGHTS, else ImageNet, else none (warned).
-    `named_by`: the flag that gave `weights`, for its errors."""
+    `named_by`: the flag that gave `weights`, for its errors; `own_file`: how to give this backbone
+    a file of its own where $PHOTOCLF_WEIGHTS cannot serve it (default: `named_by` PATH)."""
     if weights != "auto" or spec.hub_handle:
         model, used = load_backbone(spec, image_size, weights, named_by)
         return PretrainedBackbone(
@@ -93,7 +94,10 @@ def load_pretrained_backbone(
         )
     local = os.environ.get(WEIGHTS_ENV)
     if local:  # named by the user: used as it is, before any download, or the error names the variable
-        model, used = load_backbone(spec, image_size, local, named_by=f"${WEIGHTS_ENV}")
+        try:
+            model, used = load_backbone(spec, image_size, local, named_by=f"${WEIGHTS_ENV}")
+        except UserError as err:  # e.g. one backbone's file, set for every run, and another backbone asked for
+            raise UserError(f"{err}; give {spec.name} its own file with {own_file or named_by + ' PATH'}") from None
         return PretrainedBackbone(model, f"{used} (from ${WEIGHTS_ENV})", None)
     reasons = [f"${WEIGHTS_ENV} is not set"]
     if not spec.imagenet_sizes or image_size in spec.imagenet_sizes:

@@ -103,7 +103,9 @@ def probe_backbone(candidate: Candidate, data: str, image_size: int = 0) -> Prob
     info = load_dataset_info(data)
     spec = get_backbone(candidate.backbone)
     size = image_size or spec.default_size
-    pretrained = load_pretrained_backbone(spec, size, candidate.weights, f"--backbones {candidate.label}")
+    pretrained = load_pretrained_backbone(
+        spec, size, candidate.weights, f"--backbones {candidate.label}", f"--backbones {spec.name}@PATH"
+    )
     if pretrained.warning:
         log.warning("%s: %s", candidate.label, pretrained.warning)
     clf = build_classifier(spec, pretrained.model, len(info.classes), size, 0.0)

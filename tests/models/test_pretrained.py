@@ -70,14 +70,19 @@ def test_a_configured_file_that_is_missing_or_does_not_fit_is_an_error_naming_th
     path = tmp_path / "other.weights.h5"
     other.save_weights(str(path))
     monkeypatch.setenv(WEIGHTS_ENV, str(path))
-    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: {path} does not fit mobilenet_v2"):
+    own = "; give mobilenet_v2 its own file with --weights PATH$"  # the way out, in each error
+    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: {path} does not fit mobilenet_v2: .*{own}"):
         load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
     monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path / "missing.weights.h5"))
-    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: no such file {tmp_path / 'missing.weights.h5'}$"):
+    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: no such file {tmp_path / 'missing.weights.h5'}{own}"):
         load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
     monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path))
-    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: {tmp_path} is a folder, not a weights file$"):
+    with pytest.raises(UserError, match=rf"^\${WEIGHTS_ENV}: {tmp_path} is a folder, not a weights file{own}"):
         load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, "auto")
+    with pytest.raises(UserError, match="its own file with --backbones mobilenet_v2@PATH$"):  # compare-backbones'
+        load_pretrained_backbone(
+            get_backbone("mobilenet_v2"), SIZE, "auto", "--backbones x", "--backbones mobilenet_v2@PATH"
+        )
 
 
 def test_offline_auto_without_a_file_starts_from_random_weights_and_says_why(
