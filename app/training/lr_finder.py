@@ -28,6 +28,7 @@ from app.training.inputs import image_inputs
 
 log = logging.getLogger(__name__)
 RULE = "fastai's valley: halfway along the longest stretch where the smoothed loss keeps falling"
+FLAT_START_SHARE = 20  # a minimum within the sweep's first 1/20 of steps: nothing in the sweep lowered the loss
 
 
 @dataclass
@@ -40,11 +41,15 @@ class Sweep:
     rule: str = RULE
 
     def summary(self) -> str:
-        low = self.learning_rates[int(np.argmin(self.smoothed))]
-        return (
+        lowest = int(np.argmin(self.smoothed))
+        low = self.learning_rates[lowest]
+        said = (
             f"phase {self.phase}: suggested learning rate {self.suggestion:.2g} ({self.rule}; minimum at {low:.2g},"
             f" {len(self.losses)} steps from {self.learning_rates[0]:.1g} to {self.learning_rates[-1]:.2g})"
         )
+        if lowest < max(1, len(self.smoothed) // FLAT_START_SHARE):  # the valley is then a stretch of noise
+            said += "; WEAK: the loss was lowest at the sweep's start, so no rate in it lowered the loss"
+        return said
 
 
 def smooth(losses: list[float], beta: float = 0.98) -> list[float]:

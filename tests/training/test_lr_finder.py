@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.training.lr_find_job import find_lr
-from app.training.lr_finder import read_suggestions, report_dir, smooth, suggest
+from app.training.lr_finder import Sweep, read_suggestions, report_dir, smooth, suggest
 
 
 def test_smoothing_is_bias_corrected_and_the_rule_is_halfway_down_the_longest_valley():
@@ -19,6 +19,16 @@ def test_smoothing_is_bias_corrected_and_the_rule_is_halfway_down_the_longest_va
     curve = [3.0, 3.1, 4.0, 3.5, 3.0, 2.5, 2.0, 1.5, 1.0, 0.8, 0.9, 2.0, 9.0]
     # longest falling run: steps 0 or 1 could start it, but 2..9 is the longest (8 steps, via 4.0)
     assert suggest(rates, curve) == pytest.approx(rates[2 + 2 + 1])  # start + a third + a sixth of 7
+
+
+def test_a_sweep_whose_loss_only_rose_says_its_suggestion_is_weak():
+    rates = list(np.geomspace(1e-7, 1e-2, 40))
+    rising = [1.0 + 0.01 * i + 0.02 * (i % 3) for i in range(40)]  # a little noise, no fall anywhere
+    flat = Sweep(2, rates, rising, smooth(rising), suggest(rates, smooth(rising)))
+    assert "WEAK: the loss was lowest at the sweep's start" in flat.summary()
+    valley = [3.0 - 0.07 * i for i in range(30)] + [0.9 + 0.5 * i for i in range(10)]
+    found = Sweep(1, rates, valley, smooth(valley), suggest(rates, smooth(valley)))
+    assert "WEAK" not in found.summary() and found.summary().startswith("phase 1: suggested learning rate")
 
 
 def test_a_sweep_leaves_the_weights_as_it_found_them(tiny_config):
