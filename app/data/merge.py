@@ -22,7 +22,7 @@ def merge_writers(out: str | Path) -> dict:
     storage.check_url(out, "OUT")
     parts = [storage.join(out, name) for name in storage.listdir(out) if PART.match(name)]
     if not parts:
-        raise UserError(f"{out}: no dataset.writer-*.json files to merge")
+        raise UserError(f"{out}: {_why_nothing_to_merge(out)}")
     metas = [storage.read_json_object(p) for p in parts]
     counts = {m["writer"]["count"] for m in metas}
     if len(counts) != 1:
@@ -66,3 +66,11 @@ def merge_writers(out: str | Path) -> dict:
     for p in parts:
         storage.remove(p)
     return merged
+
+
+def _why_nothing_to_merge(out: str) -> str:
+    if not storage.isdir(out):
+        return "no such folder"
+    if storage.exists(storage.join(out, schema.METADATA_FILE)):
+        return f"already one dataset ({schema.METADATA_FILE}): nothing to merge"
+    return "no dataset.writer-*.json files to merge (convert --num-writers N writes them)"

@@ -193,6 +193,12 @@ def test_split_writers_produce_the_same_records_as_one_writer(
             with pytest.raises(UserError, match=r"writer\(s\) \[0\] of 2 have not finished"):
                 merge_writers(out)
     merged = merge_writers(out)
+    with pytest.raises(UserError, match=r"already one dataset \(dataset.json\): nothing to merge$"):
+        merge_writers(out)  # run twice: the parts are merged
+    with pytest.raises(UserError, match=r"split-nowhere: no such folder$"):
+        merge_writers(out + "-nowhere")
+    with pytest.raises(UserError, match=r"files to merge \(convert --num-writers N writes them\)$"):
+        merge_writers(demo_images)
     single = json.loads((demo_records / schema.METADATA_FILE).read_text())
     assert merged["counts"] == single["counts"] and merged["shards"] == single["shards"]
     assert sorted(s["path"] for s in merged["skipped"]) == sorted(s["path"] for s in single["skipped"])
