@@ -70,8 +70,9 @@ def confusion_matrix_figure(counts: np.ndarray, classes: list[str]):
 
 
 def plot_per_class(metrics: dict, path: Path) -> Path:
-    """Precision, recall and F1 per class, worst F1 first."""
-    per_class = sorted(metrics["per_class"].items(), key=lambda kv: kv[1]["f1"])
+    """Precision, recall and F1 per class, worst F1 first (a class absent from photos and answers has none)."""
+    absent = set(metrics.get("classes_absent", []))
+    per_class = sorted(((n, v) for n, v in metrics["per_class"].items() if n not in absent), key=lambda kv: kv[1]["f1"])
     names = [k for k, _ in per_class]
     height = max(3.0, 0.3 * len(names) + 1)
     fig, ax = plt.subplots(figsize=(8, height))

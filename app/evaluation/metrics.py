@@ -127,7 +127,9 @@ def per_class(matrix: np.ndarray, classes: list[str]) -> dict[str, dict]:
 
 
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list[str], top_k: int = 5) -> dict:
-    """Everything metrics.json holds. Precision of a never-predicted class is 0 (not NaN)."""
+    """Everything metrics.json holds. Precision of a never-predicted class is 0 (not NaN); a class
+    neither in the photos nor in the answers (`classes_absent`, evaluating on a subset of the
+    model's classes) has no figures to average, so the macro average leaves it out."""
     labels = np.asarray(labels, dtype=np.int64)
     probabilities = np.asarray(probabilities, dtype=np.float64)
     num_classes = len(classes)
@@ -138,6 +140,7 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
     top = np.argsort(-probabilities, axis=1)[:, :k]
     normalized = row_normalized(matrix)
     weights = support / support.sum()
+    present = (support > 0) | (matrix.sum(axis=0) > 0)  # in the photos or in the answers, as scikit-learn counts
     pairs = [
         (int(t), int(p), int(matrix[t, p]))
         for t in range(num_classes)
@@ -155,7 +158,10 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, classes: list
         "log_loss": log_loss(labels, probabilities),
         "ece": expected_calibration_error(reliability),
         "per_class": per_class(matrix, classes),
-        "macro_avg": {"precision": float(precision.mean()), "recall": float(recall.mean()), "f1": float(f1.mean())},
+        "macro_avg": {
+            k: float(v[present].mean()) for k, v in (("precision", precision), ("recall", recall), ("f1", f1))
+        },
+        "classes_absent": [name for name, here in zip(classes, present) if not here],
         "weighted_avg": {
             "precision": float((precision * weights).sum()),
             "recall": float((recall * weights).sum()),

@@ -68,8 +68,11 @@ def _top_k_says_more(metrics: dict) -> bool:
 
 
 def _bad_classes(metrics: dict) -> list[tuple[str, dict]]:
-    """Classes with a mistake, worst F1 first: a class at 1.000 is no worst class."""
-    return sorted(((n, v) for n, v in metrics["per_class"].items() if v["f1"] < 1.0), key=lambda kv: kv[1]["f1"])
+    """Classes with a mistake, worst F1 first: a class at 1.000 is no worst class, nor one the
+    photos do not hold and the model never answered."""
+    absent = set(metrics.get("classes_absent", []))
+    bad = ((n, v) for n, v in metrics["per_class"].items() if v["f1"] < 1.0 and n not in absent)
+    return sorted(bad, key=lambda kv: kv[1]["f1"])
 
 
 def summary_card(metrics: dict) -> str:

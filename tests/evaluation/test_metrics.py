@@ -77,6 +77,23 @@ def test_metrics_match_a_plain_computation():
     assert m["most_confused"][0]["count"] == max(ref["cm"][t][p] for t in range(4) for p in range(4) if t != p)
 
 
+def test_classes_the_photos_lack_and_the_model_never_answered_are_left_out_of_the_macro_average():
+    """Evaluating on two of four classes, every photo right: macro F1 is 1, not 0.5, and the
+    table names no absent class among the worst."""
+    from app.evaluation.report import summary_table
+
+    labels = np.array([0, 0, 2, 2, 2])
+    probs = np.eye(4)[labels] * 0.9 + 0.025
+    m = compute_metrics(labels, probs, CLASSES, top_k=2)
+    assert m["classes_absent"] == [CLASSES[1], CLASSES[3]]
+    assert m["macro_avg"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
+    assert m["per_class"][CLASSES[1]]["support"] == 0  # still listed, with no photos
+    assert "worst classes: none (every class perfect)" in summary_table(m)
+    wrong = compute_metrics(np.array([0, 0, 2]), np.eye(4)[[0, 1, 2]] * 0.9 + 0.025, CLASSES, top_k=2)
+    assert wrong["classes_absent"] == [CLASSES[3]]  # answered once, wrongly: present, precision 0
+    assert wrong["macro_avg"]["precision"] == pytest.approx((1.0 + 0.0 + 1.0) / 3)
+
+
 def test_perfect_predictions():
     labels = np.array([0, 1, 2, 1])
     m = compute_metrics(labels, np.eye(3)[labels], ["x", "y", "z"])
