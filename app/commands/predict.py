@@ -7,10 +7,10 @@
 
 MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
 folder. INPUT is a folder (searched recursively), a glob (quote it), a .txt/.csv file of
-paths or one photo. Rows: path, label_1, score_1, ..., unknown, ood_score ("none of these": the photo is
-unlike the training photos), error. Files that cannot be read, are not images or
-are over the model's pixel limit get their reason in `error` and never stop the run; they are
-also listed at the end. The output appears only when complete.
+paths or one photo. Rows: path, answer (the top label, or "unknown"), label_1, score_1, ..., unknown,
+ood_score ("none of these": the photo is unlike the training photos), error. Files that cannot
+be read, are not images or are over the model's pixel limit get their reason in `error` and
+never stop the run; they are also listed at the end. The output appears only when complete.
 """
 
 from __future__ import annotations
