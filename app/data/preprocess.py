@@ -172,9 +172,27 @@ def _scaled_centre_crop(
 
 
 def _eval_any_crop(encoded: tf.Tensor, crop_fraction: float) -> tf.Tensor:
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image = tf.io.decode_image(encoded, channels=0, expand_animations=False)  # as stored: alpha kept
     top, left, side, _ = tf.unstack(centre_window(tf.shape(image)[0], tf.shape(image)[1], crop_fraction))
-    return image[top : top + side, left : left + side]
+    return rgb_on_white(image[top : top + side, left : left + side])
+
+
+def rgb_on_white(image: tf.Tensor) -> tf.Tensor:
+    """uint8 [H, W, 1-4] (grey, grey + alpha, RGB, RGBA) → RGB, transparent pixels laid on white
+    as `photoclf convert` lays them for training (app.data.convert): dropping the alpha showed the
+    colour under a transparent background (often black) that training never saw, and a WebP with
+    alpha could not be decoded to three channels at all."""
+    channels = tf.shape(image)[-1]
+    has_alpha = tf.equal(channels % 2, 0)
+    colour = image[..., : channels - tf.cast(has_alpha, tf.int32)]
+    colour = tf.ensure_shape(tf.cond(tf.equal(tf.shape(colour)[-1], 1), lambda: tf.tile(colour, [1, 1, 3]),
+                                     lambda: colour), [None, None, 3])  # fmt: skip
+
+    def on_white() -> tf.Tensor:
+        alpha = tf.cast(image[..., -1:], tf.float32) / 255.0
+        return to_uint8(tf.cast(colour, tf.float32) * alpha + 255.0 * (1.0 - alpha))
+
+    return tf.cond(has_alpha, on_white, lambda: colour)
 
 
 def decode_within_limit(encoded: tf.Tensor, image_size: int, crop_fraction: float, max_megapixels: float) -> tf.Tensor:

@@ -100,6 +100,25 @@ def test_other_formats_decode_exactly_as_before():
         np.testing.assert_array_equal(decode_for_eval(tf.constant(data), 224).numpy(), full_decode_reference(data, 224))
 
 
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP"])
+def test_a_transparent_background_is_white_as_convert_makes_it_for_training(fmt: str):
+    """A cut-out product photo: its transparent pixels hold black, which the model never saw
+    in training (convert lays them on white); a WebP with alpha was refused outright."""
+    from app.data.convert import convert_image
+
+    rgba = np.zeros((120, 160, 4), np.uint8)  # transparent black around
+    rgba[30:90, 40:120] = (200, 40, 40, 255)  # an opaque red object
+    rgba[30:90, 40:50, 3] = 128  # with a half-transparent edge
+    buffer = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(buffer, format=fmt, lossless=True)  # PNG ignores the option
+    data = buffer.getvalue()
+    ours = decode_for_eval(tf.constant(data), 32).numpy()
+    trained = decode_for_eval(tf.constant(convert_image(data).jpeg), 32).numpy()  # the photo as convert stores it
+    assert ours[1, 1].tolist() == [255, 255, 255]  # the background: white, not black
+    assert abs(ours[16, 16].astype(int) - [200, 40, 40]).max() <= 2  # the object as it is
+    assert np.abs(ours.astype(int) - trained.astype(int)).mean() < 3  # the picture training saw (a JPEG of it)
+
+
 def test_a_truncated_jpeg_still_fails_the_decode():
     data = encoded(photo_like(4000, 3000))[:5000]
     with pytest.raises(tf.errors.InvalidArgumentError):
