@@ -14,6 +14,7 @@ request is then probed instance by instance to name the bad one.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,7 +50,9 @@ def _run(model: LoadedModel, signature: str, inputs: dict[str, np.ndarray]) -> d
 
 
 def _first_line(err: Exception) -> str:
-    message = getattr(err, "message", str(err))
+    """The error's own words for a client: TensorFlow's graph location ("[[...]]" lines, the
+    "{{function_node ...}}" prefix) left out."""
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", getattr(err, "message", str(err)))
     lines = [line.strip() for line in message.splitlines() if line.strip() and not line.strip().startswith("[[")]
     return lines[-1] if lines else type(err).__name__
 

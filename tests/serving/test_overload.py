@@ -156,6 +156,24 @@ def test_images_over_the_limit_get_413_naming_size_and_limit_before_the_model(tm
     assert runtime.ran == 1
 
 
+class RefusingRuntime(GatedRuntime):
+    """Refuses every image as TensorFlow refuses one it cannot decode, graph location and all."""
+
+    def run(self, signature: str, inputs: dict) -> dict:
+        raise tf.errors.InvalidArgumentError(
+            None, None, "{{function_node __inference_<lambda>_5379}} Number of channels requested does not match input"
+        )
+
+
+def test_an_image_the_model_cannot_decode_is_a_400_in_the_decoders_words(tmp_path: Path):
+    async def scenario(client: TestClient) -> None:
+        response = await classify(client, jpeg(50, 50))
+        assert response.status == 400
+        assert (await response.json())["error"] == "instance 0: Number of channels requested does not match input"
+
+    serve(tmp_path, RefusingRuntime(), scenario)
+
+
 def _sample(text: str, name: str, **labels) -> float:
     wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
     for line in text.splitlines():
