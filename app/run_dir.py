@@ -189,11 +189,58 @@ def validate_run_dir(cfg: TrainConfig, overwrite: bool, chief: bool = True) -> R
 
 def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
     run = validate_run_dir(cfg, overwrite)
+    held = hold_run_dir(run.root)  # before --overwrite deletes it: another process's run is never cleared
     if overwrite and run.root.exists():
         shutil.rmtree(run.root)
+        _let_go(held)  # its inode may be reused by the folder made next
     run.checkpoints.mkdir(parents=True, exist_ok=True)
+    hold_run_dir(run.root)  # the folder made now, where --overwrite replaced it
     save_config(cfg, run.config)
     return run
+
+
+_HELD: dict[tuple[int, int], int] = {}  # (device, inode) of each run dir this process trains in → its open fd
+
+
+def hold_run_dir(root: Path) -> tuple[int, int] | None:
+    """Claim the run dir for this process until `release_run_dirs` (an exclusive flock on the
+    folder, let go at exit too, however it ends): a second `photoclf train` on the same --out is refused, where
+    the two wrote one history, checkpoints and exports over each other."""
+    import os
+
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no claim, as before
+        return None
+    if not root.is_dir():
+        return None
+    key = (root.stat().st_dev, root.stat().st_ino)
+    if key in _HELD:
+        return key
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(
+            f"--out {root}: another process is training in this run dir; wait for it to end, or choose another --out"
+        ) from None
+    _HELD[key] = fd
+    return key
+
+
+def release_run_dirs() -> None:
+    """Let go of every run dir this process claimed: its training has ended (a library caller
+    may hand the run dir to another process next, to resume or export it)."""
+    for key in list(_HELD):
+        _let_go(key)
+
+
+def _let_go(key: tuple[int, int] | None) -> None:
+    import os
+
+    if key in _HELD:
+        os.close(_HELD.pop(key))
 
 
 DATASET_FACT = "dataset"  # run_state.json's key for the sha256 of the dataset.json a run trained on

@@ -22,7 +22,7 @@ from app.errors import UserError
 from app.models.backbones import get_backbone
 from app.models.classifier import Classifier, build_classifier
 from app.models.pretrained import load_pretrained_backbone
-from app.run_dir import DATASET_FACT, RunDir, check_run_state, prepare_run_dir, validate_run_dir
+from app.run_dir import DATASET_FACT, RunDir, check_run_state, hold_run_dir, prepare_run_dir, validate_run_dir
 from app.training.history import History
 from app.training.init_from import Start, check_start, start_from
 from app.training.phase import PhaseFiles
@@ -132,6 +132,8 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
     strategy = make_strategy(cfg)
     _check_data(cfg, info, strategy)
     validate_run_dir(cfg, overwrite, chief=is_chief(strategy))  # said before the weights load (or download)
+    if is_chief(strategy):
+        hold_run_dir(Path(cfg.out))  # another process training there: said now too
     facts = {"classes": info.classes, "image_size": image_size, "backbone": spec.name}
     if info.side_features:  # the model's side branch is built from them; a resume must see the same
         facts["side_features"] = info.side_features

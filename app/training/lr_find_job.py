@@ -10,6 +10,7 @@ import logging
 import shutil
 import tempfile
 
+from app.run_dir import release_run_dirs
 from app.training.context import setup
 from app.training.lr_finder import Sweep, finetune_sweep, head_sweep, report_dir, write_sweeps
 from app.training.train import run_phase1
@@ -33,6 +34,7 @@ def find_lr(
                 run_phase1(ctx)
             sweeps.append(finetune_sweep(ctx, **options))
     finally:
+        release_run_dirs()
         shutil.rmtree(scratch, ignore_errors=True)
     folder = report_dir(cfg.out)
     folder.mkdir(parents=True, exist_ok=True)

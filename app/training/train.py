@@ -20,7 +20,7 @@ from app.data.summary import few_photos_warning
 from app.evaluation.metrics import per_class
 from app.models import ood
 from app.models.classifier import freeze_backbone, served_model, unfreeze_top
-from app.run_dir import check_trained_on, completed_run
+from app.run_dir import check_trained_on, completed_run, release_run_dirs
 from app.training.builders import finetune_schedule, make_optimizer, make_steps
 from app.training.context import Context, describe_distribution, setup
 from app.training.frozen import FrozenBackbone
@@ -116,12 +116,15 @@ def train(cfg: TrainConfig, overwrite: bool = False) -> dict:
         check_trained_on(done, dataset_fingerprint(cfg.data))
         log.info("%s is already complete; pass --overwrite to train again", done.root)
         return done.read_metrics()
-    ctx = setup(cfg, overwrite)
     try:
-        return _train(ctx)
+        ctx = setup(cfg, overwrite)
+        try:
+            return _train(ctx)
+        finally:
+            if ctx.scratch:
+                shutil.rmtree(ctx.scratch.root, ignore_errors=True)
     finally:
-        if ctx.scratch:
-            shutil.rmtree(ctx.scratch.root, ignore_errors=True)
+        release_run_dirs()  # claimed by setup: free for the next process (a resume, an export)
 
 
 def _train(ctx: Context) -> dict:

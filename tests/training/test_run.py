@@ -122,6 +122,35 @@ def test_weights_file_that_does_not_fit(tiny_config: TrainConfig, tmp_path: Path
         setup(tiny_config.replace(weights=str(tmp_path / "missing.weights.h5")))
 
 
+def test_a_run_dir_another_process_trains_in_is_refused_before_the_work(tiny_config: TrainConfig):
+    """Two `photoclf train` on one --out wrote one history, checkpoints and exports over each other."""
+    import subprocess
+    import sys
+
+    from app import run_dir
+
+    setup(tiny_config)  # this process's own run dir: claiming it again is no conflict
+    setup(tiny_config)
+    run_dir.release_run_dirs()  # as train() does at its end: another process may claim it now
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY);"
+         " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)", tiny_config.out],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        other = tiny_config.replace(out=str(Path(tiny_config.out)))
+        with pytest.raises(UserError, match=f"^--out {other.out}: another process is training in this run dir"):
+            setup(other)
+        with pytest.raises(UserError, match="another process is training"):
+            setup(other, overwrite=True)  # never cleared under the other run
+        assert Path(other.out, "config.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    setup(tiny_config)  # the other process gone: the run dir is free again
+
+
 def test_changed_config_in_existing_run_dir_is_refused(tiny_config: TrainConfig, monkeypatch):
     setup(tiny_config)
 
