@@ -107,11 +107,14 @@ def isdir(path: str | Path) -> bool:
     return _gfile().isdir(str(path)) if is_url(path) else os.path.isdir(path)
 
 
-def makedirs(path: str | Path) -> None:
+def makedirs(path: str | Path) -> list[Path]:
+    """The folder and its missing parents; returns those it made (`missing_folders`)."""
+    created = missing_folders(path)
     if is_url(path):
         _gfile().makedirs(str(path))
     else:
         os.makedirs(path, exist_ok=True)
+    return created
 
 
 def missing_folders(path: str | Path) -> list[Path]:

@@ -147,8 +147,9 @@ def writer_part_name(index: int, count: int) -> str:
     return f"dataset.writer-{index:05d}-of-{count:05d}.json"
 
 
-def _checked_part(out: str, overwrite: bool, writer_index: int, num_writers: int) -> str | None:
+def _checked_part(src: Path, out: str, overwrite: bool, writer_index: int, num_writers: int) -> str | None:
     """This writer's part name (None for a single writer), once OUT is checked to take its shards."""
+    check_out_beside_src(src, out)
     part = writer_part_name(writer_index, num_writers) if num_writers > 1 else None
     _check_out(out, overwrite, part)
     return part
@@ -281,8 +282,7 @@ def write_tfrecords(
     merge_writers(OUT). Unreadable files are skipped and listed, or with `strict` refused."""
     src, out = Path(src), str(out)
     _check_options(num_shards, max_side, workers, num_writers, writer_index)
-    check_out_beside_src(src, out)
-    part = _checked_part(out, overwrite, writer_index, num_writers)
+    part = _checked_part(src, out, overwrite, writer_index, num_writers)
     source, groups = _scan(
         src, val_fraction, test_fraction, seed, drop_duplicates, feature_columns, multi_label, strict
     )
@@ -292,18 +292,14 @@ def write_tfrecords(
     options = {"val_fraction": val_fraction, "test_fraction": test_fraction, "seed": seed, "num_shards": num_shards,
                "target_shard_mb": target_shard_mb, "max_side": max_side, "max_pixels": max_pixels,
                "layout": source.layout, "drop_duplicates": drop_duplicates}  # fmt: skip
-    created = storage.missing_folders(out)
-    storage.makedirs(out)
+    created = storage.makedirs(out)
     staging = storage.make_temp_dir(out, ".incomplete-")
     try:
         with storage.space_named(out):
             results = _run_tasks(tasks, staging, _worker_count(workers, source, tasks))
-        if strict:
-            _refuse_skipped([s for r in results for s in r.skipped])
         metadata = _metadata(source, results, src, options) | _kind_metadata(source, tasks, results, feature_columns)
         metadata["duplicates"] = {**duplicates.describe(groups), "dropped": drop_duplicates}
-        if part is None and source.task == "single_label":  # one writer's share may lack a class
-            refuse_classes_left_empty(source, metadata["counts"], metadata["skipped"], src)
+        _refuse_what_failed(source, results, metadata, src, strict, whole=part is None)
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
         _install(results, staging, out, metadata, source.classes, part)
@@ -311,6 +307,17 @@ def write_tfrecords(
         storage.rmtree(staging)
         storage.remove_if_empty(created)  # a failed first conversion leaves no empty OUT
     return metadata
+
+
+def _refuse_what_failed(
+    source: Source, results: list[ShardResult], metadata: dict, src: Path, strict: bool, whole: bool
+) -> None:
+    """Before anything is installed: with `strict`, any file skipped as it converted; and a class
+    left with no photo in a split (checked on the whole dataset: one writer's share may lack one)."""
+    if strict:
+        _refuse_skipped([s for r in results for s in r.skipped])
+    if whole and source.task == "single_label":
+        refuse_classes_left_empty(source, metadata["counts"], metadata["skipped"], src)
 
 
 def _writers_share(
