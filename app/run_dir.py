@@ -24,6 +24,7 @@ run-dir file name.
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,8 +207,6 @@ def hold_run_dir(root: Path) -> tuple[int, int] | None:
     """Claim the run dir for this process until `release_run_dirs` (an exclusive flock on the
     folder, let go at exit too, however it ends): a second `photoclf train` on the same --out is refused, where
     the two wrote one history, checkpoints and exports over each other."""
-    import os
-
     try:
         import fcntl
     except ImportError:  # not a POSIX system: no claim, as before
@@ -237,8 +236,6 @@ def release_run_dirs() -> None:
 
 
 def _let_go(key: tuple[int, int] | None) -> None:
-    import os
-
     if key in _HELD:
         os.close(_HELD.pop(key))
 

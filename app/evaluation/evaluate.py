@@ -172,7 +172,7 @@ def _multilabel_result(
         "Per label: precision, recall, F1, AP": plot_per_label(metrics, out / "per_label.png"),
         "Per label: true (rows) vs predicted (columns)": plot_label_confusion(metrics, out / "label_confusion.png"),
     }
-    return _written(metrics, figures, out, predictions, f"{version_dir.parent.name} v{version_dir.name}", data, split)
+    return _written(metrics, figures, out, predictions, version_dir, data, split)
 
 
 def _what_was_evaluated(predictions: Predictions, version_dir: Path, data: str, split: str) -> dict:
@@ -193,11 +193,11 @@ def _report_folder(report_dir: str | Path | None, version_dir: Path, split: str)
 
 
 def _written(
-    metrics: dict, figures: dict, out: Path, predictions: Predictions, model_name: str, data: str, split: str
+    metrics: dict, figures: dict, out: Path, predictions: Predictions, version_dir: Path, data: str, split: str
 ) -> EvaluationResult:
     """metrics.json and report.html in `out`, the figures already there."""
     write_metrics(metrics, out / "metrics.json")
-    title = f"{model_name} on {data.rstrip('/').split('/')[-1]}/{split}"
+    title = f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}"
     return EvaluationResult(
         metrics, figures, out, write_html(metrics, figures, out / "report.html", title), predictions
     )
@@ -284,4 +284,4 @@ def _single_label_result(
         figures["None of these: scores of the evaluation photos and the other photos"] = plot_ood_histogram(
             metrics["ood"], out / "ood_scores.png"
         )
-    return _written(metrics, figures, out, predictions, f"{version_dir.parent.name} v{version_dir.name}", data, split)
+    return _written(metrics, figures, out, predictions, version_dir, data, split)
