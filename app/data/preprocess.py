@@ -172,9 +172,24 @@ def _scaled_centre_crop(
 
 
 def _eval_any_crop(encoded: tf.Tensor, crop_fraction: float) -> tf.Tensor:
-    image = tf.io.decode_image(encoded, channels=0, expand_animations=False)  # as stored: alpha kept
+    is_bmp = tf.equal(tf.strings.substr(encoded, 0, 2), b"BM")
+    image = tf.cond(  # as stored: alpha kept
+        is_bmp, lambda: _bmp_as_pillow_reads_it(encoded), lambda: tf.io.decode_image(encoded, expand_animations=False)
+    )
     top, left, side, _ = tf.unstack(centre_window(tf.shape(image)[0], tf.shape(image)[1], crop_fraction))
     return rgb_on_white(image[top : top + side, left : left + side])
+
+
+def _bmp_as_pillow_reads_it(encoded: tf.Tensor) -> tf.Tensor:
+    """uint8 [H, W, 3]: an 8-bit BMP through its colour table, a 32-bit one's fourth byte dropped
+    (in BI_RGB files it is unused, often 0, which `rgb_on_white` would read as transparent and
+    Pillow ignores), so evaluation sees the colours `photoclf convert` trained on."""
+    image = tf.io.decode_bmp(encoded)  # 1 channel (palette index), 3 or 4
+    return tf.cond(
+        tf.equal(tf.shape(image)[-1], 1),
+        lambda: tf.gather(image_header.bmp_colour_table(encoded), tf.cast(image[..., 0], tf.int32)),
+        lambda: image[..., :3],
+    )
 
 
 def rgb_on_white(image: tf.Tensor) -> tf.Tensor:

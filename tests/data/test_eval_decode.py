@@ -6,6 +6,7 @@ input is enlarged as before to a rounding step."""
 from __future__ import annotations
 
 import io
+import struct
 
 import numpy as np
 import pytest
@@ -117,6 +118,35 @@ def test_a_transparent_background_is_white_as_convert_makes_it_for_training(fmt:
     assert ours[1, 1].tolist() == [255, 255, 255]  # the background: white, not black
     assert abs(ours[16, 16].astype(int) - [200, 40, 40]).max() <= 2  # the object as it is
     assert np.abs(ours.astype(int) - trained.astype(int)).mean() < 3  # the picture training saw (a JPEG of it)
+
+
+def _bmp_32_bits_fourth_byte_zero(rgb: np.ndarray) -> bytes:
+    """A 32-bit BI_RGB BMP as Windows writes it: blue, green, red and an unused byte left 0."""
+    height, width, _ = rgb.shape
+    pixels = np.concatenate([rgb[::-1, :, ::-1], np.zeros((height, width, 1), np.uint8)], axis=2).tobytes()
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 32, 0, len(pixels), 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", 14 + len(info) + len(pixels), 0, 0, 14 + len(info)) + info + pixels
+
+
+@pytest.mark.parametrize("kind", ["palette of 256", "palette of 16", "grey", "32 bits, fourth byte 0"])
+def test_a_bmp_decodes_to_the_colours_pillow_shows_and_convert_trains_on(kind: str):
+    """TensorFlow's decoder returns an 8-bit BMP's palette indices as grey levels (a red photo came
+    out near black) and a 32-bit one's unused fourth byte as alpha (0: all white)."""
+    rgb = np.asarray(photo_like(64, 48))
+    if kind == "32 bits, fourth byte 0":
+        data = _bmp_32_bits_fourth_byte_zero(rgb)
+    else:
+        image = Image.fromarray(rgb)
+        image = (
+            image.convert("L")
+            if kind == "grey"
+            else image.convert("P", palette=Image.ADAPTIVE, colors=int(kind.split()[-1]))
+        )
+        data = encoded(image, "BMP")
+    as_pillow_reads_it = encoded(Image.open(io.BytesIO(data)).convert("RGB"), "PNG")
+    np.testing.assert_array_equal(
+        decode_for_eval(tf.constant(data), 32).numpy(), decode_for_eval(tf.constant(as_pillow_reads_it), 32).numpy()
+    )
 
 
 def test_a_truncated_jpeg_still_fails_the_decode():

@@ -111,7 +111,8 @@ def _png(width: int, height: int) -> bytes:
 
 
 def _bmp(width: int, height: int) -> bytes:
-    return b"BM" + bytes(16) + struct.pack("<ii", width, height) + bytes(40)
+    """A 24-bit BITMAPINFOHEADER file's header: the kind TensorFlow's decoder reads."""
+    return b"BM" + bytes(12) + struct.pack("<IiiHHI", 40, width, height, 1, 24, 0) + bytes(40)
 
 
 def _gif(width: int, height: int) -> bytes:

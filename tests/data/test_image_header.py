@@ -81,6 +81,24 @@ def test_a_bmp_stored_top_down_has_a_positive_height():
     assert read_header(bytes(bmp)) == HeaderSize(height=20, width=30, pixels=600)
 
 
+@pytest.mark.parametrize(
+    ("what", "change"),
+    [
+        ("1 bit per pixel", lambda bmp: bmp[:28] + struct.pack("<H", 1) + bmp[30:]),
+        ("16 bits per pixel", lambda bmp: bmp[:28] + struct.pack("<H", 16) + bmp[30:]),
+        ("RLE8-compressed", lambda bmp: bmp[:28] + struct.pack("<HI", 8, 1) + bmp[34:]),
+        ("an OS/2 core header", lambda bmp: bmp[:14] + struct.pack("<I", 12) + bmp[18:]),
+    ],
+)
+def test_a_bmp_tensorflows_decoder_misreads_is_refused_saying_so(what: str, change):
+    """TensorFlow's decoder fails on 1, 4 and 16 bits per pixel with a message about channels, and
+    reads RLE codes as pixels: each is refused from its header, saying what to do."""
+    with pytest.raises(
+        ImageRejected, match="BMP that is compressed, or not of 8, 24 or 32 bits per pixel; save it as PNG"
+    ):
+        read_header(change(encode("BMP", 30, 20)))
+
+
 def test_a_gif_built_to_make_the_walk_slow_is_refused_after_a_bounded_walk():
     gif = encode("GIF", 10, 10)
     frame = gif.index(b"\x2c")
@@ -102,7 +120,7 @@ def test_within_the_limit_passes_and_returns_the_size():
             "3267543746x3267543746",
         ),
         # int32's abs(-2**31) is itself: a top-down BMP of that height had a negative count.
-        (b"BM" + b"\0" * 16 + struct.pack("<ii", 100, -(2**31)), "100x2147483648"),
+        (b"BM" + b"\0" * 12 + struct.pack("<IiiHH", 40, 100, -(2**31), 1, 24), "100x2147483648"),
     ],
 )
 def test_sides_whose_product_overflows_are_refused_not_passed(header: bytes, size: str):
