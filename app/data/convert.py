@@ -1,12 +1,13 @@
 """Turn one source file into upright RGB JPEG bytes, or say why it cannot be used.
 
 A JPEG that is already upright RGB and small enough is kept byte for byte (no re-encode loss);
-everything else (PNG, GIF, BMP, WebP, TIFF, grayscale, palette, CMYK, alpha, EXIF-rotated)
-is converted once here, so readers only ever decode RGB JPEG.
+everything else (PNG, GIF, BMP, WebP, TIFF, HEIC/HEIF, AVIF, grayscale, palette, CMYK, alpha,
+EXIF-rotated) is converted once here, so readers only ever decode RGB JPEG.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import warnings
@@ -37,7 +38,17 @@ class ConvertedImage:
     reencoded: bool
 
 
+@functools.cache
+def read_heif() -> None:
+    """Teach Pillow HEIC/HEIF, an iPhone's own photo format (recent Pillow reads AVIF itself); on
+    first use, as the import is not free."""
+    from pillow_heif import register_heif_opener
+
+    register_heif_opener()
+
+
 def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
+    read_heif()
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         image = Image.open(io.BytesIO(data))

@@ -7,6 +7,8 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
+from app.data.convert import read_heif
+
 MISTAKE_SIDE = 256  # pixels a side of each photo in the report's mistakes figures
 
 
@@ -15,6 +17,7 @@ def open_photo(data: bytes, max_side: int | None = None) -> np.ndarray:
     a JPEG decoded at libjpeg's reduced scale: a figure of a 12 MP photo then costs milliseconds,
     not a full decode and an overlay of 12 million pixels. Upright by its EXIF orientation, as the
     model sees it (`app.data.exif`)."""
+    read_heif()
     with Image.open(io.BytesIO(data)) as opened:
         if max_side:
             opened.draft("RGB", (max_side, max_side))

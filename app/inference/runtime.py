@@ -29,7 +29,9 @@ import numpy as np
 import tensorflow as tf
 
 from app.cli import RUNTIME_CHOICES
-from app.data.image_header import ImageRejected, check_size
+from app.data.convert import ImageRejected as Unconvertible
+from app.data.convert import convert_image
+from app.data.image_header import ImageRejected, check_size, max_pixels
 from app.errors import UserError
 from app.export import layout
 from app.export.parity import unknown_threshold
@@ -134,10 +136,12 @@ def answers_or_reasons(
     side: dict[str, list] | None = None,
 ) -> list[dict[str, np.ndarray] | str]:
     """Per image: its answer ({"probabilities"[, "ood_score", "unknown"]}), or why it has none:
-    a str in `images` (why the file could not be read) is kept as it is; a refused image gets the
-    header check's words, else "undecodable". For offline work (evaluation, batch prediction);
-    `tta` adds test-time augmentation around the export's predict_images; `side` holds each side
-    feature's raw values, one per image, for a model that takes them.
+    a str in `images` (why the file could not be read) is kept as it is; an image the eval decode
+    refuses is read as `photoclf convert` reads it, and if that fails too gets the header check's
+    words, else "undecodable"; one over the pixel limit is refused as it is. For offline work
+    (evaluation, batch prediction); `tta` adds test-time augmentation around the export's
+    predict_images; `side` holds each side feature's raw values, one per image, for a model that
+    takes them.
 
     The batch goes to the export as it is: its decode refuses a header over the pixel limit
     before decoding anything, so a bomb costs nothing. Only a refused batch is taken apart, one
@@ -166,9 +170,27 @@ def answers_or_reasons(
             ]
     try:
         check_size(images[0], max_megapixels)
+        reason = "undecodable"
     except ImageRejected as err:
-        return [str(err)]
-    return ["undecodable"]
+        if err.status == 413:
+            return [str(err)]
+        reason = str(err)
+    return [_answered_as_converted(runtime, images[0], max_megapixels, tta, side) or reason]
+
+
+def _answered_as_converted(
+    runtime: TFRuntime | HostRuntime, image: bytes, max_megapixels: float, tta: str, side: dict[str, list]
+) -> dict[str, np.ndarray] | None:
+    """The answer for a photo the eval decode cannot read but `photoclf convert` can (a TIFF, an
+    iPhone's HEIC, a BMP or JPEG TensorFlow misreads and Pillow reads): the JPEG convert would
+    store for training goes through the one eval decode, so it is answered as such photos were
+    trained on. None when Pillow cannot read it either."""
+    try:
+        jpeg = convert_image(image, max_pixels=max_pixels(max_megapixels)).jpeg
+        outputs = _answers(runtime, [jpeg], tta, side)
+    except (Unconvertible, tf.errors.InvalidArgumentError):
+        return None
+    return {k: v[0] for k, v in outputs.items()}
 
 
 def _gpu_visible() -> str | None:

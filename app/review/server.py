@@ -24,6 +24,7 @@ from aiohttp import web
 from PIL import Image
 
 from app import safe_json
+from app.data.convert import read_heif
 from app.data.display import open_photo
 from app.errors import UserError
 from app.review.answers import Answers
@@ -34,6 +35,7 @@ ACTIONS = ("skip", "not_any_class")
 MAX_BATCH = 100
 MAX_ANSWER_BYTES = 64 * 1024  # an answer is an id and a label or an action: a flat object
 PAGE_SIDE = 1024  # pixels a side of the largest photo the page is sent
+BROWSER_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP")  # as Pillow names them
 
 
 @dataclass
@@ -131,11 +133,13 @@ async def photo(request: web.Request) -> web.StreamResponse:
 
 def for_the_page(data: bytes, name: str) -> tuple[bytes, str]:
     """A photo as the page shows it: one over PAGE_SIDE pixels a side shrunk to a JPEG of that size
-    (a phone's photo is sent as a tenth of its bytes), a smaller one as it is."""
+    (a phone's photo is sent as a tenth of its bytes), as is one a browser may not show (TIFF,
+    HEIC); a smaller one in a format every browser shows, as it is."""
     try:
+        read_heif()
         with Image.open(io.BytesIO(data)) as opened:
-            small = max(opened.size) <= PAGE_SIDE
-        if not small:
+            as_it_is = max(opened.size) <= PAGE_SIDE and opened.format in BROWSER_FORMATS
+        if not as_it_is:
             out = io.BytesIO()
             Image.fromarray(open_photo(data, PAGE_SIDE)).save(out, format="JPEG", quality=85)
             return out.getvalue(), "image/jpeg"

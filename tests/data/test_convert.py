@@ -6,9 +6,9 @@ import io
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, features
 
-from app.data.convert import ImageRejected, convert_image
+from app.data.convert import ImageRejected, convert_image, read_heif
 
 
 def _photo(width: int = 64, height: int = 48, noise: float = 10.0) -> Image.Image:
@@ -18,6 +18,7 @@ def _photo(width: int = 64, height: int = 48, noise: float = 10.0) -> Image.Imag
 
 
 def _encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    read_heif()  # Pillow writes HEIC once taught it
     out = io.BytesIO()
     image.save(out, format=fmt, **kwargs)
     return out.getvalue()
@@ -44,6 +45,10 @@ def test_rgb_jpeg_is_kept_byte_for_byte():
         ("RGB", "BMP"),
         ("RGB", "WEBP"),
         ("RGB", "TIFF"),
+        ("RGB", "HEIF"),  # an iPhone's own format, read through pillow-heif
+        pytest.param(
+            "RGB", "AVIF", marks=pytest.mark.skipif(not features.check("avif"), reason="this Pillow lacks AVIF")
+        ),
         ("L", "JPEG"),
         ("P", "PNG"),
         ("CMYK", "JPEG"),

@@ -67,6 +67,33 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
     assert summary.unknown == sum(r["unknown"] == "yes" for r in rows)
 
 
+def test_a_tiff_and_an_iphone_heic_are_answered_as_convert_stores_them_for_training(
+    trained_run: Path, demo_images: Path, tmp_path: Path
+):
+    """The eval decode reads JPEG, PNG, GIF, BMP and WebP; a photo in a format only Pillow reads
+    was a row with an error, though `photoclf convert` trains on such photos."""
+    from PIL import Image
+
+    from app.data.convert import convert_image, read_heif
+
+    read_heif()  # Pillow writes HEIC once taught it
+    folder = tmp_path / "phone"
+    folder.mkdir()
+    photo = Image.open(demo_images / "star" / "star_000.jpg")
+    files = [folder / "star.tiff", folder / "star.heic"]
+    for file, fmt in zip(files, ("TIFF", "HEIF")):
+        photo.save(file, fmt)
+    out = tmp_path / "predictions.csv"
+    summary = predict_files(trained_run, str(folder), out, runtime="litert", top_k=1, batch_size=8)
+    rows = {Path(r["path"]).name: r for r in csv.DictReader(out.open())}
+    as_trained = np.array([convert_image(f.read_bytes()).jpeg for f in files], dtype=object)
+    expected = TFRuntime(trained_run / "export" / "shapes" / "1").run("serving_default", {"image_bytes": as_trained})
+    assert summary.predicted == 2 and not summary.failed
+    for file, probabilities in zip(files, expected["probabilities"]):
+        assert rows[file.name]["error"] == ""
+        assert float(rows[file.name]["score_1"]) == pytest.approx(probabilities.max(), abs=1e-4)
+
+
 def test_a_list_file_with_a_missing_path_and_jsonl_output(trained_run: Path, photos: Path, tmp_path: Path):
     listing = tmp_path / "paths.txt"
     listing.write_text(f"# photos to label\nphotos/circle/circle_000.png\n{photos / 'star'}\nmissing.jpg\n")

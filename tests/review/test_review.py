@@ -175,6 +175,15 @@ def test_the_page_gets_a_phone_sized_photo_shrunk_and_a_small_one_as_it_is(tmp_p
     Image.new("RGB", (300, 200)).save(small, format="PNG")
     assert for_the_page(small.getvalue(), "small.png") == (small.getvalue(), "image/png")
     assert for_the_page(b"not a photo", "odd.jpg") == (b"not a photo", "image/jpeg")
+    from app.data.convert import read_heif
+
+    read_heif()  # Pillow writes HEIC once taught it
+    for fmt in ("TIFF", "HEIF"):  # formats a browser may not show, however small: sent as JPEG
+        odd = io.BytesIO()
+        Image.new("RGB", (300, 200), (40, 200, 40)).save(odd, format=fmt)
+        body, content_type = for_the_page(odd.getvalue(), f"small.{fmt.lower()}")
+        with Image.open(io.BytesIO(body)) as shown:
+            assert content_type == "image/jpeg" and shown.format == "JPEG" and shown.size == (300, 200)
 
 
 def test_undo_takes_back_the_last_answer_and_its_manifest_row(trained_run: Path, unlabelled: Path, tmp_path: Path):
