@@ -19,6 +19,7 @@ from app.audit import findings, report
 from app.audit.items import AuditInput, AuditItem, load_audit_input
 from app.audit.neighbours import Nearest, nearest
 from app.audit.scan import Scan, scan_images
+from app.data.sources import check_out_beside_src
 from app.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,8 @@ def run_audit(
             )
         storage.check_output_file(manifest, "--write-manifest")
     report_dir = Path(report_dir) if report_dir else default_report_dir(data)
+    if all(item.source for item in audit_input.items):  # photos, not a TFRecord folder
+        check_out_beside_src(Path(data), report_dir, "--report", "DATA")
     storage.check_output_folder(report_dir, "--report")
     result = audit(audit_input, report_dir, **options)
     written = list(report.write_reports(result, report_dir))

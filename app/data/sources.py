@@ -73,12 +73,14 @@ def class_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not _is_hidden(p.name))
 
 
-def check_out_beside_src(src: Path, out: str) -> None:
-    """OUT inside a folder SRC would be read as one of its classes by the next convert of SRC."""
-    if storage.is_url(out) or not src.is_dir() or not Path(out).resolve().is_relative_to(src.resolve()):
+def check_out_beside_src(src: Path, out: str | Path, flag: str = "OUT", src_flag: str = "SRC") -> None:
+    """An output inside a folder of photos would be read as a class, or as photos of one, by the
+    next convert (or audit) of that folder."""
+    if storage.is_url(str(out)) or not src.is_dir() or not Path(out).resolve().is_relative_to(src.resolve()):
         return
     raise UserError(
-        f"OUT {out} is inside SRC {src}: a later convert of SRC would read it as a class; write it beside SRC"
+        f"{flag} {out} is inside {src_flag} {src}: a later convert of {src_flag} would read it as photos;"
+        f" write it beside {src_flag}"
     )
 
 

@@ -123,6 +123,16 @@ def test_a_report_folder_that_is_a_file_is_refused_before_the_scan(dirty_folder:
         run_audit(dirty_folder, tmp_path / "r2", tmp_path, **FAST)
 
 
+def test_a_report_inside_the_photo_folder_is_refused_before_the_scan(dirty_folder: Path, monkeypatch):
+    """Its audit.json, report.html and embeddings.npz would be read as photos by the next convert."""
+    module = sys.modules[run_audit.__module__]
+    monkeypatch.setattr(module, "audit", lambda *a, **k: pytest.fail("scanned before --report was checked"))
+    inside = dirty_folder / sorted(p.name for p in dirty_folder.iterdir() if p.is_dir())[0] / "audit"
+    with pytest.raises(UserError, match=f"^--report {inside} is inside DATA {dirty_folder}: a later convert"):
+        run_audit(dirty_folder, inside, **FAST)
+    assert not inside.exists()
+
+
 def test_embeddings_are_reused_when_nothing_changed(dirty_folder: Path, tmp_path: Path, caplog):
 
     caplog.set_level(logging.INFO)
