@@ -105,6 +105,22 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(","))
 
 
+def finite_float(text: str) -> float:
+    """argparse type for every number flag: nan and inf are argparse's usage error naming the flag,
+    as no limit, fraction or rate means them (inf reached int() as an OverflowError's traceback,
+    and nan passes every `value > 0` check as false, or a bound check as true)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
+    return value
+
+
 def tcp_port(text: str) -> int:
     """argparse type for --port: a TCP port number, 0 to 65535 (0: any free one); else argparse's
     usage error naming the flag, instead of the socket's traceback once the model has loaded."""

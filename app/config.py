@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 import typing
 from dataclasses import dataclass
@@ -199,6 +200,8 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
             value = kind(value)
     except (TypeError, ValueError):
         raise UserError(f"{origin}: '{key}' must be {kind.__name__}, got {value!r}") from None
+    if kind is float and not math.isfinite(value):  # inf passed `> 0` (lr_finetune = inf trained a run)
+        raise UserError(f"{origin}: '{key}' must be a finite number, got {value!r}")
     if choices and value not in choices:
         raise UserError(f"{origin}: '{key}' must be one of {choices}, got {value!r}")
     return value

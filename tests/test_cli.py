@@ -124,6 +124,22 @@ def test_a_wrong_path_or_flag_is_refused_before_tensorflow_is_imported(
 @pytest.mark.parametrize(
     "script,args,message",
     [
+        ("export.py", ["{tmp}", "--max-megapixels", "inf"], "argument --max-megapixels: 'inf' is not a finite number"),
+        ("serve.py", ["{tmp}", "--max-megapixels", "nan"], "argument --max-megapixels: 'nan' is not a finite number"),
+        ("make_tfrecords.py", ["{tmp}", "{tmp}/o", "--val-fraction", "nan"], "argument --val-fraction: 'nan' is not"),
+        ("find_lr.py", ["--lr-max", "big"], "argument --lr-max: 'big' is not a number"),
+    ],
+)
+def test_a_number_flag_that_is_not_finite_is_a_usage_error(tmp_path: Path, script: str, args: list[str], message: str):
+    """inf reached int() as an OverflowError's traceback after the model had loaded."""
+    done = run(WITHOUT_TENSORFLOW, str(ROOT / "scripts" / script), *[a.format(tmp=tmp_path) for a in args])
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr.splitlines()[-1], done.stderr
+
+
+@pytest.mark.parametrize(
+    "script,args,message",
+    [
         ("serve.py", ["{tmp}", "--port", "99999"], "argument --port: 99999 is not a port number (0 to 65535)"),
         ("serve.py", ["{tmp}", "--port", "-5"], "argument --port: -5 is not a port number (0 to 65535)"),
         ("review.py", ["{tmp}", "{tmp}", "--port", "web"], "argument --port: 'web' is not a port number"),

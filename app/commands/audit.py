@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.cli import finite_float
 from app.storage import must_exist
 
 HELP = "audit a photo dataset before trusting a number: duplicates, leaks, likely wrong labels, outliers"
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--near-threshold",
-        type=float,
+        type=finite_float,
         default=0.85,
         help="cosine similarity of embeddings at or above which two images are near duplicates (default 0.85)",
     )

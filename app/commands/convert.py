@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import lasting_imports
+from app.cli import finite_float, lasting_imports
 from app.storage import must_exist
 
 HELP = "convert a folder of photos (one subfolder per class) or a CSV manifest into sharded TFRecords"
@@ -23,13 +23,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", help="output folder (or gs:// URL) for shards, labels.txt and dataset.json")
     p.add_argument(
         "--val-fraction",
-        type=float,
+        type=finite_float,
         default=0.1,
         help="share of each class for validation when SRC is not pre-split (default 0.1)",
     )
     p.add_argument(
         "--test-fraction",
-        type=float,
+        type=finite_float,
         default=0.1,
         help="share of each class for test when SRC is not pre-split (default 0.1)",
     )

@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from app.cli import lasting_imports
+from app.cli import finite_float, lasting_imports
 from app.run_dir import RunDir
 
 HELP = "export a finished run as a TF Serving SavedModel (image bytes in) with its LiteRT file(s)"
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-megapixels",
-        type=float,
+        type=finite_float,
         default=40.0,
         help="the serving signature refuses images larger than this, from the header (default 40)",
     )

@@ -17,7 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from app.cli import lasting_imports
+from app.cli import finite_float, lasting_imports
 
 HELP = "find learning rates for both phases: a short exponential sweep on your data and model"
 
@@ -32,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key; repeatable"
     )
     p.add_argument("--steps", type=int, default=100, help="batches per sweep (default 100)")
-    p.add_argument("--lr-min", type=float, default=1e-7, help="first learning rate (default 1e-7)")
-    p.add_argument("--lr-max", type=float, default=1.0, help="last learning rate (default 1)")
+    p.add_argument("--lr-min", type=finite_float, default=1e-7, help="first learning rate (default 1e-7)")
+    p.add_argument("--lr-max", type=finite_float, default=1.0, help="last learning rate (default 1)")
     p.add_argument("--phase", choices=["1", "2", "both"], default="both", help="which phase to sweep (default both)")
 
 

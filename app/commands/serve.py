@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.cli import add_runtime_flag, lasting_imports, tcp_port
+from app.cli import add_runtime_flag, finite_float, lasting_imports, tcp_port
 from app.errors import UserError
 from app.export import layout
 from app.net import check_bindable
@@ -40,13 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch", type=int, default=32, help="most instances merged into one model call (default 32)")
     p.add_argument(
         "--max-wait-ms",
-        type=float,
+        type=finite_float,
         default=0.0,
         help="also hold a batch this long for company (default 0: batch what queued while the model was busy)",
     )
-    p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body in MB (default 8)")
+    p.add_argument("--max-body-mb", type=finite_float, default=8.0, help="largest request body in MB (default 8)")
     p.add_argument("--max-instances", type=int, default=64, help="most instances per request (default 64)")
-    p.add_argument("--poll-seconds", type=float, default=2.0, help="how often to look for new versions (default 2)")
+    p.add_argument(
+        "--poll-seconds", type=finite_float, default=2.0, help="how often to look for new versions (default 2)"
+    )
     add_runtime_flag(p)
     p.add_argument(
         "--litert-model",
@@ -55,17 +57,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="which LiteRT file of the export to serve (default float32)",
     )
     p.add_argument(
-        "--max-megapixels", type=float, default=40.0, help="refuse larger images, read from the header (default 40)"
+        "--max-megapixels",
+        type=finite_float,
+        default=40.0,
+        help="refuse larger images, read from the header (default 40)",
     )
     p.add_argument(
         "--max-queue", type=int, default=128, help="most instances waiting; beyond, 503 + Retry-After (default 128)"
     )
     p.add_argument(
-        "--request-timeout-ms", type=float, default=10_000, help="answer 504 after this long (default 10000)"
+        "--request-timeout-ms", type=finite_float, default=10_000, help="answer 504 after this long (default 10000)"
     )
     p.add_argument(
         "--client-timeout-s",
-        type=float,
+        type=finite_float,
         default=20.0,
         help="time a client has for a request's headers, and again for its body; also the idle"
         " keep-alive time (default 20)",

@@ -44,6 +44,17 @@ def test_config_round_trip(tmp_path: Path):
     assert read_saved_config(tmp_path / "config.json") == cfg
 
 
+@pytest.mark.parametrize("key,value", [("lr_finetune", "inf"), ("weight_decay", "nan"), ("color_jitter", "-inf")])
+def test_a_number_that_is_not_finite_is_refused_naming_its_key(tmp_path: Path, key: str, value: str):
+    """lr_finetune = inf passed `> 0` and trained a run; keys without a range check took nan."""
+    with pytest.raises(UserError, match=f"^--set: '{key}' must be a finite number, got {value}$"):
+        load_config(None, parse_set([f"{key}={value}"]))
+    toml = tmp_path / "c.toml"
+    toml.write_text(f"[train]\n{key} = {value}\n")  # TOML writes them too
+    with pytest.raises(UserError, match=f"^{toml}: '{key}' must be a finite number"):
+        load_config(toml)
+
+
 def test_a_config_saved_by_an_older_version_loads_without_its_retired_keys(tmp_path: Path):
     saved = {**TrainConfig(epochs_head=7).to_dict(), "phase2_on_views": True}  # replaced by phase2_mode
     del saved["phase2_mode"]
