@@ -24,7 +24,7 @@ from app.export.onnx_model import write_onnx
 from app.export.openvino_ir import write_openvino
 from app.export.parity import Reference
 from app.export.rebuild import rebuild_served_model
-from app.export.saved_model import DEFAULT_TOP_K, export_saved_model
+from app.export.saved_model import DEFAULT_TOP_K, check_new_version, export_saved_model
 from app.export.tflite import write_litert
 from app.models.tta import check_tta
 from app.run_dir import FinishedRun, RunDir
@@ -127,6 +127,7 @@ def export_run(
     _check_flags(tflite, top_k, tta, max_megapixels)
     run = RunDir(run_dir)
     storage.check_output_folder(export_dir or run.export_root, "--export-dir")
+    check_new_version(Path(export_dir) if export_dir else run.export_root, name or run.export_name, version)
     reduced = keras.config.dtype_policy().compute_dtype != "float32"  # mixed precision: the default on GPUs
     finished = run.load(need_weights=model is None or reduced)
     if tflite == "int8":

@@ -146,10 +146,21 @@ def tensorflow_log_level(level: int) -> Iterator[None]:
 
 
 def _new_version(export_root: Path, name: str, version: int | None) -> tuple[Path, int, Path]:
-    """(model folder, version, its final path), checked before anything is written: a valid name,
-    a version >= 1 (the next free one when None), and one that does not exist yet."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise UserError(f"--name '{name}': use letters, digits, '_', '-', '.'")
+    """`check_new_version`, and the model folder made."""
+    model_dir, version, final = check_new_version(export_root, name, version)
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--export-dir {export_root}: cannot create {model_dir} ({err.strerror})") from None
+    return model_dir, version, final
+
+
+def check_new_version(export_root: Path, name: str, version: int | None) -> tuple[Path, int, Path]:
+    """(model folder, version, its final path), checked before anything is written (and, by
+    `export_run`, before a model is built): a valid name, a version >= 1 (the next free one when
+    None), and one that does not exist yet."""
+    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", name):  # "." and ".." name no folder of their own
+        raise UserError(f"--name '{name}': use letters, digits, '_', '-', '.' (not first)")
     model_dir = Path(export_root) / name
     version = layout.next_version(model_dir) if version is None else version
     if version < 1:
@@ -157,10 +168,6 @@ def _new_version(export_root: Path, name: str, version: int | None) -> tuple[Pat
     final = layout.version_dir(export_root, name, version)
     if final.exists():
         raise UserError(f"{final} already exists; versions are never overwritten (omit --version for the next one)")
-    try:
-        model_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"--export-dir {export_root}: cannot create {model_dir} ({err.strerror})") from None
     return model_dir, version, final
 
 

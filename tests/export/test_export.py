@@ -222,12 +222,14 @@ def test_loading_needs_only_tensorflow(trained_run: Path, demo_records: Path):
 
 
 @pytest.mark.slow  # two complete exports, each with its LiteRT conversion and parity check
-def test_versions_are_never_overwritten(trained_run: Path, tmp_path: Path):
+def test_versions_are_never_overwritten(trained_run: Path, tmp_path: Path, monkeypatch):
     first = export_run(trained_run, export_dir=tmp_path, name="m")["saved_model"]
     second = export_run(trained_run, export_dir=tmp_path, name="m")["saved_model"]
     assert (Path(first).name, Path(second).name) == ("1", "2")
-    with pytest.raises(UserError, match="never overwritten"):
-        export_run(trained_run, export_dir=tmp_path, name="m", version=1)
+    with monkeypatch.context() as patched:  # refused before a model is built
+        patched.setattr("app.export.run_export.rebuild_served_model", lambda *a, **k: pytest.fail("a model was built"))
+        with pytest.raises(UserError, match="never overwritten"):
+            export_run(trained_run, export_dir=tmp_path, name="m", version=1)
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["1", "2"]  # no half-written leftovers
 
 
@@ -244,6 +246,18 @@ def test_an_export_dir_that_is_or_lies_under_a_file_is_refused_before_a_model_is
             UserError, match=f"--export-dir {export_dir}: {tmp_path / 'models'} is a file, not a folder"
         ):
             export_run(trained_run, export_dir=export_dir, name="m")
+
+
+@pytest.mark.parametrize("name", [".", "..", ".hidden", "a/b"])
+def test_a_name_that_is_no_folder_of_its_own_is_refused_before_a_model_is_built(
+    trained_run: Path, tmp_path: Path, monkeypatch, name: str
+):
+    """--name .. wrote version 1 into EXPORT_DIR's parent and failed with a KeyError; a name
+    starting with "." is hidden, as the export's own half-written temp folders are."""
+    monkeypatch.setattr("app.export.run_export.rebuild_served_model", lambda *a, **k: pytest.fail("a model was built"))
+    with pytest.raises(UserError, match=re.escape(f"--name '{name}': use letters, digits")):
+        export_run(trained_run, export_dir=tmp_path / "models" / "inner", name=name)
+    assert not (tmp_path / "models").exists()
 
 
 def test_an_int8_file_whose_calibration_photos_are_gone_is_refused_before_a_model_is_built(
