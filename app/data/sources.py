@@ -73,13 +73,15 @@ def class_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not _is_hidden(p.name))
 
 
-def check_out_beside_src(src: Path, out: str | Path, flag: str = "OUT", src_flag: str = "SRC") -> None:
+def check_out_beside_src(
+    src: Path, out: str | Path, flag: str = "OUT", src_flag: str = "SRC", reader: str = "convert"
+) -> None:
     """An output inside a folder of photos would be read as a class, or as photos of one, by the
-    next convert (or audit) of that folder."""
+    next `reader` of that folder."""
     if storage.is_url(str(out)) or not src.is_dir() or not Path(out).resolve().is_relative_to(src.resolve()):
         return
     raise UserError(
-        f"{flag} {out} is inside {src_flag} {src}: a later convert of {src_flag} would read it as photos;"
+        f"{flag} {out} is inside {src_flag} {src}: a later {reader} of {src_flag} would read it as photos;"
         f" write it beside {src_flag}"
     )
 

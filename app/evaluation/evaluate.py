@@ -15,6 +15,7 @@ from app import storage
 from app.data import schema
 from app.data.display import MISTAKE_SIDE
 from app.data.pipeline import load_dataset_info
+from app.data.sources import check_out_beside_src
 from app.errors import UserError
 from app.evaluation.figures import (
     plot_confusion_matrix,
@@ -72,6 +73,14 @@ def _examples(data: str, split: str):
     if not storage.is_url(data) and Path(data).is_dir():
         return folder_examples(data)
     raise UserError(f"--data {data}: neither a TFRecord folder (dataset.json) nor a folder of class folders")
+
+
+def _check_report(report: Path, data: str) -> None:
+    """A folder that can hold the report, and not inside a --data folder of photos, whose next
+    convert would read its files as photos."""
+    storage.check_output_folder(report, "--report")
+    if not storage.is_url(data) and not storage.exists(storage.join(data, schema.METADATA_FILE)):
+        check_out_beside_src(Path(data), report, "--report", "--data")
 
 
 def _check_task(version_dir: Path, data: str) -> None:
@@ -225,7 +234,7 @@ def evaluate(
     if check_tta(tta) != "none" and baked != "none":
         raise UserError(f"--tta {tta}: {version_dir} already applies '{baked}' test-time augmentation in its graph")
     data = str(data)
-    storage.check_output_folder(report_dir or default_report_dir(version_dir, split), "--report")
+    _check_report(Path(report_dir) if report_dir else default_report_dir(version_dir, split), data)
     _check_task(version_dir, data)
     if ood is not None:
         _check_ood(version_dir, str(ood))

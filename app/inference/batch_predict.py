@@ -22,6 +22,7 @@ from tqdm import tqdm
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.photo_lists import list_inputs, read_or_reason
+from app.data.sources import check_out_beside_src
 from app.errors import UserError
 from app.export import layout
 from app.inference.host_runtimes import above_threshold
@@ -177,6 +178,7 @@ def predict_files(
     storage.check_output_file(output, "--output")
     if explain is not None:
         storage.check_output_folder(explain, "--explain")
+        check_out_beside_src(Path(source), explain, "--explain", "INPUT", reader="predict")  # overlays are PNGs
     version = layout.resolve_model_dir(model_dir)
     metadata = layout.read_metadata(version)
     side = [c["name"] for c in metadata.get("side_features", [])]

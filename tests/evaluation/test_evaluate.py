@@ -98,6 +98,17 @@ def test_a_report_folder_under_a_file_is_refused_before_the_model_runs(
         evaluate(trained_run, demo_records, split="test", report_dir=tmp_path / "report" / "test")
 
 
+def test_a_report_inside_the_folder_of_photos_is_refused_before_the_model_runs(
+    trained_run: Path, demo_images: Path, monkeypatch
+):
+    """Its report.html, metrics.json and figures would be read as photos by the next convert."""
+    monkeypatch.setattr("app.evaluation.evaluate.load_runtime", lambda *a, **k: pytest.fail("the model was loaded"))
+    inside = demo_images / "star" / "report"
+    with pytest.raises(UserError, match=f"^--report {inside} is inside --data {demo_images}: a later convert"):
+        evaluate(trained_run, demo_images, report_dir=inside)
+    assert not inside.exists()
+
+
 @pytest.mark.slow  # a subprocess or a second run: the fast tier stays under 3 minutes
 def test_cli_prints_the_summary(trained_run: Path, demo_records: Path, tmp_path: Path):
     out = subprocess.run(

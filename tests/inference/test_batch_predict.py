@@ -177,3 +177,10 @@ def test_explain_needs_the_run_dir(trained_run: Path, photos: Path, tmp_path: Pa
     with pytest.raises(UserError, match="--explain: .* is not inside its run dir"):
         predict_files(export, str(photos), tmp_path / "p.csv", explain=tmp_path / "why")
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_explain_inside_the_photo_folder_is_refused_before_the_model_loads(trained_run: Path, photos: Path, tmp_path):
+    """Its overlays are PNGs: the next predict of the folder would answer them as photos."""
+    with pytest.raises(UserError, match=f"^--explain {photos / 'why'} is inside INPUT {photos}: a later predict"):
+        predict_files(trained_run, str(photos), tmp_path / "p.csv", explain=photos / "why")
+    assert not (photos / "why").exists() and not (tmp_path / "p.csv").exists()
