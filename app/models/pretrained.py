@@ -37,8 +37,7 @@ def load_backbone(
     too small, a missing/incompatible file or an unavailable download; never falls back
     silently (`load_pretrained_backbone` resolves `auto`).
     """
-    if image_size < spec.min_size:
-        raise UserError(f"--image-size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
+    _check_size(spec, image_size)
     shape = (image_size, image_size, 3)
     if spec.hub_handle:
         if weights not in ("auto", "imagenet"):
@@ -54,6 +53,11 @@ def load_backbone(
         except Exception as err:  # download or cache failure: keras raises plain Exception
             raise UserError(f"--weights imagenet: could not get ImageNet weights for {spec.name} ({err})") from None
     return _from_file(spec, shape, Path(weights), named_by), weights
+
+
+def _check_size(spec: BackboneSpec, image_size: int) -> None:
+    if image_size < spec.min_size:
+        raise UserError(f"--image-size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
 
 
 def _from_file(spec: BackboneSpec, shape: tuple[int, int, int], path: Path, named_by: str) -> keras.Model:
@@ -92,6 +96,7 @@ def load_pretrained_backbone(
         return PretrainedBackbone(
             model, used, "training from random initialisation (--weights none)" if weights == "none" else None
         )
+    _check_size(spec, image_size)  # said as it is: no file fixes it
     local = os.environ.get(WEIGHTS_ENV)
     if local:  # named by the user: used as it is, before any download, or the error names the variable
         try:

@@ -83,6 +83,8 @@ def test_a_configured_file_that_is_missing_or_does_not_fit_is_an_error_naming_th
         load_pretrained_backbone(
             get_backbone("mobilenet_v2"), SIZE, "auto", "--backbones x", "--backbones mobilenet_v2@PATH"
         )
+    with pytest.raises(UserError, match=r"^--image-size 7 is too small for mobilenet_v2 \(minimum 32\)$"):
+        load_pretrained_backbone(get_backbone("mobilenet_v2"), 7, "auto")  # no file fixes a size: no way out offered
 
 
 def test_offline_auto_without_a_file_starts_from_random_weights_and_says_why(
