@@ -109,6 +109,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
         ("serve.py", ["{tmp}/models"], "{tmp}/models: no such model folder"),
         ("serve.py", ["{tmp}"], "{tmp}: no version folders holding a saved_model.pb"),
         ("serve.py", ["{tmp}", "--max-queue", "0"], "--max-queue must be > 0, got 0"),
+        ("find_lr.py", ["--steps", "5"], "--steps must be >= 10, got 5"),
+        ("find_lr.py", ["--lr-min", "1", "--lr-max", "0.1"], "--lr-min 1 and --lr-max 0.1: need 0 < --lr-min"),
     ],
 )
 def test_a_wrong_path_or_flag_is_refused_before_tensorflow_is_imported(

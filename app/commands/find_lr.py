@@ -38,16 +38,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from app.errors import UserError
+
+    if args.steps < 10:  # said before TensorFlow's seconds of import
+        raise UserError(f"--steps must be >= 10, got {args.steps}")
+    if not 0 < args.lr_min < args.lr_max:
+        raise UserError(f"--lr-min {args.lr_min:g} and --lr-max {args.lr_max:g}: need 0 < --lr-min < --lr-max")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with lasting_imports():
         from app.config import load_config, parse_set
         from app.data.demo import ensure_demo_records
-        from app.errors import UserError
         from app.training.lr_find_job import find_lr
         from app.training.lr_finder import report_dir
 
-    if args.steps < 10 or not 0 < args.lr_min < args.lr_max:
-        raise UserError("--steps must be >= 10 and 0 < --lr-min < --lr-max")
     overrides = parse_set(args.set)
     overrides.update({k: v for k, v in (("data", args.data), ("out", args.out)) if v is not None})
     cfg = load_config(args.config, overrides)

@@ -41,7 +41,8 @@ class Sweep:
     rule: str = RULE
 
     def summary(self) -> str:
-        lowest = int(np.argmin(self.smoothed))
+        finite = np.asarray(self.smoothed, dtype=float)
+        lowest = int(np.argmin(np.where(np.isfinite(finite), finite, np.inf)))  # a diverged last step is NaN
         low = self.learning_rates[lowest]
         said = (
             f"phase {self.phase}: suggested learning rate {self.suggestion:.2g} ({self.rule}; minimum at {low:.2g},"

@@ -29,6 +29,11 @@ def test_a_sweep_whose_loss_only_rose_says_its_suggestion_is_weak():
     valley = [3.0 - 0.07 * i for i in range(30)] + [0.9 + 0.5 * i for i in range(10)]
     found = Sweep(1, rates, valley, smooth(valley), suggest(rates, smooth(valley)))
     assert "WEAK" not in found.summary() and found.summary().startswith("phase 1: suggested learning rate")
+    # a sweep stops at its first loss that is not finite: that NaN was taken for the minimum,
+    # which named the last rate and hid the WEAK warning
+    diverged = rising[:20] + [float("nan")]
+    ended = Sweep(2, rates[:21], diverged, smooth(diverged), suggest(rates[:21], smooth(diverged)))
+    assert f"minimum at {rates[0]:.2g}," in ended.summary() and "WEAK" in ended.summary()
 
 
 def test_a_sweep_leaves_the_weights_as_it_found_them(tiny_config):
