@@ -75,10 +75,15 @@ def markdown(facts: dict, name: str) -> str:
 
 def _section_data(facts: dict) -> list[str]:
     splits = [s for s in ("train", "val", "test") if any(s in c for c in facts["classes"])]
-    rows = [f"| {c['name']} | " + " | ".join(str(c.get(s, "")) for s in splits) + " |" for c in facts["classes"]]
+    rows = [f"| {_cell(c['name'])} | " + " | ".join(str(c.get(s, "")) for s in splits) + " |" for c in facts["classes"]]
     data = facts["data"]
     return ["## Data", "", f"dataset.json SHA-256: `{data['dataset_json_sha256']}`", "",
             "| class | " + " | ".join(splits) + " |", "| --- |" + " ---: |" * len(splits), *rows, ""]  # fmt: skip
+
+
+def _cell(name: str) -> str:
+    """A class name in a table cell: a folder may be named "cats|dogs", and its '|' split the row."""
+    return name.replace("|", "\\|")
 
 
 def _section_backbone(facts: dict) -> list[str]:
@@ -114,7 +119,7 @@ def _per_class_rows(scores: dict | None) -> list[str]:
     """The test split's figures per class, where the run recorded them."""
     if not scores:
         return []
-    rows = [f"| {name} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} | {c['support']} |"
+    rows = [f"| {_cell(name)} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} | {c['support']} |"
             for name, c in scores.items()]  # fmt: skip
     return ["", "| class (test) | precision | recall | F1 | photos |", "| --- | ---: | ---: | ---: | ---: |", *rows]
 

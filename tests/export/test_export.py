@@ -165,6 +165,20 @@ def test_every_export_has_a_model_card_with_only_what_the_run_measured_or_record
     assert not unmeasured, unmeasured
 
 
+def test_a_class_name_with_a_pipe_keeps_its_model_card_rows_whole(trained_run: Path):
+    """A folder may be named "cats|dogs": unescaped, its '|' split the class's table rows."""
+    from app.export.model_card import markdown
+
+    card = json.loads((trained_run / "export" / "shapes" / "1" / "model_card.json").read_text())
+    first = card["classes"][0]["name"]
+    card["classes"][0]["name"] = "cats|dogs"
+    card["test"]["per_class"] = {("cats|dogs" if k == first else k): v for k, v in card["test"]["per_class"].items()}
+    rows = [line for line in markdown(card, "m").splitlines() if line.startswith("| cats")]
+    cells = [re.split(r"(?<!\\)\|", row)[1:-1] for row in rows]  # split on the pipes not escaped
+    assert [c[0].strip() for c in cells] == ["cats\\|dogs", "cats\\|dogs"]
+    assert [len(c) for c in cells] == [4, 5]  # class, train, val, test; class, precision, recall, F1, photos
+
+
 @pytest.mark.slow  # two more checks; the fast tier stays under 3 minutes
 def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_each_time(
     trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch
