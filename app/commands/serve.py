@@ -1,6 +1,7 @@
 """Serve an exported model over TF Serving's REST API, with an image-upload endpoint and a page.
 
     photoclf serve runs/demo/export/demo            # http://127.0.0.1:8501/ to try it
+    photoclf serve runs/demo                        # the same: a run dir serves its exported model
     curl -s localhost:8501/v1/models/demo:classify --data-binary @cat.jpg -H 'Content-Type: image/jpeg'
 
 Serves the newest version folder and picks up new ones without a restart. --runtime auto runs
@@ -34,7 +35,9 @@ HELP = "serve an exported model over TF Serving's REST API, with an image-upload
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model_dir", type=Path, help="EXPORT_DIR/<name>: the folder holding numbered versions")
+    p.add_argument(
+        "model_dir", type=Path, help="EXPORT_DIR/<name> (the folder holding numbered versions), or a run dir"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=tcp_port, default=8501, help="port (default 8501, as TF Serving's REST port)")
     p.add_argument("--max-batch", type=int, default=32, help="most instances merged into one model call (default 32)")
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> None:
     ):
         if not value > 0:
             raise UserError(f"{flag} must be > 0, got {value}")
-    layout.served_versions(args.model_dir)  # a wrong folder is said before TensorFlow's seconds of import
+    model_dir = layout.served_model_folder(args.model_dir)  # a wrong folder is said before TensorFlow's import
     check_bindable(args.host, args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     faulthandler.enable()  # a crash in a runtime's native code leaves every thread's stack on stderr, not a bare signal
@@ -104,9 +107,7 @@ def run(args: argparse.Namespace) -> None:
         from app.serving.rest import Limits, make_app
         from app.serving.store import ModelStore
 
-    store = ModelStore(
-        args.model_dir, poll_seconds=args.poll_seconds, runtime=args.runtime, litert_mode=args.litert_model
-    )
+    store = ModelStore(model_dir, poll_seconds=args.poll_seconds, runtime=args.runtime, litert_mode=args.litert_model)
     limits = Limits(
         max_body_bytes=int(args.max_body_mb * 2**20),
         max_instances=args.max_instances,

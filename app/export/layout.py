@@ -85,6 +85,22 @@ def served_versions(model_dir: Path) -> list[int]:
     return found
 
 
+def served_model_folder(path: Path) -> Path:
+    """The model folder `photoclf serve` watches for versions: EXPORT_DIR/<name> as given, or a run
+    dir's exported model (as `resolve_model_dir` finds it). A version folder is refused, naming
+    its model folder: a server follows new versions, so it is given the folder that holds them."""
+    path = Path(path)
+    if is_version_dir(path):
+        raise UserError(
+            f"{path} is one version; serve its model folder {path.parent} (the newest version is served,"
+            " and new ones are picked up)"
+        )
+    if path.is_dir() and not versions(path) and (path / "export").is_dir():  # a run dir
+        path = resolve_model_dir(path).parent
+    served_versions(path)
+    return path
+
+
 def latest_version(model_dir: Path) -> Path | None:
     found = versions(model_dir)
     return Path(model_dir) / str(found[-1]) if found else None

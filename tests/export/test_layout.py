@@ -1,0 +1,39 @@
+"""Which folder a command is pointed at: `photoclf serve` takes a run dir as predict does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.errors import UserError
+from app.export.layout import SAVED_MODEL_FILE, served_model_folder
+
+
+def _run_with_versions(root: Path, name: str, *versions: int) -> Path:
+    """A run dir whose export/NAME holds these versions (their saved_model.pb is all that is read)."""
+    for version in versions:
+        folder = root / "export" / name / str(version)
+        folder.mkdir(parents=True)
+        (folder / SAVED_MODEL_FILE).write_bytes(b"")
+    return root
+
+
+def test_serve_takes_a_model_folder_as_it_is_and_a_run_dir_as_its_exported_model(tmp_path: Path):
+    run = _run_with_versions(tmp_path / "runs" / "pets", "pets", 1, 2)
+    assert served_model_folder(run / "export" / "pets") == run / "export" / "pets"
+    assert served_model_folder(run) == run / "export" / "pets"  # said "no version folders" before
+
+
+def test_a_version_folder_is_refused_naming_the_model_folder_that_holds_the_versions(tmp_path: Path):
+    run = _run_with_versions(tmp_path / "run", "pets", 3)
+    with pytest.raises(UserError, match=f"^{run / 'export' / 'pets' / '3'} is one version; serve its model folder"):
+        served_model_folder(run / "export" / "pets" / "3")
+
+
+def test_a_run_dir_with_nothing_exported_is_refused_saying_what_to_give(tmp_path: Path):
+    (tmp_path / "run" / "export").mkdir(parents=True)
+    with pytest.raises(UserError, match="no SavedModel found"):
+        served_model_folder(tmp_path / "run")
+    with pytest.raises(UserError, match="no such model folder"):
+        served_model_folder(tmp_path / "missing")
