@@ -36,9 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--output",
         type=Path,
         default=Path("predictions.csv"),
-        help="CSV, or JSONL when it ends in .jsonl (default predictions.csv)",
+        help="CSV; JSONL (a row a line) when it ends in .jsonl, a JSON array when in .json (default predictions.csv)",
     )
-    p.add_argument("--format", choices=["csv", "jsonl"], default=None, help="override the format the suffix implies")
+    p.add_argument(
+        "--format", choices=["csv", "jsonl", "json"], default=None, help="override the format the suffix implies"
+    )
     p.add_argument("--top-k", type=int, default=5, help="labels per photo (default 5, at most the classes)")
     p.add_argument(
         "--explain",

@@ -28,7 +28,7 @@ from app.export import layout
 from app.inference.host_runtimes import above_threshold
 from app.inference.runtime import answers_or_reasons, load_runtime, runtime_label
 
-FORMATS = ("csv", "jsonl")
+FORMATS = ("csv", "jsonl", "json")
 
 
 UNKNOWN_ANSWER = "unknown"  # the answer of a photo unlike every training photo ("none of these")
@@ -122,6 +122,10 @@ def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
         if fmt == "jsonl":
             f.writelines(json.dumps(row) + "\n" for row in rows)
             return
+        if fmt == "json":  # one document (an array of the rows): what json.load reads
+            json.dump(rows, f, indent=1)
+            f.write("\n")
+            return
         writer = csv.writer(f)
         multi = any("labels_above_threshold" in row for row in rows)  # a multi-label model's: labels joined by |
         unknown = any("unknown" in row for row in rows)
@@ -170,7 +174,7 @@ def predict_files(
 ) -> PredictionSummary:
     """`explain`: a folder for a Grad-CAM map of each photo's top label (app.inference.explain)."""
     output = Path(output)
-    fmt = fmt or ("jsonl" if output.suffix.lower() in (".jsonl", ".json") else "csv")
+    fmt = fmt or {".jsonl": "jsonl", ".json": "json"}.get(output.suffix.lower(), "csv")
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {FORMATS}, got '{fmt}'")
     if top_k < 1 or batch_size < 1:

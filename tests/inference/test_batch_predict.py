@@ -104,6 +104,8 @@ def test_a_list_file_with_a_missing_path_and_jsonl_output(trained_run: Path, pho
     assert len(rows[0]["predictions"]) == 1 and rows[0]["error"] is None
     assert rows[1]["error"].startswith("cannot read") and rows[2]["error"].startswith("cannot read: No such file")
     assert summary.predicted == 1
+    predict_files(trained_run, str(listing), tmp_path / "out.json", runtime="tf", top_k=1)
+    assert json.loads((tmp_path / "out.json").read_text()) == rows  # .json: one array, as json.load reads it
 
 
 def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
