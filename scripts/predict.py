@@ -1,4 +1,4 @@
-"""Predict labels for unlabelled photos with an exported model: CSV or JSONL, one row per file.
+"""Predict labels for unlabelled photos with an exported model: CSV, JSONL or JSON, one row per file.
 
     photoclf predict runs/demo ~/new_photos                      # → predictions.csv
 

@@ -1,4 +1,4 @@
-"""Predict labels for unlabelled photos with an exported model: CSV or JSONL, one row per file.
+"""Predict labels for unlabelled photos with an exported model: CSV, JSONL or JSON, one row per file.
 
     photoclf predict runs/demo ~/new_photos                      # → predictions.csv
     photoclf predict runs/demo/export/demo "shots/**/*.jpg" --output out.jsonl
@@ -26,7 +26,7 @@ from app.run_dir import RunDir
 SHOW_FAILED = 10
 
 
-HELP = "predict labels for unlabelled photos with an exported model: CSV or JSONL, one row per file"
+HELP = "predict labels for unlabelled photos with an exported model: CSV, JSONL or JSON, one row per file"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

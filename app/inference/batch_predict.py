@@ -1,4 +1,4 @@
-"""Batch prediction for unlabelled photos: a folder, a glob or a list of paths → CSV or JSONL.
+"""Batch prediction for unlabelled photos: a folder, a glob or a list of paths → CSV, JSONL or JSON.
 
 What a user does with a new folder of photos (evaluate.py needs labels). Files are read ahead
 on a thread and run in batches through the runtime chosen (app.inference.runtime); a file that
