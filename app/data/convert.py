@@ -13,12 +13,14 @@ import struct
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 from PIL import Image, ImageOps
 
 JPEG_QUALITY = 95
 # Pillow's own default bomb threshold (~89 Mpx). Above it we refuse rather than decode.
 DEFAULT_MAX_PIXELS = 89_478_485
 _EXIF_ORIENTATION = 0x0112
+SIXTEEN_BIT_GREY = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # Pillow's modes for a 16-bit grey PNG or TIFF
 
 
 # What Pillow's readers raise on a corrupt file, beyond OSError: a truncated GIF's frame count
@@ -58,8 +60,13 @@ def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
     return image
 
 
-def _to_rgb(image: Image.Image) -> Image.Image:
-    """Flatten alpha onto white (black fringes look like a class cue), palette/CMYK/L to RGB."""
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Flatten alpha onto white (black fringes look like a class cue), palette/CMYK/L to RGB, and
+    16-bit grey to its high byte as TensorFlow's PNG decoder (the eval decode) reads it: Pillow's
+    own conversion clips every value over 255, which made a 16-bit X-ray or scan all white."""
+    if image.mode in SIXTEEN_BIT_GREY:
+        high_byte = np.right_shift(np.asarray(image, dtype=np.uint32), 8).clip(0, 255).astype(np.uint8)
+        return Image.fromarray(high_byte, "L").convert("RGB")
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -104,7 +111,7 @@ def _normalised(data: bytes, max_side: int | None, max_pixels: int) -> Converted
     if getattr(image, "n_frames", 1) > 1:
         image.seek(0)  # animated GIF/WebP/TIFF: first frame
     image = ImageOps.exif_transpose(image)
-    image = _to_rgb(image)
+    image = to_rgb(image)
     if too_big:
         image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     out = io.BytesIO()

@@ -7,7 +7,7 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
-from app.data.convert import read_heif
+from app.data.convert import read_heif, to_rgb
 
 MISTAKE_SIDE = 256  # pixels a side of each photo in the report's mistakes figures
 
@@ -21,7 +21,7 @@ def open_photo(data: bytes, max_side: int | None = None) -> np.ndarray:
     with Image.open(io.BytesIO(data)) as opened:
         if max_side:
             opened.draft("RGB", (max_side, max_side))
-        image = ImageOps.exif_transpose(opened).convert("RGB")
+        image = to_rgb(ImageOps.exif_transpose(opened))  # as convert makes it for training
     if max_side:
         image.thumbnail((max_side, max_side))
     return np.asarray(image)

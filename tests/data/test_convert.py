@@ -109,3 +109,21 @@ def test_truncated_image_is_rejected(fmt: str):
 def test_decompression_bomb_is_rejected_before_decoding():
     with pytest.raises(ImageRejected, match="decompression bomb"):
         convert_image(_encode(_photo(64, 48), "PNG"), max_pixels=1000)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "TIFF"])
+def test_a_16_bit_grey_photo_keeps_its_tones_as_the_eval_decode_reads_them(fmt: str):
+    """Pillow's own conversion clips 16-bit grey at 255: an X-ray or a scan became all white for
+    training, while the eval decode (TensorFlow's, the high byte) showed its tones."""
+    import tensorflow as tf
+
+    from app.data.preprocess import decode_for_eval
+
+    tones = np.tile(np.linspace(0, 65535, 64).astype(np.uint16), (48, 1))
+    data = _encode(Image.fromarray(tones), fmt)
+    stored = np.asarray(_decode(convert_image(data).jpeg).convert("L"), dtype=int)
+    assert np.abs(stored - (tones >> 8)).max() <= 3  # JPEG's loss only
+    if fmt == "PNG":  # the eval decode reads PNG itself: training and evaluation see one picture
+        ours = decode_for_eval(tf.constant(data), 32, 1.0).numpy().astype(int)
+        trained = decode_for_eval(tf.constant(convert_image(data).jpeg), 32, 1.0).numpy().astype(int)
+        assert np.abs(ours - trained).max() <= 3
