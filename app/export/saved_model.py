@@ -25,6 +25,7 @@ without decoding it); the local server then retries items one by one to name the
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -171,6 +172,24 @@ def check_new_version(export_root: Path, name: str, version: int | None) -> tupl
     return model_dir, version, final
 
 
+def _publish(saved: Path, final: Path, pinned: bool) -> Path:
+    """Rename the staged SavedModel to its version folder, in one step; → that folder. Where
+    another export published that version meanwhile (two exports of one model at once), the next
+    free version, unless --version named it: a version is never overwritten."""
+    while True:
+        try:
+            os.rename(saved, final)  # a folder onto a version folder that has files: refused, not merged
+            return final
+        except OSError as err:
+            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not final.exists():
+                raise
+            if pinned:
+                raise UserError(
+                    f"{final} was published by another export meanwhile; versions are never overwritten"
+                ) from None
+            final = final.parent / str(layout.next_version(final.parent))
+
+
 def _save(module: ServingModule, path: Path) -> None:
     """The SavedModel with its three signatures."""
     with tensorflow_log_level(logging.ERROR):  # a screenful of "input name(s) 32592, ..." renames
@@ -206,7 +225,7 @@ def export_saved_model(
     writes the LiteRT files of `forward`, the model's traced forward pass, and their parity
     check); what it returns is added to the metadata.
     """
-    created = storage.missing_folders(Path(export_root) / name)
+    created, pinned = storage.missing_folders(Path(export_root) / name), version is not None
     model_dir, version, final = _new_version(export_root, name, version)
     layout.remove_abandoned_staging(model_dir)  # what an export killed midway left
     staging = Path(tempfile.mkdtemp(prefix=layout.staging_prefix(version), dir=model_dir))  # servers skip it
@@ -227,7 +246,7 @@ def export_saved_model(
             finished = finish(saved, module.forward) if finish is not None else {}
             files = {layout.FILES_KEY: layout.file_digests(saved)}  # a server checks them before swapping in
             storage.write_json_atomic(layout.metadata_path(saved), {**metadata, **finished, **files})
-            os.replace(saved, final)
+            final = _publish(saved, final, pinned)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         storage.remove_if_empty(created)  # a failed first export leaves no empty NAME folder for a server to find

@@ -247,6 +247,30 @@ def test_versions_are_never_overwritten(trained_run: Path, tmp_path: Path, monke
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["1", "2"]  # no half-written leftovers
 
 
+@pytest.mark.slow  # two complete exports, each with its LiteRT conversion and parity check
+def test_an_export_racing_another_publishes_the_next_version_and_a_pinned_one_is_refused(
+    trained_run: Path, tmp_path: Path, monkeypatch
+):
+    """Two exports of one model at once chose the same version, and the second to finish ended in
+    an OSError traceback ("Directory not empty")."""
+    from app.export import run_export
+
+    finish, taken = run_export._files_beside, []
+
+    def another_export_publishes_meanwhile(*args, **kwargs):
+        result = finish(*args, **kwargs)
+        shutil.copytree(trained_run / "export" / "shapes" / "1", tmp_path / "m" / taken[-1])
+        return result
+
+    monkeypatch.setattr(run_export, "_files_beside", another_export_publishes_meanwhile)
+    taken.append("1")
+    assert Path(export_run(trained_run, export_dir=tmp_path, name="m")["saved_model"]).name == "2"
+    taken.append("7")
+    with pytest.raises(UserError, match="m/7 was published by another export meanwhile; versions are never"):
+        export_run(trained_run, export_dir=tmp_path, name="m", version=7)
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["1", "2", "7"]  # no staging folder left
+
+
 def test_an_export_dir_that_is_or_lies_under_a_file_is_refused_before_a_model_is_built(
     trained_run: Path, tmp_path: Path, monkeypatch
 ):
