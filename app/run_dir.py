@@ -207,23 +207,19 @@ def hold_run_dir(root: Path) -> tuple[int, int] | None:
     """Claim the run dir for this process until `release_run_dirs` (an exclusive flock on the
     folder, let go at exit too, however it ends): a second `photoclf train` on the same --out is refused, where
     the two wrote one history, checkpoints and exports over each other."""
-    try:
-        import fcntl
-    except ImportError:  # not a POSIX system: no claim, as before
-        return None
     if not root.is_dir():
         return None
     key = (root.stat().st_dev, root.stat().st_ino)
     if key in _HELD:
         return key
-    fd = os.open(root, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = storage.flock_folder(root)
     except BlockingIOError:
-        os.close(fd)
         raise UserError(
             f"--out {root}: another process is training in this run dir; wait for it to end, or choose another --out"
         ) from None
+    if fd is None:  # not a POSIX system: no claim, as before
+        return None
     _HELD[key] = fd
     return key
 

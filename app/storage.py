@@ -263,3 +263,35 @@ def make_temp_dir(parent: str | Path, prefix: str) -> str:
     path = join(parent, f"{prefix}{uuid.uuid4().hex[:12]}")
     makedirs(path)
     return path
+
+
+def flock_folder(path: Path) -> int | None:
+    """An open descriptor of the local folder `path` holding an exclusive flock on it (let go when
+    it is closed, or the process ends however it ends); None where flock does not exist (not
+    POSIX). BlockingIOError when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def claimed(path: str | Path, refusal: str) -> Iterator[None]:
+    """The local folder `path` held for this process while the body runs: another process that
+    claims it meanwhile gets UserError(`refusal`). A URL is not claimed."""
+    try:
+        fd = None if is_url(path) else flock_folder(Path(path))
+    except BlockingIOError:
+        raise UserError(refusal) from None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)

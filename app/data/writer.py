@@ -198,7 +198,13 @@ def _run_tasks(tasks: list[ShardTask], directory: str, workers: int) -> list[Sha
 
 
 def _install(
-    results: list[ShardResult], staging: str, out: str, metadata: dict, classes: list[str], part: str | None = None
+    results: list[ShardResult],
+    staging: str,
+    out: str,
+    metadata: dict,
+    classes: list[str],
+    part: str | None = None,
+    overwrite: bool = False,
 ) -> None:
     """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards.
     In split-writer mode this writer's part file goes last instead, and dataset.json waits for the merge."""
@@ -209,7 +215,23 @@ def _install(
         write_labels(storage.join(out, LABELS_FILE), classes)
         storage.write_json_atomic(storage.join(out, part), metadata)
         return
+    with storage.claimed(
+        out, f"{out}: another convert is installing its shards here; wait for it, or choose another OUT"
+    ):
+        _install_whole(results, staging, out, metadata, classes, overwrite)
+
+
+def _install_whole(
+    results: list[ShardResult], staging: str, out: str, metadata: dict, classes: list[str], overwrite: bool
+) -> None:
+    """A single writer's install, with OUT claimed: no other convert's install runs between its
+    renames. One that finished while this one ran is not replaced without --overwrite."""
     old_meta = storage.join(out, schema.METADATA_FILE)
+    if not overwrite and storage.exists(old_meta):
+        raise UserError(
+            f"{out}: another convert installed a dataset here while this one ran; nothing of this one was"
+            " installed (pass --overwrite to replace it)"
+        )
     old_shards = set()
     if storage.exists(old_meta):
         old_shards = {n for names in storage.read_json_object(old_meta).get("shards", {}).values() for n in names}
@@ -302,7 +324,7 @@ def write_tfrecords(
         _refuse_what_failed(source, results, metadata, src, strict, whole=part is None)
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
-        _install(results, staging, out, metadata, source.classes, part)
+        _install(results, staging, out, metadata, source.classes, part, overwrite)
     finally:
         storage.rmtree(staging)
         storage.remove_if_empty(created)  # a failed first conversion leaves no empty OUT

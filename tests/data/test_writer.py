@@ -119,6 +119,35 @@ def test_refuses_to_overwrite_without_flag(demo_images: Path, tmp_path: Path):
     assert sorted(p.name for p in tmp_path.glob("*.tfrecord")) == sorted(n for s in meta["shards"].values() for n in s)
 
 
+def test_two_converts_into_one_out_at_once_never_mix_and_the_later_one_replaces_nothing(
+    demo_images: Path, tmp_path: Path, monkeypatch
+):
+    """Both said "wrote OUT": the second silently replaced the first's dataset, and installs that
+    overlapped could leave one's val shard under the other's dataset.json."""
+    other = Path(shutil.copytree(demo_images / "star", tmp_path / "other" / "star"))
+    shutil.copytree(demo_images / "circle", other.parent / "circle")
+    real = writer._run_tasks
+
+    def another_convert_finishes_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(writer, "_run_tasks", real)  # the other convert runs as it would
+        results = real(*args, **kwargs)
+        write_tfrecords(other.parent, tmp_path / "out", num_shards=1)
+        return results
+
+    monkeypatch.setattr(writer, "_run_tasks", another_convert_finishes_meanwhile)
+    with pytest.raises(UserError, match="another convert installed a dataset here while this one ran; nothing"):
+        write_tfrecords(demo_images, tmp_path / "out", num_shards=1)
+    assert read_labels(tmp_path / "out" / LABELS_FILE) == ["circle", "star"]  # the other's, whole
+    assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")] == []  # no staging left
+    monkeypatch.undo()
+    with (
+        storage.claimed(tmp_path / "out", "held"),  # as another convert's install holds it
+        pytest.raises(UserError, match="another convert is installing its shards here; wait for it"),
+    ):
+        write_tfrecords(demo_images, tmp_path / "out", num_shards=1, overwrite=True)
+    assert read_labels(tmp_path / "out" / LABELS_FILE) == ["circle", "star"]
+
+
 def test_crash_mid_write_leaves_nothing_a_reader_would_pick_up(demo_images: Path, tmp_path: Path, monkeypatch):
     calls = Counter()
     real = writer.convert_image
