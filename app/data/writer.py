@@ -23,6 +23,7 @@ from tqdm import tqdm
 from app import storage
 from app.data import duplicates, schema, side_features
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
+from app.data.install import install
 from app.data.sources import (
     SPLITS,
     Source,
@@ -34,7 +35,6 @@ from app.data.sources import (
     scan_source,
 )
 from app.errors import UserError
-from app.labels import LABELS_FILE, write_labels
 
 DEFAULT_TARGET_SHARD_MB = 150  # big enough to stream efficiently, small enough to parallelise
 # Below this many images a worker process costs more to start (it imports TensorFlow) than it saves.
@@ -197,53 +197,6 @@ def _run_tasks(tasks: list[ShardTask], directory: str, workers: int) -> list[Sha
         return [f.result() for f in futures]
 
 
-def _install(
-    results: list[ShardResult],
-    staging: str,
-    out: str,
-    metadata: dict,
-    classes: list[str],
-    part: str | None = None,
-    overwrite: bool = False,
-) -> None:
-    """Move finished shards into OUT; dataset.json goes last, so it only ever names complete shards.
-    In split-writer mode this writer's part file goes last instead, and dataset.json waits for the merge."""
-    if part is not None:
-        storage.remove(storage.join(out, schema.METADATA_FILE))  # stale after --overwrite until the merge
-        for result in results:
-            storage.rename(storage.join(staging, result.name), storage.join(out, result.name))
-        write_labels(storage.join(out, LABELS_FILE), classes)
-        storage.write_json_atomic(storage.join(out, part), metadata)
-        return
-    with storage.claimed(
-        out, f"{out}: another convert is installing its shards here; wait for it, or choose another OUT"
-    ):
-        _install_whole(results, staging, out, metadata, classes, overwrite)
-
-
-def _install_whole(
-    results: list[ShardResult], staging: str, out: str, metadata: dict, classes: list[str], overwrite: bool
-) -> None:
-    """A single writer's install, with OUT claimed: no other convert's install runs between its
-    renames. One that finished while this one ran is not replaced without --overwrite."""
-    old_meta = storage.join(out, schema.METADATA_FILE)
-    if not overwrite and storage.exists(old_meta):
-        raise UserError(
-            f"{out}: another convert installed a dataset here while this one ran; nothing of this one was"
-            " installed (pass --overwrite to replace it)"
-        )
-    old_shards = set()
-    if storage.exists(old_meta):
-        old_shards = {n for names in storage.read_json_object(old_meta).get("shards", {}).values() for n in names}
-        storage.remove(old_meta)
-    for result in results:
-        storage.rename(storage.join(staging, result.name), storage.join(out, result.name))
-    for stale in old_shards - {r.name for r in results}:
-        storage.remove(storage.join(out, stale))
-    write_labels(storage.join(out, LABELS_FILE), classes)
-    storage.write_json_atomic(storage.join(out, schema.METADATA_FILE), metadata)
-
-
 def _check_options(
     num_shards: int | None, max_side: int | None, workers: int | None, num_writers: int, writer_index: int
 ) -> None:
@@ -324,7 +277,7 @@ def write_tfrecords(
         _refuse_what_failed(source, results, metadata, src, strict, whole=part is None)
         if part is not None:
             metadata["writer"] = {"index": writer_index, "count": num_writers}
-        _install(results, staging, out, metadata, source.classes, part, overwrite)
+        install([r.name for r in results], staging, out, metadata, source.classes, part, overwrite)
     finally:
         storage.rmtree(staging)
         storage.remove_if_empty(created)  # a failed first conversion leaves no empty OUT

@@ -93,6 +93,14 @@ def _rows(
     return rows
 
 
+def _check_explain(explain: str | Path | None, source: str) -> None:
+    """A folder that can take the maps, and not inside a folder INPUT: its overlays are PNGs the
+    next predict of INPUT would answer as photos."""
+    if explain is not None:
+        storage.check_output_folder(explain, "--explain")
+        check_out_beside_src(Path(source), explain, "--explain", "INPUT", reader="predict")
+
+
 def _explainer(version: Path, explain: str | Path | None):
     if explain is None:
         return None
@@ -180,9 +188,7 @@ def predict_files(
     if top_k < 1 or batch_size < 1:
         raise UserError("--top-k and --batch-size must be >= 1")
     storage.check_output_file(output, "--output")
-    if explain is not None:
-        storage.check_output_folder(explain, "--explain")
-        check_out_beside_src(Path(source), explain, "--explain", "INPUT", reader="predict")  # overlays are PNGs
+    _check_explain(explain, source)
     version = layout.resolve_model_dir(model_dir)
     metadata = layout.read_metadata(version)
     side = [c["name"] for c in metadata.get("side_features", [])]
