@@ -20,6 +20,7 @@ JPEG_QUALITY = 95
 # Pillow's own default bomb threshold (~89 Mpx). Above it we refuse rather than decode.
 DEFAULT_MAX_PIXELS = 89_478_485
 _EXIF_ORIENTATION = 0x0112
+TOO_LARGE = "decompression bomb"  # how each refusal over the pixel limit starts
 SIXTEEN_BIT_GREY = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # Pillow's modes for a 16-bit grey PNG or TIFF
 
 
@@ -55,7 +56,7 @@ def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         image = Image.open(io.BytesIO(data))
         if image.width * image.height > max_pixels:
-            raise ImageRejected(f"decompression bomb: {image.width}x{image.height} exceeds {max_pixels} pixels")
+            raise ImageRejected(f"{TOO_LARGE}: {image.width}x{image.height} exceeds {max_pixels} pixels")
         image.load()  # full decode: catches truncated and corrupt files
     return image
 
@@ -81,7 +82,7 @@ def convert_image(data: bytes, max_side: int | None = None, max_pixels: int = DE
     try:
         return _normalised(data, max_side, max_pixels)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise ImageRejected(f"decompression bomb: {err}") from None
+        raise ImageRejected(f"{TOO_LARGE}: {err}") from None
     except Image.UnidentifiedImageError:
         raise ImageRejected("not an image (unrecognised format)") from None
     except UNDECODABLE as err:

@@ -29,8 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 from app.cli import RUNTIME_CHOICES
+from app.data.convert import TOO_LARGE, convert_image
 from app.data.convert import ImageRejected as Unconvertible
-from app.data.convert import convert_image
 from app.data.image_header import ImageRejected, check_size, max_pixels
 from app.errors import UserError
 from app.export import layout
@@ -180,15 +180,18 @@ def answers_or_reasons(
 
 def _answered_as_converted(
     runtime: TFRuntime | HostRuntime, image: bytes, max_megapixels: float, tta: str, side: dict[str, list]
-) -> dict[str, np.ndarray] | None:
+) -> dict[str, np.ndarray] | str | None:
     """The answer for a photo the eval decode cannot read but `photoclf convert` can (a TIFF, an
     iPhone's HEIC, a BMP or JPEG TensorFlow misreads and Pillow reads): the JPEG convert would
     store for training goes through the one eval decode, so it is answered as such photos were
-    trained on. None when Pillow cannot read it either."""
+    trained on. Over the pixel limit: Pillow's reason (read from its header, before decoding);
+    None when Pillow cannot read it either."""
     try:
         jpeg = convert_image(image, max_pixels=max_pixels(max_megapixels)).jpeg
         outputs = _answers(runtime, [jpeg], tta, side)
-    except (Unconvertible, tf.errors.InvalidArgumentError):
+    except Unconvertible as err:
+        return str(err) if str(err).startswith(TOO_LARGE) else None
+    except tf.errors.InvalidArgumentError:
         return None
     return {k: v[0] for k, v in outputs.items()}
 

@@ -92,6 +92,13 @@ def test_a_tiff_and_an_iphone_heic_are_answered_as_convert_stores_them_for_train
     for file, probabilities in zip(files, expected["probabilities"]):
         assert rows[file.name]["error"] == ""
         assert float(rows[file.name]["score_1"]) == pytest.approx(probabilities.max(), abs=1e-4)
+    from app.inference.runtime import answers_or_reasons
+
+    runtime = TFRuntime(trained_run / "export" / "shapes" / "1")
+    over = answers_or_reasons(runtime, [files[1].read_bytes()], max_megapixels=photo.width * photo.height / 2e6)
+    assert over == [
+        f"decompression bomb: {photo.width}x{photo.height} exceeds {photo.width * photo.height // 2} pixels"
+    ]
 
 
 def test_a_list_file_with_a_missing_path_and_jsonl_output(trained_run: Path, photos: Path, tmp_path: Path):
