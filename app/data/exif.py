@@ -1,4 +1,4 @@
-"""A photo's EXIF orientation (JPEG, PNG or WebP), read and applied with TensorFlow ops only.
+"""A JPEG's EXIF orientation, read and applied with TensorFlow ops only.
 
 Phones store a portrait photo as landscape pixels and an EXIF tag saying how to turn them; every
 viewer, and `photoclf convert` (PIL's `exif_transpose`), shows it upright. The evaluation decode
@@ -12,7 +12,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 MAX_SEGMENTS = 3  # markers looked at for the EXIF block (it follows at most a JFIF and one other block)
-MAX_CHUNKS = 8  # PNG or WebP chunks walked for the EXIF chunk (it follows the header and a few others)
 MAX_ENTRIES = 64  # IFD0 entries searched for the orientation tag
 ORIENTATION_TAG = 0x0112
 _APP1 = 0xE1
@@ -49,48 +48,9 @@ def _exif_start(encoded: tf.Tensor) -> tf.Tensor:
     return found
 
 
-def _chunk_payload(encoded: tf.Tensor, pos: int, name: bytes, png: bool) -> tf.Tensor:
-    """Offset of the first `name` chunk's payload, or -1, walking MAX_CHUNKS chunks from `pos`
-    (unrolled, as `_exif_start`). A PNG chunk is its length (big-endian), type, data and CRC; a
-    WebP (RIFF) chunk its type, length (little-endian) and data, padded to an even length."""
-    pos, found = tf.constant(pos), tf.constant(-1)
-    for _ in range(MAX_CHUNKS):
-        head = _read(encoded, pos, 8)
-        kind, size = (head[4:], _uint(head[:4], tf.constant(False))) if png else (head[:4], _uint(head[4:], True))
-        found = tf.where(tf.logical_and(found < 0, tf.reduce_all(tf.equal(kind, list(name)))), pos + 8, found)
-        pos = pos + 8 + size + (4 if png else size % 2)
-    return found
-
-
-def _png_or_webp_exif_start(encoded: tf.Tensor) -> tf.Tensor:
-    """Offset of the TIFF header in a PNG's eXIf chunk or a WebP's EXIF chunk (after the "Exif\0\0"
-    some writers put first), or -1."""
-    is_png = tf.equal(tf.strings.substr(encoded, 0, 8), b"\x89PNG\r\n\x1a\n")
-    is_webp = tf.logical_and(
-        tf.equal(tf.strings.substr(encoded, 0, 4), b"RIFF"), tf.equal(tf.strings.substr(encoded, 8, 4), b"WEBP")
-    )
-    start = tf.case(
-        [(is_png, lambda: _chunk_payload(encoded, 8, b"eXIf", png=True)),
-         (is_webp, lambda: _chunk_payload(encoded, 12, b"EXIF", png=False))],
-        default=lambda: tf.constant(-1),
-    )  # fmt: skip
-    prefixed = tf.reduce_all(tf.equal(_read(encoded, start, 6), list(b"Exif\0\0")))
-    return tf.where(tf.logical_and(start >= 0, prefixed), start + 6, start)
-
-
 def jpeg_orientation(encoded: tf.Tensor) -> tf.Tensor:
     """int32 1..8: the orientation tag of a JPEG's IFD0, 1 where there is none or it is unreadable."""
-    return _orientation_at(encoded, _exif_start(encoded))
-
-
-def png_or_webp_orientation(encoded: tf.Tensor) -> tf.Tensor:
-    """int32 1..8: the orientation tag of a PNG's or WebP's EXIF, 1 for other formats, where there
-    is none or it is unreadable. Pillow's `exif_transpose` applies it, so convert trains on it."""
-    return _orientation_at(encoded, _png_or_webp_exif_start(encoded))
-
-
-def _orientation_at(encoded: tf.Tensor, tiff: tf.Tensor) -> tf.Tensor:
-    """The orientation tag of the IFD0 of the EXIF whose TIFF header is at `tiff` (-1: none)."""
+    tiff = _exif_start(encoded)
     header = _read(encoded, tiff, 8)  # byte order, 42, IFD0's offset
     little = tf.reduce_all(tf.equal(header[:2], list(b"II")))
     valid = tf.logical_and(tiff >= 0, tf.logical_or(little, tf.reduce_all(tf.equal(header[:2], list(b"MM")))))

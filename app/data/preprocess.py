@@ -82,9 +82,9 @@ def decode_for_eval(encoded: tf.Tensor, image_size: int, crop_fraction: float = 
     at the smallest of libjpeg's DCT scales (1, 1/2, 1/4, 1/8) that keeps its side at least S
     (`eval_scale`; the header gives the size): a 12-megapixel phone photo is decoded at 1/8 of
     its width, already low-passed, instead of whole and then shrunk 12×. Crops under 2S decode
-    exactly as before, as every other format does. A JPEG's, PNG's or WebP's EXIF orientation is
-    applied to the result (`app.data.exif`): the centred square crop turns with the photo, so
-    turning it last is turning the photo first, as `photoclf convert` does.
+    exactly as before, as every other format does. A JPEG's EXIF orientation is applied to the
+    result (`app.data.exif`): the centred square crop turns with the photo, so turning it last is
+    turning the photo first, as `photoclf convert` does.
     """
     is_jpeg = tf.equal(tf.strings.substr(encoded, 0, 3), b"\xff\xd8\xff")
     image = tf.cond(
@@ -177,9 +177,7 @@ def _eval_any_crop(encoded: tf.Tensor, crop_fraction: float) -> tf.Tensor:
         is_bmp, lambda: _bmp_as_pillow_reads_it(encoded), lambda: tf.io.decode_image(encoded, expand_animations=False)
     )
     top, left, side, _ = tf.unstack(centre_window(tf.shape(image)[0], tf.shape(image)[1], crop_fraction))
-    return exif.upright(
-        rgb_on_white(image[top : top + side, left : left + side]), exif.png_or_webp_orientation(encoded)
-    )
+    return rgb_on_white(image[top : top + side, left : left + side])
 
 
 def _bmp_as_pillow_reads_it(encoded: tf.Tensor) -> tf.Tensor:

@@ -89,25 +89,3 @@ def test_photos_shown_to_people_are_upright_too():
     shown = open_photo(_jpeg(_stored_as_a_phone_would(scene, 6), 6))
     assert shown.shape == (64, 96, 3)
     assert np.abs(shown.astype(float) - np.asarray(scene, float)).mean() < 3
-
-
-def _saved(image: Image.Image, fmt: str, orientation: int) -> bytes:
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    buffer = io.BytesIO()
-    image.save(buffer, fmt, exif=exif.tobytes(), lossless=True)  # PNG ignores the option
-    return buffer.getvalue()
-
-
-@pytest.mark.parametrize("fmt", ["PNG", "WEBP"])
-@pytest.mark.parametrize("orientation", [3, 6, 7])
-def test_a_png_or_webp_with_the_tag_decodes_upright_as_convert_stores_it(fmt: str, orientation: int):
-    """Pillow turns a PNG's eXIf or a WebP's EXIF orientation for training; the eval decode read
-    only a JPEG's, so such a photo was served sideways."""
-    from app.data.convert import convert_image
-
-    data = _saved(_stored_as_a_phone_would(_scene(), orientation), fmt, orientation)
-    ours = decode_for_eval(tf.constant(data), SIZE).numpy().astype(float)
-    trained = decode_for_eval(tf.constant(convert_image(data).jpeg), SIZE).numpy().astype(float)
-    want = decode_for_eval(tf.constant(_saved(_scene(), fmt, 1)), SIZE).numpy().astype(float)
-    assert np.abs(ours - want).mean() < 1 and np.abs(ours - trained).mean() < 2  # JPEG's loss only
