@@ -65,13 +65,12 @@ _REASONS = (
     "truncated WebP header",
     "WebP without a VP8, VP8L or VP8X chunk first",
     "animated WebP; refused (its frames are decoded whole)",
-    "BMP that is compressed, or not of 8, 24 or 32 bits per pixel; save it as PNG or JPEG",
+    "BMP that is compressed, or not of 24 or 32 bits per pixel; save it as PNG or JPEG",
 )
 _PAD = 32  # zeros after the bytes: every fixed-offset read of a short header stays in range
 _UNKNOWN, _SHORT_PNG, _SHORT_GIF, _SHORT_BMP, _NO_IHDR, _LONG_GIF = 1, 3, 4, 5, 6, 7
 _SHORT_WEBP, _NO_VP8, _ANIMATED_WEBP, _BMP_UNREAD = 8, 9, 10, 11
 _BMP_INFO_SIZE = 40  # BITMAPINFOHEADER: the oldest info header whose fields TensorFlow's decoder reads
-_BMP_PALETTE = 256  # colours in an 8-bit BMP's table at most
 
 
 def _area(height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
@@ -98,7 +97,9 @@ def _png(data: tf.Tensor) -> tf.Tensor:
 def _bmp(data: tf.Tensor) -> tf.Tensor:
     """As TensorFlow's BMP decoder reads it: int32 width and height at 18 and 22 (height < 0: top-down).
     What that decoder misreads is refused: a compressed BMP (it reads RLE codes as pixels), one of
-    1, 4 or 16 bits per pixel (it fails) and one whose info header predates BITMAPINFOHEADER."""
+    8 bits per pixel (it ignores the colour table: a red photo came out near black), of 1, 4 or
+    16 (it fails) and one whose info header predates BITMAPINFOHEADER. `predict` and `evaluate`
+    read such a file as `photoclf convert` does (app.inference.runtime)."""
     width = tf.cast(tf.bitcast(tf.cast(_uint(data, 18, 4, False), tf.uint32), tf.int32), tf.int64)
     height = tf.abs(tf.cast(tf.bitcast(tf.cast(_uint(data, 22, 4, False), tf.uint32), tf.int32), tf.int64))
     short = tf.size(data, out_type=tf.int64) < 34 + _PAD  # int32's abs(-2**31) < 0: cast first
@@ -106,27 +107,12 @@ def _bmp(data: tf.Tensor) -> tf.Tensor:
     unread = tf.reduce_any(
         [
             _uint(data, 14, 4, False) < _BMP_INFO_SIZE,
-            tf.logical_not(tf.reduce_any(tf.equal(bits, [8, 24, 32]))),
+            tf.logical_not(tf.reduce_any(tf.equal(bits, [24, 32]))),
             tf.logical_not(tf.reduce_any(tf.equal(compression, [0, 3]))),  # BI_RGB, BI_BITFIELDS
         ]
     )
     fields = _fields(height, width, _area(height, width), unread, _BMP_UNREAD)
     return tf.where(short, tf.constant([0, 0, 0, _SHORT_BMP], tf.int64), fields)
-
-
-def bmp_colour_table(encoded: tf.Tensor) -> tf.Tensor:
-    """uint8 [256, 3]: an 8-bit BMP's colours (RGB), by palette index. TensorFlow's decoder ignores
-    the table and returns the index as a grey level, so a palette BMP decoded to near black where
-    Pillow (and so `photoclf convert`) shows its colours. The table's blue-green-red-unused
-    entries follow the info header; indices past its count read black."""
-    raw = tf.io.decode_raw(encoded, tf.uint8)
-    data = tf.concat([raw, tf.zeros([4 * _BMP_PALETTE + _PAD], tf.uint8)], 0)
-    start = tf.clip_by_value(14 + _uint(data, 14, 4, False), 0, tf.size(raw, out_type=tf.int64))
-    table = tf.reshape(data[start : start + 4 * _BMP_PALETTE], [_BMP_PALETTE, 4])
-    count, most = _uint(data, 46, 4, False), tf.constant(_BMP_PALETTE, tf.int64)
-    count = tf.where(tf.logical_or(count == 0, count > most), most, count)
-    listed = tf.range(_BMP_PALETTE, dtype=tf.int64)[:, None] < count
-    return tf.where(listed, tf.reverse(table[:, :3], axis=[1]), tf.zeros([], tf.uint8))
 
 
 def _jpeg(encoded: tf.Tensor) -> tf.Tensor:

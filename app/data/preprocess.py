@@ -172,34 +172,21 @@ def _scaled_centre_crop(
 
 
 def _eval_any_crop(encoded: tf.Tensor, crop_fraction: float) -> tf.Tensor:
-    is_bmp = tf.equal(tf.strings.substr(encoded, 0, 2), b"BM")
-    image = tf.cond(  # as stored: alpha kept
-        is_bmp, lambda: _bmp_as_pillow_reads_it(encoded), lambda: tf.io.decode_image(encoded, expand_animations=False)
-    )
+    image = tf.io.decode_image(encoded, channels=0, expand_animations=False)  # as stored: alpha kept
     top, left, side, _ = tf.unstack(centre_window(tf.shape(image)[0], tf.shape(image)[1], crop_fraction))
-    return rgb_on_white(image[top : top + side, left : left + side])
+    is_bmp = tf.equal(tf.strings.substr(encoded, 0, 2), b"BM")
+    return rgb_on_white(image[top : top + side, left : left + side], is_bmp)
 
 
-def _bmp_as_pillow_reads_it(encoded: tf.Tensor) -> tf.Tensor:
-    """uint8 [H, W, 3]: an 8-bit BMP through its colour table, a 32-bit one's fourth byte dropped
-    (in BI_RGB files it is unused, often 0, which `rgb_on_white` would read as transparent and
-    Pillow ignores), so evaluation sees the colours `photoclf convert` trained on."""
-    image = tf.io.decode_bmp(encoded)  # 1 channel (palette index), 3 or 4
-    return tf.cond(
-        tf.equal(tf.shape(image)[-1], 1),
-        lambda: tf.gather(image_header.bmp_colour_table(encoded), tf.cast(image[..., 0], tf.int32)),
-        lambda: image[..., :3],
-    )
-
-
-def rgb_on_white(image: tf.Tensor) -> tf.Tensor:
+def rgb_on_white(image: tf.Tensor, is_bmp: tf.Tensor | bool = False) -> tf.Tensor:
     """uint8 [H, W, 1-4] (grey, grey + alpha, RGB, RGBA) → RGB, transparent pixels laid on white
     as `photoclf convert` lays them for training (app.data.convert): dropping the alpha showed the
     colour under a transparent background (often black) that training never saw, and a WebP with
-    alpha could not be decoded to three channels at all."""
+    alpha could not be decoded to three channels at all. A 32-bit BMP's fourth byte is not alpha:
+    it is unused and often 0 (all white, read as alpha), and Pillow ignores it."""
     channels = tf.shape(image)[-1]
-    has_alpha = tf.equal(channels % 2, 0)
-    colour = image[..., : channels - tf.cast(has_alpha, tf.int32)]
+    has_alpha = tf.logical_and(tf.equal(channels % 2, 0), tf.logical_not(is_bmp))
+    colour = image[..., : tf.where(tf.equal(channels, 2), 1, tf.minimum(channels, 3))]
     colour = tf.ensure_shape(tf.cond(tf.equal(tf.shape(colour)[-1], 1), lambda: tf.tile(colour, [1, 1, 3]),
                                      lambda: colour), [None, None, 3])  # fmt: skip
 

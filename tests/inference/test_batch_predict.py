@@ -80,15 +80,16 @@ def test_a_tiff_and_an_iphone_heic_are_answered_as_convert_stores_them_for_train
     folder = tmp_path / "phone"
     folder.mkdir()
     photo = Image.open(demo_images / "star" / "star_000.jpg")
-    files = [folder / "star.tiff", folder / "star.heic"]
+    files = [folder / "star.tiff", folder / "star.heic", folder / "star.bmp"]
     for file, fmt in zip(files, ("TIFF", "HEIF")):
         photo.save(file, fmt)
+    photo.convert("P", palette=Image.ADAPTIVE).save(files[2], "BMP")  # a palette BMP TensorFlow misreads
     out = tmp_path / "predictions.csv"
     summary = predict_files(trained_run, str(folder), out, runtime="litert", top_k=1, batch_size=8)
     rows = {Path(r["path"]).name: r for r in csv.DictReader(out.open())}
     as_trained = np.array([convert_image(f.read_bytes()).jpeg for f in files], dtype=object)
     expected = TFRuntime(trained_run / "export" / "shapes" / "1").run("serving_default", {"image_bytes": as_trained})
-    assert summary.predicted == 2 and not summary.failed
+    assert summary.predicted == 3 and not summary.failed
     for file, probabilities in zip(files, expected["probabilities"]):
         assert rows[file.name]["error"] == ""
         assert float(rows[file.name]["score_1"]) == pytest.approx(probabilities.max(), abs=1e-4)
