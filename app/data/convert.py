@@ -20,7 +20,6 @@ JPEG_QUALITY = 95
 # Pillow's own default bomb threshold (~89 Mpx). Above it we refuse rather than decode.
 DEFAULT_MAX_PIXELS = 89_478_485
 _EXIF_ORIENTATION = 0x0112
-TOO_LARGE = "decompression bomb"  # how each refusal over the pixel limit starts
 SIXTEEN_BIT_GREY = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # Pillow's modes for a 16-bit grey PNG or TIFF
 
 
@@ -31,6 +30,10 @@ UNDECODABLE = (OSError, SyntaxError, ValueError, IndexError, EOFError, struct.er
 
 class ImageRejected(Exception):
     """The file is not a usable image; the message is the reason recorded in dataset.json."""
+
+
+class TooLarge(ImageRejected):
+    """Over the pixel limit, said from the header before decoding."""
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,18 @@ def read_heif() -> None:
     register_heif_opener()
 
 
-def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
+def open_any(data: bytes) -> Image.Image:
+    """Pillow's image of `data`, HEIC/HEIF included: every reader of photo files opens them here."""
     read_heif()
+    return Image.open(io.BytesIO(data))
+
+
+def _open_checked(data: bytes, max_pixels: int) -> Image.Image:
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
-        image = Image.open(io.BytesIO(data))
+        image = open_any(data)
         if image.width * image.height > max_pixels:
-            raise ImageRejected(f"{TOO_LARGE}: {image.width}x{image.height} exceeds {max_pixels} pixels")
+            raise TooLarge(f"decompression bomb: {image.width}x{image.height} exceeds {max_pixels} pixels")
         image.load()  # full decode: catches truncated and corrupt files
     return image
 
@@ -82,7 +90,7 @@ def convert_image(data: bytes, max_side: int | None = None, max_pixels: int = DE
     try:
         return _normalised(data, max_side, max_pixels)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise ImageRejected(f"{TOO_LARGE}: {err}") from None
+        raise TooLarge(f"decompression bomb: {err}") from None
     except Image.UnidentifiedImageError:
         raise ImageRejected("not an image (unrecognised format)") from None
     except UNDECODABLE as err:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import ImageOps
 
-from app.data.convert import read_heif, to_rgb
+from app.data.convert import open_any, to_rgb
 
 MISTAKE_SIDE = 256  # pixels a side of each photo in the report's mistakes figures
 
@@ -17,8 +15,7 @@ def open_photo(data: bytes, max_side: int | None = None) -> np.ndarray:
     a JPEG decoded at libjpeg's reduced scale: a figure of a 12 MP photo then costs milliseconds,
     not a full decode and an overlay of 12 million pixels. Upright by its EXIF orientation, as the
     model sees it (`app.data.exif`)."""
-    read_heif()
-    with Image.open(io.BytesIO(data)) as opened:
+    with open_any(data) as opened:
         if max_side:
             opened.draft("RGB", (max_side, max_side))
         image = to_rgb(ImageOps.exif_transpose(opened))  # as convert makes it for training

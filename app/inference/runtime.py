@@ -29,8 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 from app.cli import RUNTIME_CHOICES
-from app.data.convert import TOO_LARGE, convert_image
 from app.data.convert import ImageRejected as Unconvertible
+from app.data.convert import TooLarge, convert_image
 from app.data.image_header import ImageRejected, check_size, max_pixels
 from app.errors import UserError
 from app.export import layout
@@ -189,9 +189,9 @@ def _answered_as_converted(
     try:
         jpeg = convert_image(image, max_pixels=max_pixels(max_megapixels)).jpeg
         outputs = _answers(runtime, [jpeg], tta, side)
-    except Unconvertible as err:
-        return str(err) if str(err).startswith(TOO_LARGE) else None
-    except tf.errors.InvalidArgumentError:
+    except TooLarge as err:
+        return str(err)
+    except (Unconvertible, tf.errors.InvalidArgumentError):
         return None
     return {k: v[0] for k, v in outputs.items()}
 

@@ -24,7 +24,7 @@ from aiohttp import web
 from PIL import Image
 
 from app import safe_json
-from app.data.convert import read_heif
+from app.data.convert import open_any
 from app.data.display import open_photo
 from app.errors import UserError
 from app.review.answers import Answers
@@ -136,8 +136,7 @@ def for_the_page(data: bytes, name: str) -> tuple[bytes, str]:
     (a phone's photo is sent as a tenth of its bytes), as is one a browser may not show (TIFF,
     HEIC); a smaller one in a format every browser shows, as it is."""
     try:
-        read_heif()
-        with Image.open(io.BytesIO(data)) as opened:
+        with open_any(data) as opened:
             as_it_is = max(opened.size) <= PAGE_SIDE and opened.format in BROWSER_FORMATS
         if not as_it_is:
             out = io.BytesIO()
