@@ -43,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-megapixels",
         type=finite_float,
-        default=40.0,
-        help="the serving signature refuses images larger than this, from the header (default 40)",
+        default=70.0,
+        help="the serving signature refuses images larger than this, from the header (default 70)",
     )
 
 

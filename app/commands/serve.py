@@ -62,8 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-megapixels",
         type=finite_float,
-        default=40.0,
-        help="refuse larger images, read from the header (default 40)",
+        default=70.0,
+        help="refuse larger images, read from the header (default 70)",
     )
     p.add_argument(
         "--max-queue", type=int, default=128, help="most instances waiting; beyond, 503 + Retry-After (default 128)"

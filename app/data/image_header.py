@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-DEFAULT_MAX_MEGAPIXELS = 40.0
+# Phone cameras' full-resolution modes write 48-64 megapixel photos (8064x6048, 8192x6144, 9248x6936):
+# they must pass. A JPEG decodes DCT-scaled near the input size; a PNG decodes whole, three bytes a pixel.
+DEFAULT_MAX_MEGAPIXELS = 70.0
 GIF_MAX_BLOCKS = 20_000  # sub-blocks walked (~20 µs each) before a GIF is refused as too costly to check
 
 _PNG = b"\x89PNG\r\n\x1a\n"
@@ -263,9 +265,31 @@ def read_header(data: bytes) -> HeaderSize:
         height, width, pixels, code = (int(v) for v in _header_fields_fn(tf.constant(data)).numpy())
     except tf.errors.InvalidArgumentError as err:
         raise ImageRejected(f"cannot read the image header: {_reason(err)}") from None
+    if code == _UNKNOWN and (name := sniffed_format(data)):
+        raise ImageRejected(f"cannot read the image header: a {name} file, not a JPEG, PNG, GIF, BMP or WebP image")
     if code:
         raise ImageRejected(f"cannot read the image header: {_REASONS[code - 1]}")
     return HeaderSize(height, width, pixels)
+
+
+# Files the decoders do not read, by their first bytes, so a refusal names what was sent.
+_MAGIC = (
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"%PDF", "PDF"),
+    (b"8BPS", "Photoshop"),
+    (b"\xff\x0a", "JPEG XL"),
+)
+_AT_FOUR = {b"jP  ": "JPEG 2000", b"JXL ": "JPEG XL"}
+_FTYP_BRANDS = {b"heic": "HEIC", b"heix": "HEIC", b"hevc": "HEIC", b"mif1": "HEIF", b"msf1": "HEIF", b"avif": "AVIF"}
+
+
+def sniffed_format(data: bytes) -> str | None:
+    """The name of a common format the header reader does not take (an iPhone's HEIC, a scan's
+    TIFF, a video), or None."""
+    if data[4:8] == b"ftyp":
+        return _FTYP_BRANDS.get(data[8:12], "MP4 or QuickTime video")
+    return _AT_FOUR.get(data[4:8]) or next((name for magic, name in _MAGIC if data.startswith(magic)), None)
 
 
 def check_size(data: bytes, max_megapixels: float) -> HeaderSize:

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data.image_header import GIF_MAX_BLOCKS, HeaderSize, ImageRejected, check_size, read_header
+from app.data.image_header import (
+    DEFAULT_MAX_MEGAPIXELS,
+    GIF_MAX_BLOCKS,
+    HeaderSize,
+    ImageRejected,
+    check_size,
+    read_header,
+)
 
 
 def encode(fmt: str, width: int, height: int, **options) -> bytes:
@@ -151,6 +158,48 @@ def test_refusals_other_than_libjpegs_are_values_not_tensorflow_errors(data: byt
     assert code > 0 and _REASONS[code - 1] == reason
     with pytest.raises(ImageRejected, match=f"^cannot read the image header: {reason}$"):
         read_header(data)
+
+
+def _png_header(width: int, height: int) -> bytes:
+    return (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", width, height) + b"\x08\x02\x00\x00\x00" + b"\0" * 40
+    )
+
+
+@pytest.mark.parametrize(("width", "height"), [(8064, 6048), (8192, 6144), (9248, 6936)])
+def test_a_phone_cameras_full_resolution_photo_passes_the_default_limit(width: int, height: int):
+    """48, 50 and 64 megapixel modes (an iPhone's 48 MP, the usual 50 MP sensors, 64 MP ones)."""
+    assert check_size(_png_header(width, height), DEFAULT_MAX_MEGAPIXELS).pixels == width * height
+    with pytest.raises(ImageRejected, match="the limit is 70 megapixels"):
+        check_size(_png_header(12_000, 9_000), DEFAULT_MAX_MEGAPIXELS)  # a 108 MP mode is refused
+
+
+def _iso_media(brand: bytes) -> bytes:
+    return struct.pack(">I", 24) + b"ftyp" + brand + b"\0\0\0\0" + brand + b"mif1" + b"\0" * 40
+
+
+@pytest.mark.parametrize(
+    ("data", "name"),
+    [
+        (_iso_media(b"heic"), "HEIC"),
+        (_iso_media(b"mif1"), "HEIF"),
+        (_iso_media(b"avif"), "AVIF"),
+        (_iso_media(b"qt  "), "MP4 or QuickTime video"),
+        (b"II*\x00" + b"\0" * 60, "TIFF"),
+        (b"MM\x00*" + b"\0" * 60, "TIFF"),
+        (b"%PDF-1.7\n" + b"\0" * 60, "PDF"),
+        (b"\x00\x00\x00\x0cjP  \r\n\x87\n" + b"\0" * 60, "JPEG 2000"),
+    ],
+)
+def test_a_format_the_decoders_do_not_read_is_named_in_the_refusal(data: bytes, name: str):
+    """The server answers such a file 400: the reason says what was sent, not only what is read."""
+    with pytest.raises(ImageRejected, match=f"^cannot read the image header: a {name} file, not a JPEG, PNG, GIF"):
+        read_header(data)
+
+
+def test_a_real_tiff_is_named():
+    with pytest.raises(ImageRejected, match="a TIFF file"):
+        read_header(encode("TIFF", 40, 30))
 
 
 def _webp(pixels: np.ndarray, **options) -> bytes:

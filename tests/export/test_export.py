@@ -62,7 +62,7 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: 
         "created",
         "package_version",
     } <= meta.keys()
-    assert meta["max_megapixels"] == 40 and meta["top_k"] == 4
+    assert meta["max_megapixels"] == 70 and meta["top_k"] == 4
     # the float32 LiteRT file is part of every export, checked against the SavedModel on the
     # val split's first 64 images (all of them when there are fewer)
     assert (version / "litert" / "model_float32.tflite").stat().st_size >= 4 * _kernel_values(
