@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="report folder (default RUN_DIR/reports/<name>-v<version>-<split> for an export in its run dir,"
-        " else EXPORT_DIR/<name>-reports/v<version>-<split>)",
+        " else EXPORT_DIR/<name>-reports/v<version>-<split>; photos-<folder name> for a folder of photos)",
     )
     p.add_argument("--label-map", type=Path, default=None, help="JSON {dataset class: model class} when names differ")
     p.add_argument("--top-k", type=int, default=5, help="k for top-k accuracy (default 5)")

@@ -66,9 +66,19 @@ def default_report_dir(version_dir: Path, split: str) -> Path:
     return reports_dir(version_dir) / f"v{version}-{split}"
 
 
+def _is_records(data: str) -> bool:
+    return storage.exists(storage.join(data, schema.METADATA_FILE))
+
+
+def _evaluated_on(data: str, split: str) -> str:
+    """What a report is named after: a TFRecord folder's split, or a folder of photos' own name
+    (as photos-NAME, so that it never takes the place of a split's report)."""
+    return split if _is_records(data) else f"photos-{Path(data).resolve().name}"
+
+
 def _examples(data: str, split: str):
     storage.check_url(data, "--data")
-    if storage.exists(storage.join(data, schema.METADATA_FILE)):
+    if _is_records(data):
         return tfrecord_examples(data, split)
     if not storage.is_url(data) and Path(data).is_dir():
         return folder_examples(data)
@@ -79,7 +89,7 @@ def _check_report(report: Path, data: str) -> None:
     """A folder that can hold the report, and not inside a --data folder of photos, whose next
     convert would read its files as photos."""
     storage.check_output_folder(report, "--report")
-    if not storage.is_url(data) and not storage.exists(storage.join(data, schema.METADATA_FILE)):
+    if not storage.is_url(data) and not _is_records(data):
         check_out_beside_src(Path(data), report, "--report", "--data")
 
 
@@ -87,8 +97,7 @@ def _check_task(version_dir: Path, data: str) -> None:
     """A multi-label model needs multi-label data (TFRecords written with --multi-label), and
     a single-label model single-label data: their labels mean different things."""
     model_task = read_metadata(version_dir).get("task", "single_label")
-    is_records = storage.exists(storage.join(data, schema.METADATA_FILE))
-    data_task = load_dataset_info(data).task if is_records else "single_label"
+    data_task = load_dataset_info(data).task if _is_records(data) else "single_label"
     if model_task != data_task:
         raise UserError(
             f"--data {data}: {data_task.replace('_', '-')} data for a {model_task.replace('_', '-')} model"
@@ -167,7 +176,7 @@ def _ood_metrics(
 
 
 def _multilabel_result(
-    predictions: Predictions, version_dir: Path, data: str, split: str, report_dir: str | Path | None
+    predictions: Predictions, version_dir: Path, data: str, split: str, report_dir: Path
 ) -> EvaluationResult:
     """Per-label figures at the export's own thresholds, mAP and exact match (app.evaluation.multilabel)."""
     from app.evaluation.multilabel import compute_multilabel_metrics
@@ -176,7 +185,7 @@ def _multilabel_result(
     thresholds = read_metadata(version_dir)["thresholds"]
     metrics = compute_multilabel_metrics(predictions.labels, predictions.probabilities, thresholds, predictions.classes)
     metrics.update(_what_was_evaluated(predictions, version_dir, data, split))
-    out = _report_folder(report_dir, version_dir, split)
+    out = _report_folder(report_dir)
     figures = {
         "Per label: precision, recall, F1, AP": plot_per_label(metrics, out / "per_label.png"),
         "Per label: true (rows) vs predicted (columns)": plot_label_confusion(metrics, out / "label_confusion.png"),
@@ -189,16 +198,15 @@ def _what_was_evaluated(predictions: Predictions, version_dir: Path, data: str, 
     return {
         "model": str(version_dir),
         "data": str(data),
-        "split": split,
+        "split": split if _is_records(data) else None,  # a folder of photos is not a split
         "skipped": predictions.skipped,
         "runtime": predictions.runtime,
     }
 
 
-def _report_folder(report_dir: str | Path | None, version_dir: Path, split: str) -> Path:
-    out = Path(report_dir) if report_dir else default_report_dir(version_dir, split)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+def _report_folder(report_dir: Path) -> Path:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    return report_dir
 
 
 def _written(
@@ -206,7 +214,8 @@ def _written(
 ) -> EvaluationResult:
     """metrics.json and report.html in `out`, the figures already there."""
     write_metrics(metrics, out / "metrics.json")
-    title = f"{version_dir.parent.name} v{version_dir.name} on {data.rstrip('/').split('/')[-1]}/{split}"
+    where = data.rstrip("/").split("/")[-1] + (f"/{split}" if metrics["split"] else "")
+    title = f"{version_dir.parent.name} v{version_dir.name} on {where}"
     return EvaluationResult(
         metrics, figures, out, write_html(metrics, figures, out / "report.html", title), predictions
     )
@@ -234,7 +243,8 @@ def evaluate(
     if check_tta(tta) != "none" and baked != "none":
         raise UserError(f"--tta {tta}: {version_dir} already applies '{baked}' test-time augmentation in its graph")
     data = str(data)
-    _check_report(Path(report_dir) if report_dir else default_report_dir(version_dir, split), data)
+    report_dir = Path(report_dir) if report_dir else default_report_dir(version_dir, _evaluated_on(data, split))
+    _check_report(report_dir, data)
     _check_task(version_dir, data)
     if ood is not None:
         _check_ood(version_dir, str(ood))
@@ -270,7 +280,7 @@ def _single_label_result(
     metadata: dict,
     data: str,
     split: str,
-    report_dir: str | Path | None,
+    report_dir: Path,
     top_k: int,
     ood: str | Path | None,
     runtime: TFRuntime | HostRuntime,
@@ -286,7 +296,7 @@ def _single_label_result(
         )
     metrics.update(_what_was_evaluated(predictions, version_dir, data, split))
     metrics["tta"] = baked if baked != "none" else tta  # baked into the export, or added here
-    out = _report_folder(report_dir, version_dir, split)
+    out = _report_folder(report_dir)
     figures = _figures(metrics, predictions, explainer, out)
     if ood is not None:
         metrics["ood"] = _ood_metrics(version_dir, str(ood), split, predictions, runtime, tta)

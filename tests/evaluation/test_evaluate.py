@@ -53,6 +53,8 @@ def test_evaluate_image_folder_skips_bad_files_saying_why(trained_run: Path, dem
     assert skipped["star/moved.jpg"] == "cannot read: No such file or directory"
     assert result.metrics["num_examples"] == 4 * 12  # the good images: 12 per class
     assert result.metrics["runtime"] == "litert float32"
+    assert result.metrics["split"] is None  # a folder of photos, not the default split 'val'
+    assert "<title>shapes v1 on photos</title>" in result.html.read_text()
 
 
 @pytest.mark.slow  # two evaluations: the fast tier stays under 3 minutes
@@ -189,6 +191,16 @@ def test_default_report_folder_does_not_depend_on_the_working_directory(trained_
     assert default_report_dir(in_run, "val") == trained_run / "reports" / "shapes-v1-val"
     elsewhere = tmp_path / "models" / "shapes" / "3"
     assert default_report_dir(elsewhere, "test") == tmp_path / "models" / "shapes-reports" / "v3-test"
+
+
+def test_a_folder_of_photos_names_its_report_never_a_split(demo_records: Path, tmp_path: Path):
+    """Evaluating ~/new_photos once wrote its report as the val split's, over the real val report."""
+    from app.evaluation.evaluate import _evaluated_on
+
+    assert _evaluated_on(str(demo_records), "test") == "test"
+    (tmp_path / "val" / "circle").mkdir(parents=True)
+    assert _evaluated_on(str(tmp_path / "val"), "val") == "photos-val"
+    assert _evaluated_on(str(tmp_path / "val") + "/", "test") == "photos-val"
 
 
 @pytest.mark.slow  # five evaluations and an export with its LiteRT check
