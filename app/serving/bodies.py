@@ -60,11 +60,11 @@ async def json_body(request: web.Request) -> dict:
 
 
 async def _uploaded_file(request: web.Request) -> bytes:
-    """The first file of a multipart body, read whole within the byte limit, then parsed within
+    """The one file of a multipart body, read whole within the byte limit, then parsed within
     app.serving.multipart's limits: any malformed or over-limit body is the client's fault, a 400."""
     body = await _body(request)
     try:
-        return multipart.first_file(body, request.headers.get("Content-Type", ""))
+        return multipart.the_file(body, request.headers.get("Content-Type", ""))
     except multipart.MultipartRejected as err:
         raise ApiError(400, f"malformed multipart body: {err}") from None
 

@@ -1,4 +1,4 @@
-"""The file of a multipart/form-data upload, found in a body already read within the byte limit.
+"""The one file of a multipart/form-data upload, found in a body already read within the byte limit.
 
 Parsed here, not by a streaming reader, so that every limit is explicit and holds whatever the
 body's shape: the parts looked at (`MAX_PARTS`), each part's header lines (`MAX_PART_HEADERS`)
@@ -36,8 +36,9 @@ def boundary_of(content_type: str) -> bytes:
         raise MultipartRejected("the boundary must be ASCII") from None
 
 
-def first_file(body: bytes, content_type: str) -> bytes:
-    """The content of the first part that names a filename."""
+def the_file(body: bytes, content_type: str) -> bytes:
+    """The content of the one part that names a filename. A second file is refused, not dropped:
+    the answer is one photo's, and the sender would not know which."""
     delimiter = b"\r\n--" + boundary_of(content_type)
     pieces = (b"\r\n" + body).split(delimiter, MAX_PARTS + 1)
     if len(pieces) < 2:
@@ -45,17 +46,23 @@ def first_file(body: bytes, content_type: str) -> bytes:
     looked_at = pieces[1 : MAX_PARTS + 1]
     if not all(piece.startswith(b"--") or _delimiter_line_end(piece) >= 0 for piece in looked_at):
         raise MultipartRejected("a boundary line is followed by more than white space")
+    files, closed = [], False
     for piece in looked_at:
         if piece.startswith(b"--"):  # the close delimiter
+            closed = True
             break
         headers, content = _split_part(piece)
         if _plain_encoding(headers) and _filename(headers):
-            return content
-    else:
-        if len(pieces) > MAX_PARTS + 1:
-            raise MultipartRejected(f"no file in the first {MAX_PARTS} parts")
-        raise MultipartRejected("the body ends before its closing boundary")
-    raise MultipartRejected("the upload holds no file")
+            files.append(content)
+    if len(files) > 1:
+        raise MultipartRejected("the upload holds more than one file: send one a request, or several as JSON instances")
+    if files:
+        return files[0]
+    if closed:
+        raise MultipartRejected("the upload holds no file")
+    if len(pieces) > MAX_PARTS + 1:
+        raise MultipartRejected(f"no file in the first {MAX_PARTS} parts")
+    raise MultipartRejected("the body ends before its closing boundary")
 
 
 def _split_part(piece: bytes) -> tuple[dict[str, str], bytes]:

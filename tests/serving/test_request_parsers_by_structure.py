@@ -93,7 +93,7 @@ def test_the_file_part_is_found_exactly_among_other_parts(examples: int):
         body = field * before + file + content + f"\r\n--{boundary}--\r\n".encode()
         if f"\r\n--{boundary}".encode() in b"\r\n" + content:
             return  # a sender never picks a boundary that occurs in its content (RFC 2046)
-        assert multipart.first_file(body, f'multipart/form-data; boundary="{boundary}"') == content
+        assert multipart.the_file(body, f'multipart/form-data; boundary="{boundary}"') == content
 
     check()
 
@@ -107,7 +107,7 @@ def _form(parts: int, headers: int = 1, line: int = 40) -> bytes:
 
 
 def test_each_multipart_limit_holds_at_the_limit_and_refuses_one_past_it():
-    read = lambda body, boundary="b": multipart.first_file(body, f"multipart/form-data; boundary={boundary}")  # noqa: E731
+    read = lambda body, boundary="b": multipart.the_file(body, f"multipart/form-data; boundary={boundary}")  # noqa: E731
     assert read(_form(MAX_PARTS)) == read(_form(1, MAX_PART_HEADERS)) == read(_form(1, 2, MAX_HEADER_LINE)) == b"DATA"
     for body, message in [
         (_form(MAX_PARTS + 1), f"no file in the first {MAX_PARTS} parts"),
@@ -132,6 +132,18 @@ def test_a_number_outside_its_inputs_type_is_a_400_not_a_500_or_inf(value, dtype
     assert err.value.status == 400
 
 
+def test_a_multipart_upload_of_two_files_is_refused_not_answered_for_the_first():
+    """curl -F image=@a.jpg -F image=@b.jpg got one answer, the first photo's, with no word of the second."""
+    part = 'Content-Disposition: form-data; name="image"; filename="{}"\r\n\r\n{}\r\n'
+    one = (
+        f"--b\r\n{part.format('a.jpg', 'A')}--b\r\n" + 'Content-Disposition: form-data; name="f"\r\n\r\nv\r\n--b--\r\n'
+    )
+    two = f"--b\r\n{part.format('a.jpg', 'A')}--b\r\n{part.format('b.jpg', 'B')}--b--\r\n"
+    assert multipart.the_file(one.encode(), "multipart/form-data; boundary=b") == b"A"  # a field beside it is fine
+    with pytest.raises(MultipartRejected, match="^the upload holds more than one file: send one a request"):
+        multipart.the_file(two.encode(), "multipart/form-data; boundary=b")
+
+
 def test_a_multipart_part_that_is_itself_multipart_is_skipped_not_a_500():
     """aiohttp's reader handed it back as a MultipartReader, which has no filename: AttributeError, a 500."""
     body = (
@@ -139,8 +151,8 @@ def test_a_multipart_part_that_is_itself_multipart_is_skipped_not_a_500():
         b'Content-Disposition: form-data; name="a"\r\n\r\nx\r\n--inner--\r\n'
         b'--outer\r\nContent-Disposition: form-data; name="f"; filename="a.jpg"\r\n\r\nJPEG\r\n--outer--\r\n'
     )
-    assert multipart.first_file(body, "multipart/form-data; boundary=outer") == b"JPEG"
+    assert multipart.the_file(body, "multipart/form-data; boundary=outer") == b"JPEG"
     with pytest.raises(MultipartRejected, match="the upload holds no file"):
-        multipart.first_file(
+        multipart.the_file(
             body.split(b"--outer\r\nContent-Disposition")[0] + b"--outer--\r\n", "multipart/mixed; boundary=outer"
         )
