@@ -98,7 +98,7 @@ def probe_backbone(candidate: Candidate, data: str, image_size: int = 0) -> Prob
     from app.models.backbones import get_backbone
     from app.models.classifier import build_classifier
     from app.models.pretrained import load_pretrained_backbone
-    from app.training.frozen import split_features
+    from app.training.frozen import splits_features
 
     info = load_dataset_info(data)
     spec = get_backbone(candidate.backbone)
@@ -111,7 +111,7 @@ def probe_backbone(candidate: Candidate, data: str, image_size: int = 0) -> Prob
     clf = build_classifier(spec, pretrained.model, len(info.classes), size, 0.0)
     splits = [s for s in ("train", "val", "test") if info.num_examples(s)]
     start = time.perf_counter()
-    features = {s: split_features(clf.features_model, data, s, size) for s in splits}
+    features = splits_features(clf.features_model, data, splits, size)
     passes = time.perf_counter() - start
     scores = fit_probe(*features["train"], {s: features[s] for s in splits if s != "train"}, len(info.classes))
     keras.backend.clear_session()  # the next candidate's graph starts clean

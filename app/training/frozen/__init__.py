@@ -14,7 +14,7 @@ pyproject.toml).
 
 from app.training.frozen.backbone import FrozenBackbone
 from app.training.frozen.decide import ROWS_IN_MEMORY, Decision, cache_limit, phase1_bytes, phase1_mode
-from app.training.frozen.passes import eval_images, model_outputs, split_features
+from app.training.frozen.passes import eval_images, model_outputs, split_features, splits_features
 from app.training.frozen.rows import ActivationRows, DiskRows, Phase1Features, RowSink
 from app.training.frozen.store import FeatureStore, load_or_compute, store_root, weights_fingerprint
 
@@ -34,6 +34,7 @@ __all__ = [
     "phase1_bytes",
     "phase1_mode",
     "split_features",
+    "splits_features",
     "store_root",
     "weights_fingerprint",
 ]

@@ -37,10 +37,25 @@ def split_features(
     """(pooled features, labels) of every photo of `split`, decoded as evaluation decodes them:
     the one place a split's photos run through a whole frozen backbone outside the feature store.
     `runtime`: app.inference.host_forward's choice, in float32 (they fit and judge what ships)."""
-    images = _float_images(make_eval_dataset(data, split=split, image_size=image_size, batch_size=batch_size))
-    rows = load_dataset_info(data).num_examples(split)
+    return splits_features(features_model, data, [split], image_size, batch_size, runtime)[split]
+
+
+def splits_features(
+    features_model, data: str, splits: list[str], image_size: int, batch_size: int = 32, runtime: str = "auto"
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """`split_features` of several splits through one traced pass (and one runtime choice, made
+    for all their rows): a pass per split traced the backbone again for each."""
+    info = load_dataset_info(data)
+    rows = sum(info.num_examples(split) for split in splits)
     forward = HostForward(lambda x: features_model(x, training=False), (image_size, image_size, 3), runtime, rows)
-    return forward_outputs(forward, images, exact=lambda labels: True)
+    return {
+        split: forward_outputs(
+            forward,
+            _float_images(make_eval_dataset(data, split=split, image_size=image_size, batch_size=batch_size)),
+            exact=lambda labels: True,
+        )
+        for split in splits
+    }
 
 
 def forward_outputs(
