@@ -19,6 +19,7 @@ from app.audit import findings, report
 from app.audit.items import AuditInput, AuditItem, load_audit_input
 from app.audit.neighbours import Nearest, nearest
 from app.audit.scan import Scan, scan_images
+from app.data.audit_files import default_report_dir
 from app.data.sources import check_out_beside_src
 from app.errors import UserError
 
@@ -85,12 +86,6 @@ def _label_issues(scan: Scan, audit_input: AuditInput) -> tuple[list[dict], list
     self_confidence = probabilities[np.arange(len(labels)), labels]
     ranking = [_image(audit_input.items[scan.indices[row]]) for row in np.argsort(self_confidence, kind="stable")]
     return flagged, ranking
-
-
-def default_report_dir(data: str | Path) -> Path:
-    """DATA's sibling: photos/ → photos-audit/, photos.csv → photos-audit/."""
-    data = Path(data)
-    return data.parent / f"{data.stem}-audit"
 
 
 def run_audit(

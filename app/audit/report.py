@@ -9,9 +9,9 @@ from pathlib import Path
 
 from app import storage
 from app.audit.items import AuditItem
+from app.data.audit_files import HTML_FILE, JSON_FILE
 from app.table import format_table
 
-JSON_FILE, HTML_FILE = "audit.json", "report.html"
 SHOWN = 60  # items per section in the HTML page and its grids
 
 

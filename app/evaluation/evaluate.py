@@ -24,6 +24,7 @@ from app.evaluation.figures import (
     plot_per_class,
     plot_reliability,
 )
+from app.evaluation.leaks import without_leaks
 from app.evaluation.metrics import calibration_effect, compute_metrics
 from app.evaluation.ood import check_ood_source, ood_metrics, ood_scores, plot_ood_histogram
 from app.evaluation.predictions import (
@@ -296,6 +297,9 @@ def _single_label_result(
         )
     metrics.update(_what_was_evaluated(predictions, version_dir, data, split))
     metrics["tta"] = baked if baked != "none" else tta  # baked into the export, or added here
+    leaks = without_leaks(predictions, data, split) if _is_records(data) else None
+    if leaks:
+        metrics["without_leaks"] = leaks
     out = _report_folder(report_dir)
     figures = _figures(metrics, predictions, explainer, out)
     if ood is not None:

@@ -33,6 +33,10 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
         ["runtime", metrics.get("runtime", "tf")],
         ["test-time augmentation", metrics.get("tta", "none")],
     ]
+    if "without_leaks" in metrics:  # the data's audit found test photos copied in another split
+        from app.evaluation.leaks import summary_rows
+
+        overall[3:3] = summary_rows(metrics["without_leaks"])
     if "calibration" in metrics:  # before the export's temperature
         c = metrics["calibration"]
         overall += [
@@ -85,6 +89,10 @@ def summary_card(metrics: dict) -> str:
     lines = [
         f"<p class=headline>{100 * metrics['accuracy']:.1f}% right on {metrics['num_examples']} photos{interval}</p>"
     ]
+    if metrics.get("without_leaks"):
+        from app.evaluation.leaks import in_words
+
+        lines.append(f"<p>{html.escape(in_words(metrics['without_leaks']))}</p>")
     if metrics.get("ood"):
         known = metrics["ood"]["known"]
         share = known["unknown"] / max(known["count"], 1)
