@@ -222,6 +222,19 @@ def _written(
     )
 
 
+def _check_request(
+    version_dir: Path, metadata: dict, data: str, report_dir: Path, tta: str, ood: str | Path | None
+) -> None:
+    """What can be refused before the photos are read or the model loaded."""
+    baked = metadata.get("tta", "none")
+    if check_tta(tta) != "none" and baked != "none":
+        raise UserError(f"--tta {tta}: {version_dir} already applies '{baked}' test-time augmentation in its graph")
+    _check_report(report_dir, data)
+    _check_task(version_dir, data)
+    if ood is not None:
+        _check_ood(version_dir, str(ood))
+
+
 def evaluate(
     model: str | Path,
     data: str | Path,
@@ -240,15 +253,9 @@ def evaluate(
     app.inference.runtime.load_runtime; `auto` measures what `photoclf serve` runs on this host."""
     version_dir = resolve_model_dir(model)
     metadata = read_metadata(version_dir)
-    baked = metadata.get("tta", "none")
-    if check_tta(tta) != "none" and baked != "none":
-        raise UserError(f"--tta {tta}: {version_dir} already applies '{baked}' test-time augmentation in its graph")
     data = str(data)
     report_dir = Path(report_dir) if report_dir else default_report_dir(version_dir, _evaluated_on(data, split))
-    _check_report(report_dir, data)
-    _check_task(version_dir, data)
-    if ood is not None:
-        _check_ood(version_dir, str(ood))
+    _check_request(version_dir, metadata, data, report_dir, tta, ood)
     data_classes, total, examples = _examples(data, split)
     mapping = label_map if isinstance(label_map, dict) or label_map is None else load_label_map(label_map)
     if total == 0:

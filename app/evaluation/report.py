@@ -17,7 +17,15 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
         from app.evaluation.multilabel_report import multilabel_summary
 
         return multilabel_summary(metrics)
-    overall = [
+    confused = [f"  {c['true']} → {c['predicted']}: {c['count']}" for c in metrics["most_confused"][:5]]
+    return "\n".join(
+        [format_table(_overall_rows(metrics)), "", format_table(_worst_class_rows(metrics, worst))]
+        + (["", "most confused:"] + confused if confused else [])
+    )
+
+
+def _overall_rows(metrics: dict) -> list[list[str]]:
+    rows = [
         ["metric", "value"],
         ["examples", str(metrics["num_examples"])],
         ["accuracy", accuracy_with_interval(metrics["accuracy"], metrics["num_examples"])],
@@ -36,34 +44,27 @@ def summary_table(metrics: dict, worst: int = 5) -> str:
     if "without_leaks" in metrics:  # the data's audit found test photos copied in another split
         from app.evaluation.leaks import summary_rows
 
-        overall[3:3] = summary_rows(metrics["without_leaks"])
+        rows[3:3] = summary_rows(metrics["without_leaks"])
     if "calibration" in metrics:  # before the export's temperature
         c = metrics["calibration"]
-        overall += [
+        rows += [
             [f"log loss without T={c['temperature']:.2f}", f"{c['log_loss_uncalibrated']:.4f}"],
             [f"ECE without T={c['temperature']:.2f}", f"{c['ece_uncalibrated']:.4f}"],
         ]
     if "ood" in metrics:  # evaluate --ood: photos of other things against these
         from app.evaluation.ood import ood_summary_rows
 
-        overall += ood_summary_rows(metrics["ood"])
+        rows += ood_summary_rows(metrics["ood"])
+    return rows
+
+
+def _worst_class_rows(metrics: dict, worst: int) -> list[list[str]]:
     classes = _bad_classes(metrics)[:worst]
-    rows = [
-        [
-            "worst classes" if classes else "worst classes: none (every class perfect)",
-            "precision",
-            "recall",
-            "f1",
-            "support",
-        ]
-    ] + [
+    header = ["worst classes" if classes else "worst classes: none (every class perfect)"]
+    return [header + ["precision", "recall", "f1", "support"]] + [
         [name, f"{v['precision']:.3f}", f"{v['recall']:.3f}", f"{v['f1']:.3f}", str(v["support"])]
         for name, v in classes
     ]
-    confused = [f"  {c['true']} → {c['predicted']}: {c['count']}" for c in metrics["most_confused"][:5]]
-    return "\n".join(
-        [format_table(overall), "", format_table(rows)] + (["", "most confused:"] + confused if confused else [])
-    )
 
 
 def _top_k_says_more(metrics: dict) -> bool:
