@@ -31,6 +31,7 @@ def card(metadata: dict, config: dict) -> dict:
                      "weights": metadata.get("weights"), "weights_sha256": _weights_digest(metadata.get("weights"))},
         "training": {key: config[key] for key in SETTINGS if key in config},
         "test": (metadata.get("training_metrics") or {}).get("test"),
+        "learning_warning": (metadata.get("training_metrics") or {}).get("learning_warning"),
         "calibration": metadata.get("calibration"),
         "none_of_these": _none_of_these(metadata.get("ood")),
         "runtimes": {key: metadata.get(key) for key in ("litert", "openvino", "onnx")},
@@ -65,7 +66,7 @@ def markdown(facts: dict, name: str) -> str:
     """The card as a page: each section from `facts`, a figure only where it was measured."""
     lines = [f"# Model card: {name}", "", f"Created {facts['created']} by photoclf {facts['package_version']}.", ""]
     lines += _section_data(facts) + _section_backbone(facts) + _section_results(facts) + _section_runtimes(facts)
-    lines += ["## Known limits", "",
+    lines += ["## Known limits", "", *([f"- **{facts['learning_warning']}**"] if facts.get("learning_warning") else []),
               "- Measured on this dataset's own val and test photos only; photos unlike them (other cameras,"
               " places, classes) may score lower.",
               "- \"None of these\" is fitted without any photo of another class; its acceptance is measured on"

@@ -51,10 +51,15 @@ def choose_temperature(logits: np.ndarray, labels: np.ndarray) -> tuple[float, s
         )
     temperature = fit_temperature(logits, labels)
     low, high = TEMPERATURE_RANGE
-    if not low * 1.01 < temperature < high / 1.01:
+    if temperature <= low * 1.01:
         return 1.0, (
             f"not fitted: the temperature reached its bound ({temperature:.3f}),"
             " as it does when the validation photos hold (almost) no mistakes"
+        )
+    if temperature >= high / 1.01:
+        return 1.0, (
+            f"not fitted: the temperature reached its bound ({temperature:.3f}),"
+            " as it does when the model's confident answers on val are mostly wrong"
         )
     return temperature, None
 

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from app import storage
+from app.errors import UserError
 from app.run_dir import RunDir
 from app.training.history import History
 from app.training.optimizer import averaged_weights, keeps_average
@@ -264,9 +265,12 @@ def run_phase(phase: Phase) -> PhaseResult:
         start = time.perf_counter()  # an epoch's seconds include making its input (the feature cache, once)
         if iterator is None:
             iterator = phase.inputs.train_iterator()
-        _run_epoch(phase, state, iterator, start)
-        if state.stopped:
+        if not _run_epoch(phase, state, iterator, start):
+            log.warning("%s", _diverged(phase, state))
+        elif state.stopped:
             log.info("early stopping: %s", state.stop_reason())
+    if not int(state.best_epoch) and phase.baseline is None:
+        raise UserError(f"{_diverged(phase, state)}; nothing was exported")
     _load_kept_weights(phase, state)
     result = state.result()
     if result.still_improving:
@@ -280,7 +284,23 @@ def run_phase(phase: Phase) -> PhaseResult:
     return result
 
 
-def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float) -> None:
+def _diverged(phase: Phase, state: PhaseState) -> str:
+    """What a phase whose loss became NaN or infinite did, and what to change."""
+    number, best = phase.spec.phase, int(state.best_epoch)
+    key = "lr_head" if number == 1 else "lr_finetune"
+    kept = f"keeping epoch {best}'s weights" if best else "no epoch to keep"
+    if not best and phase.baseline is not None:
+        kept = f"keeping phase {number - 1}'s weights"
+    return (
+        f"phase {number} diverged: its loss was not finite at epoch {state.epochs_done}, so it stopped there,"
+        f" {kept}; a lower learning rate avoids it (the rate was {current_learning_rate(phase.steps.optimizer):.3g};"
+        f" lower {key}, or {key} = auto, then --overwrite)"
+    )
+
+
+def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float) -> bool:
+    """One epoch trained, validated, checkpointed and logged; False where its loss was not finite
+    (the weights are then NaN or past saving, and the epoch is never kept)."""
     spec, epoch = phase.spec, state.epochs_done + 1
     print(f"Phase {spec.phase} epoch {epoch}/{spec.epochs}", flush=True)
     train_start = time.perf_counter()
@@ -288,12 +308,15 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
     train_seconds = time.perf_counter() - train_start
     with averaged_weights(phase.steps.optimizer):  # with ema_decay: the average is validated and kept
         val = phase.validation.evaluate(phase.inputs.val_dataset())
-        improved = state.improves(val)
+        finite = math.isfinite(loss) and math.isfinite(val.loss)
+        improved = finite and state.improves(val)
         if improved:
             state.kept.save(epoch)
             save_val_outputs(val, phase.files.write.best_val_outputs(spec.phase, epoch))
     seconds = time.perf_counter() - start
     state.record(epoch, val, seconds, improved)
+    if not finite:  # weights past a non-finite loss never recover: the phase stops, resumed or not
+        state.wait.assign(spec.patience)
     phase.history.append(
         {
             "phase": spec.phase,
@@ -316,6 +339,7 @@ def _run_epoch(phase: Phase, state: PhaseState, iterator: Iterator, start: float
         f"  {seconds:.1f}s{_kept_mark(spec) if improved else ''}",
         flush=True,
     )
+    return finite
 
 
 def _kept_mark(spec: PhaseSpec) -> str:
@@ -335,6 +359,8 @@ def _train_epoch(steps: CompiledSteps, iterator: Iterator, spec: PhaseSpec) -> t
             loss_sum, correct, count = totals.numpy()
             bar.set_postfix(loss=f"{loss_sum / count:.4f}", accuracy=f"{correct / count:.4f}", refresh=False)
             bar.update(n)
+            if not math.isfinite(loss_sum):  # diverged: the rest of the epoch would only spread NaN
+                break
     loss_sum, correct, count = (float(v) for v in totals.numpy())
     return loss_sum / count, correct / count
 

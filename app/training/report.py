@@ -7,6 +7,24 @@ from app.export.parity import too_few
 from app.table import format_table
 
 
+def majority_warning(val_counts: dict[str, int], val_accuracy: float) -> str | None:
+    """Said where the kept weights score no better on val than always answering its most common
+    class: the model has learnt nothing usable (a learning rate far too high, labels that do not
+    match the photos), however the run otherwise went."""
+    total = sum(val_counts.values())
+    if not total:
+        return None
+    common = max(val_counts, key=val_counts.get)
+    share = val_counts[common] / total
+    if val_accuracy > share + 1e-9:
+        return None
+    return (
+        f"val accuracy {val_accuracy:.4f} is no better than always answering '{common}'"
+        f" ({val_counts[common]} of {total} val photos, {share:.4f}): the model has learnt nothing usable;"
+        " check that the labels match the photos, and the learning rates (lr_head, lr_finetune; auto finds them)"
+    )
+
+
 def format_result(metrics: dict) -> str:
     rows = [["", "epochs", "val_accuracy", "val_loss", "seconds", "images/s"]]
     for phase in ("phase1", "phase2"):
@@ -43,8 +61,9 @@ def format_result(metrics: dict) -> str:
             f"none of these: answered unknown above ood_score {o['threshold']:.2f}"
             f" ({100 * o['accept']:.0f}% of val accepted)"
         )
-    if metrics.get("weights_warning"):
-        lines.append(f"WARNING: {metrics['weights_warning']}")
+    for key in ("weights_warning", "learning_warning"):
+        if metrics.get(key):
+            lines.append(f"WARNING: {metrics[key]}")
     lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")
     lite = (metrics.get("litert") or {}).get("float32")
     if lite:

@@ -29,6 +29,7 @@ from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.ood_fit import fit_and_record
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase
 from app.training.phase_weights import save_weights_atomic
+from app.training.report import majority_warning
 from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
 
@@ -146,8 +147,13 @@ def _train(ctx: Context) -> dict:
     metrics["phase2_below_runtime"] = frozen.below.choice.as_dict() if frozen.below and frozen.below.choice else None
     if "auto" in (cfg.lr_head, cfg.lr_finetune):
         metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
+    kept_phase = phase2 or phase1
+    if kept_phase and not ctx.info.multi_label:
+        metrics["learning_warning"] = majority_warning(ctx.info.counts.get("val", {}), kept_phase.val_accuracy)
+        if metrics["learning_warning"]:
+            log.warning("WARNING: %s", metrics["learning_warning"])
     # 4. Test: read once, by the kept weights; it chose nothing.
-    confusion = _test(ctx, metrics, phase2 or phase1, frozen)
+    confusion = _test(ctx, metrics, kept_phase, frozen)
     if ctx.chief:
         # 5. Calibrate: a temperature (single-label) or per-label thresholds, fitted on val.
         phases: KeptPhases = {1: phase1, 2: phase2}  # their kept epochs saved the validation logits both fits need

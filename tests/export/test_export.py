@@ -179,6 +179,17 @@ def test_a_class_name_with_a_pipe_keeps_its_model_card_rows_whole(trained_run: P
     assert [len(c) for c in cells] == [4, 5]  # class, train, val, test; class, precision, recall, F1, photos
 
 
+def test_a_run_that_learnt_nothing_says_so_first_among_its_model_cards_known_limits(trained_run: Path):
+    from app.export.model_card import markdown
+
+    card = json.loads((trained_run / "export" / "shapes" / "1" / "model_card.json").read_text())
+    assert card["learning_warning"] is None  # the demo run learnt
+    card["learning_warning"] = "val accuracy 0.2500 is no better than always answering 'square'"
+    lines = markdown(card, "m").splitlines()
+    limits = lines.index("## Known limits")
+    assert lines[limits + 2] == "- **val accuracy 0.2500 is no better than always answering 'square'**"
+
+
 @pytest.mark.slow  # two more checks; the fast tier stays under 3 minutes
 def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_each_time(
     trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch

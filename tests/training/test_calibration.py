@@ -66,6 +66,17 @@ def test_t_that_runs_to_its_bound_is_not_used():
     assert fit_temperature(logits, labels) == pytest.approx(TEMPERATURE_RANGE[0], rel=0.01)
     temperature, why = choose_temperature(logits, labels)
     assert temperature == 1.0 and why.startswith("not fitted: the temperature reached its bound (0.050)")
+    assert why.endswith("the validation photos hold (almost) no mistakes")
+
+
+def test_t_that_runs_to_its_upper_bound_is_not_used_and_says_why():
+    """A model sure of answers that are mostly wrong (a diverged run): the log loss falls as T
+    rises, towards the uniform answer, and T runs to its upper bound."""
+    logits, _ = _synthetic(1.0, n=200)
+    labels = (logits.argmax(1) + 1) % logits.shape[1]  # every one wrong
+    temperature, why = choose_temperature(5 * logits, labels)
+    assert temperature == 1.0 and why.startswith("not fitted: the temperature reached its bound (19.9")
+    assert why.endswith("the model's confident answers on val are mostly wrong")
 
 
 def test_the_calibrated_model_serves_softmax_of_logits_over_t():

@@ -1,0 +1,67 @@
+"""A run whose loss becomes NaN or infinite: the phase stops at once, keeps what it had, says why;
+a run that learnt nothing says so beside its result."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.config import TrainConfig
+from app.errors import UserError
+from app.training.context import setup
+from app.training.report import format_result, majority_warning
+from app.training.train import run_phase1
+
+
+def test_a_phase_whose_loss_is_not_finite_stops_there_keeping_the_epoch_before(
+    tiny_config: TrainConfig, monkeypatch, caplog
+):
+    """Epoch 2's loss is NaN: no epoch 3 runs (its weights could not recover), epoch 1 is kept, and
+    the log says which rate to lower."""
+    from app.training import phase as phase_module
+
+    ctx = setup(tiny_config.replace(epochs_head=4, epochs_finetune=0, feature_views="0"))
+    train_epoch, epochs, kept_weights = phase_module._train_epoch, [], []
+
+    def nan_in_epoch_2(steps, iterator, spec):
+        loss, accuracy = train_epoch(steps, iterator, spec)
+        epochs.append(len(epochs) + 1)
+        if len(epochs) == 1:
+            kept_weights.append([w.numpy().copy() for w in ctx.clf.model.weights])
+        return (math.nan if len(epochs) == 2 else loss), accuracy
+
+    monkeypatch.setattr(phase_module, "_train_epoch", nan_in_epoch_2)
+    with caplog.at_level("WARNING", logger="app.training.phase"):
+        result = run_phase1(ctx)
+    assert epochs == [1, 2] and (result.epochs, result.best_epoch) == (2, 1)
+    for kept, now in zip(kept_weights[0], ctx.clf.model.weights):
+        np.testing.assert_array_equal(now.numpy(), kept)
+    (said,) = [r.getMessage() for r in caplog.records if "diverged" in r.getMessage()]
+    assert said.startswith("phase 1 diverged: its loss was not finite at epoch 2, so it stopped there,")
+    assert "keeping epoch 1's weights" in said and "lower lr_head, or lr_head = auto, then --overwrite" in said
+
+
+def test_a_phase_that_diverges_before_any_epoch_is_kept_is_an_error_naming_the_rate(tiny_config: TrainConfig):
+    """A rate no model survives: the head's weights overflow in the first epoch. Nothing is
+    exported from NaN weights; the error says what to change, and the same command says it again."""
+    cfg = tiny_config.replace(lr_head=1e38, epochs_head=3, epochs_finetune=0)
+    with pytest.raises(UserError, match=r"^phase 1 diverged: its loss was not finite at epoch 1, .* no epoch to keep"):
+        run_phase1(setup(cfg))
+    with pytest.raises(UserError, match="lower lr_head, or lr_head = auto, then --overwrite\\); nothing was exported"):
+        run_phase1(setup(cfg))  # resumed: the phase is over, with nothing to keep
+
+
+def test_a_result_no_better_than_the_most_common_class_is_called_what_it_is():
+    counts = {"daisy": 20, "rose": 30, "tulip": 50}
+    said = majority_warning(counts, 0.5)
+    assert said == (
+        "val accuracy 0.5000 is no better than always answering 'tulip' (50 of 100 val photos, 0.5000):"
+        " the model has learnt nothing usable; check that the labels match the photos, and the learning rates"
+        " (lr_head, lr_finetune; auto finds them)"
+    )
+    assert majority_warning(counts, 0.51) is None
+    assert majority_warning({}, 0.0) is None
+    metrics = {"weights": "none", "learning_warning": said, "export": "runs/x/export/x/1"}
+    assert f"WARNING: {said}" in format_result(metrics).splitlines()
