@@ -238,7 +238,7 @@ def trained_run(demo_records: Path, tmp_path_factory: pytest.TempPathFactory) ->
         max_steps_per_epoch=2,
         phase2_mode="views",
     )
-    # Its 11 val photos are too few for a real run to fit a temperature: fitted anyway, so the
+    # Its 12 val photos are too few for a real run to fit a temperature: fitted anyway, so the
     # tests of a calibrated export have one (tests/training/test_calibration.py tests the rule).
     with mock.patch("app.training.calibration.MIN_CALIBRATION_PHOTOS", 1):
         train(cfg)

@@ -9,7 +9,7 @@ in a second instead of after an hour of conversion.
 
 from __future__ import annotations
 
-import random
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +45,13 @@ def photo_labels(class_name: str) -> list[str]:
     return [n for n in class_name.split(LABEL_SEPARATOR) if n]
 
 
+SYSTEM_FILES = {"__macosx", "thumbs.db", "desktop.ini"}  # what macOS's zip and Windows' Explorer leave in folders
+
+
 def _is_hidden(name: str) -> bool:
-    return name.startswith(".")
+    """Dotfiles, and the files and folders operating systems leave beside photos: never a photo
+    or a class (a zip made on a Mac holds a `__MACOSX` folder of `._` copies)."""
+    return name.startswith(".") or name.lower() in SYSTEM_FILES
 
 
 def files_and_broken_links(folder: Path) -> tuple[list[Path], list[Path]]:
@@ -122,17 +127,24 @@ def split_stratified(
     """Split each class on its own, so every split keeps the class balance of the whole; an
     evaluation split gets at least MIN_EVAL_PHOTOS of a class that can spare them.
 
-        The shuffle is seeded per class by name, so adding a class does not reshuffle the others.
-    """
+    A class's photos are ordered by a seeded hash of each file's name: val takes the first, test
+    the next, train the rest. So the split does not depend on where the folder is, adding a class
+    moves no other class's photos, and photos added to a class leave almost every earlier one in
+    its split: a new photo that hashes low pushes an earlier val or test photo towards train (never
+    the other way), and only where val and test grow by more than the new photos that land in them
+    does an earlier training photo join them."""
     splits: dict[str, dict[str, list[Path]]] = {s: {} for s in SPLITS}
     for name, paths in sorted(by_class.items()):
-        paths = sorted(paths)
-        random.Random(f"{seed}:{name}").shuffle(paths)
+        paths = sorted(paths, key=lambda p: (_name_hash(p.name, seed), str(p)))
         n_val, n_test = _held_out(len(paths), val_fraction), _held_out(len(paths), test_fraction)
         splits["val"][name] = paths[:n_val]
         splits["test"][name] = paths[n_val : n_val + n_test]
         splits["train"][name] = paths[n_val + n_test :]
     return splits
+
+
+def _name_hash(name: str, seed: int) -> bytes:
+    return hashlib.sha256(f"{seed}:{name}".encode()).digest()
 
 
 def _held_out(photos: int, fraction: float) -> int:

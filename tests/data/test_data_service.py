@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from app.config import TrainConfig, load_config
 from app.data import service
-from app.data.pipeline import make_train_dataset
+from app.data.pipeline import load_dataset_info, make_train_dataset
 from app.data.preprocess import Augment
 from app.errors import UserError
 from app.net import free_port
@@ -50,7 +50,7 @@ def test_one_pass_through_the_service_sees_every_example_once(dispatcher: str, d
     for job in ("pass-1", "pass-2"):  # two epochs, each its own job
         remote = _label_counts(make_train_dataset(demo_records, data_service=dispatcher, service_job=job, **kwargs))
         assert remote == local
-    assert sum(local.values()) == 25
+    assert sum(local.values()) == load_dataset_info(demo_records).num_examples("train")
 
 
 @pytest.mark.slow

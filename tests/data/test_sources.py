@@ -50,6 +50,46 @@ def test_split_is_stratified_and_seeded(tmp_path: Path):
     }
 
 
+def _splits_of(source) -> dict[str, str]:
+    return {image.relpath: image.split for image in source.images}
+
+
+def test_photos_added_to_a_class_leave_the_earlier_ones_in_their_splits(tmp_path: Path):
+    """The photos a model trained on must stay out of the val and test splits of the same folder
+    grown and converted again (its --init-from run would be scored on them). With 8 more photos
+    in a class of 80, then 32 more: 2 and then none of the earlier training photos join val or
+    test, where a shuffle of the whole class sent 9 of the 18 and 15 of the 24 there."""
+    src = _make_tree(tmp_path / "photos", {"a": 80, "b": 30})
+    before = _splits_of(scan_source(src, seed=0))
+    trained_on = {path for path, split in before.items() if split == "train"}
+    for added, joined in ((8, 2), (40, 0)):
+        for i in range(added):
+            (src / "a" / f"new{i:03d}.jpg").write_bytes(_jpeg())
+        after = _splits_of(scan_source(src, seed=0))
+        evaluated = {path for path, split in after.items() if split != "train"}
+        assert len(evaluated) == (18 if added == 8 else 24) + 10  # a's val and test, and b's
+        assert len(trained_on & evaluated) == joined
+        assert all(after[path] == split for path, split in before.items() if path.startswith("b/"))
+        moved_out = {p for p, split in before.items() if split != "train" and after[p] == "train"}
+        assert len(moved_out) <= added  # only a new photo that hashes lower pushes one out
+
+
+def test_the_split_does_not_depend_on_where_the_folder_is(tmp_path: Path):
+    first = _splits_of(scan_source(_make_tree(tmp_path / "here", {"a": 30, "b": 30})))
+    moved = _splits_of(scan_source(_make_tree(tmp_path / "else" / "where", {"a": 30, "b": 30})))
+    assert moved == first
+
+
+def test_what_macos_and_windows_leave_in_a_folder_is_neither_a_class_nor_a_photo(tmp_path: Path):
+    src = _make_tree(tmp_path, {"a": 12, "b": 12, "__MACOSX/a": 0})
+    (src / "__MACOSX" / "a" / "._000.jpg").write_bytes(b"\x00\x05\x16\x07")
+    (src / "a" / "Thumbs.db").write_bytes(b"x")
+    (src / "b" / "desktop.ini").write_bytes(b"[.ShellClassInfo]")
+    source = scan_source(src)
+    assert source.classes == ["a", "b"] and source.skipped == []
+    assert len(source.images) == 24
+
+
 def test_a_small_class_gives_each_evaluation_split_five_photos_where_it_can_spare_them(tmp_path: Path):
     """The README's fractions on 25 photos a class left 2 in val: a split whose accuracy moves by
     8 points a photo. A class keeps at least half of its photos for training."""

@@ -129,6 +129,6 @@ def test_a_run_on_a_small_val_split_says_its_temperature_is_1_and_why(tiny_confi
 
     metrics = train(tiny_config.replace(epochs_finetune=0))
     found = metrics["calibration"]
-    assert found["temperature"] == 1.0 and found["not_fitted"].startswith("not fitted: 11 validation photos")
+    assert found["temperature"] == 1.0 and found["not_fitted"].startswith("not fitted: 12 validation photos")
     assert f"calibration: temperature 1, {found['not_fitted']}" in format_result(metrics)
     assert read_metadata(Path(metrics["export"]))["calibration"] == found  # the export serves T = 1

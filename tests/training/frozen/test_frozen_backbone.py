@@ -153,7 +153,7 @@ def test_phase2_trains_the_tail_on_the_activations_of_phase1s_cached_views(
     assert phase.steps.model.name == "tail" and phase.val_steps is None and phase.model is ctx.clf.model
     with caplog.at_level(logging.INFO, logger="app.training.frozen"):
         batch, batch_labels = next(phase.inputs.train_iterator())
-    assert "phase 2 trains from block_2_relu too, on phase 1's cached views: 50 activations" in caplog.text
+    assert "phase 2 trains from block_2_relu too, on phase 1's cached views: 48 activations" in caplog.text
     assert batch.shape == (cfg.batch_size, *frozen.cut.lower.output.shape[1:]) and batch.dtype == tf.float32
     rows = {row.tobytes(): label for row, label in zip(frozen._train.activations, frozen._train.labels)}
     assert [rows[row.tobytes()] for row in batch.numpy()] == batch_labels.numpy().tolist()  # rows of the views
@@ -173,7 +173,7 @@ def test_a_resumed_phase2_makes_the_views_activations_again(tiny_config: TrainCo
     phase = build_phase(ctx, 2, phase1, frozen)
     with caplog.at_level(logging.INFO):
         phase.inputs.train_iterator()
-    assert "on phase 1's cached views: 50 activations" in caplog.text
+    assert "on phase 1's cached views: 48 activations" in caplog.text
     assert "0 from the feature store" in caplog.text  # the features were there, not the activations
     again, labels = _views_activations(ctx, frozen.cut)
     np.testing.assert_allclose(frozen._train.activations, again, atol=1e-5)
@@ -195,7 +195,7 @@ def test_a_resumed_phase2_reads_the_views_activations_from_the_feature_store(
     monkeypatch.setattr(gather, "host_forward", lambda *_: pytest.fail("the backbone ran again"))
     with caplog.at_level(logging.INFO):
         build_phase(ctx, 2, phase1, frozen).inputs.train_iterator()
-    assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
+    assert "72 from the feature store" in caplog.text  # 2 views of 24 training photos, 12 val, 12 test photos
     _assert_as_stored(frozen._train.activations, built._train.activations)
     _assert_as_stored(frozen._val.activations, built._val.activations)
 
@@ -225,7 +225,7 @@ def test_with_other_weights_above_the_cut_only_those_layers_run_on_the_stored_ac
             layer.set_weights([w * 1.5 for w in layer.get_weights()])
     with caplog.at_level(logging.INFO):
         above = FrozenBackbone(ctx).phase1_features()
-    assert "61 through the layers above block_2_relu only, 0 computed" in caplog.text
+    assert "60 through the layers above block_2_relu only, 0 computed" in caplog.text  # 2 views of 24, 12 val
     monkeypatch.setenv("PHOTOCLF_CACHE_DIR", str(tmp_path / "empty"))
     whole = FrozenBackbone(ctx).phase1_features()  # every row through the backbone
     scale = np.abs(whole.train_features[:]).max()  # [:]: the rows, read whole where they are on disk
@@ -291,7 +291,7 @@ def test_the_kept_weights_features_go_to_the_store_for_a_run_started_from_them(
     monkeypatch.setattr(gather, "_above_cut", lambda *_: pytest.fail("the layers above the cut ran"))
     with caplog.at_level(logging.INFO):
         again = FrozenBackbone(ctx).phase1_features()
-    assert "73 from the feature store" in caplog.text  # 2 views of 25 training photos, 11 val, 12 test photos
+    assert "72 from the feature store" in caplog.text  # 2 views of 24 training photos, 12 val, 12 test photos
     assert "0 through the layers above block_2_relu only, 0 computed" in caplog.text
     _assert_as_stored(again.train_features, train_features)
     _assert_as_stored(again.val_features, val_features)
