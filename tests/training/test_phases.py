@@ -89,7 +89,7 @@ def test_pretrained_backbone_transfers_and_phase2_keeps_it(pretrained_weights, d
         weights=str(pretrained_weights),
         image_size=96,
         batch_size=16,
-        epochs_head=8,
+        epochs_head=12,
         feature_views="2",
         augment=False,
         epochs_finetune=2,
