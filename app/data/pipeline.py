@@ -68,7 +68,7 @@ def load_dataset_info(data_dir: str | Path) -> DatasetInfo:
     storage.check_url(root, "--data")
     meta_path = storage.join(root, schema.METADATA_FILE)
     if not storage.exists(meta_path) or storage.isdir(meta_path):
-        raise UserError(f"{root}: no {schema.METADATA_FILE}; create it with photoclf convert")
+        raise UserError(schema.not_a_tfrecord_folder(root))
     meta = storage.read_json_object(meta_path)
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise UserError(f"{meta_path}: schema_version {meta.get('schema_version')} != {schema.SCHEMA_VERSION}")

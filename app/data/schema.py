@@ -7,9 +7,11 @@ reference pipelines use), so other tools can read our shards.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import tensorflow as tf
 
+from app import storage
 from app.errors import UserError
 
 SCHEMA_VERSION = 1
@@ -121,3 +123,12 @@ def check_dataset_json(meta: dict, meta_path: str) -> None:
             raise UserError(f"{meta_path}: '{key}' is not what photoclf convert writes")
     if meta.get("task", "single_label") not in ("single_label", "multi_label"):
         raise UserError(f"{meta_path}: 'task' must be single_label or multi_label, got {meta['task']!r}")
+
+
+def not_a_tfrecord_folder(root: str) -> str:
+    """What to say of a folder without dataset.json: most often the photos themselves, given where
+    their TFRecords were meant, so the command that makes those, with this folder in it."""
+    said = f"{root}: no {METADATA_FILE}, so not a TFRecord folder"
+    if not storage.is_url(root) and Path(root).is_dir() and any(Path(root).iterdir()):
+        return f"{said}; a folder of photos is converted first: photoclf convert {root} DATA_DIR, then --data DATA_DIR"
+    return f"{said}; create it with photoclf convert"

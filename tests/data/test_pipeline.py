@@ -253,7 +253,10 @@ def test_a_training_run_on_a_damaged_shard_stops_before_training_naming_it(
 
 
 def test_missing_dataset_json_or_split_is_a_clear_error(demo_records: Path, tmp_path: Path):
-    with pytest.raises(UserError, match="dataset.json"):
+    with pytest.raises(UserError, match="no dataset.json, so not a TFRecord folder; create it with photoclf convert$"):
+        make_train_dataset(tmp_path)
+    (tmp_path / "cats").mkdir()  # photos where their TFRecords were meant: the command that makes those
+    with pytest.raises(UserError, match=f"photoclf convert {tmp_path} DATA_DIR, then --data DATA_DIR$"):
         make_train_dataset(tmp_path)
     with pytest.raises(UserError, match="no 'holdout' split"):
         make_eval_dataset(demo_records, split="holdout")
