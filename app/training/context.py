@@ -7,7 +7,7 @@ batch size, the run dir. The model is built before the run dir is touched.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import keras
@@ -24,7 +24,7 @@ from app.models.classifier import Classifier, build_classifier
 from app.models.pretrained import load_pretrained_backbone
 from app.run_dir import DATASET_FACT, RunDir, check_run_state, hold_run_dir, prepare_run_dir, validate_run_dir
 from app.training.history import History
-from app.training.init_from import Start, check_start, start_from
+from app.training.init_from import Start, check_start, seen_in_training, start_from
 from app.training.phase import PhaseFiles
 from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
 
@@ -147,6 +147,8 @@ def setup(cfg: TrainConfig, overwrite: bool = False) -> Context:
             spec, backbone.model, len(info.classes), image_size, cfg.dropout, info.side_features, info.multi_label
         )
         start = start_from(clf, spec, earlier, info.classes, cfg.dropout) if earlier else None
+    if start:
+        start = replace(start, seen=seen_in_training(earlier.config.data, cfg.data))
     facts["weights"] = backbone.weights_used
     facts[DATASET_FACT] = dataset_fingerprint(cfg.data)  # a resume on other data is refused
     run, scratch = _claim_run_dir(cfg, overwrite, strategy, facts)

@@ -32,9 +32,39 @@ class Start:
     run: str
     kept_classes: list[str]
     new_classes: list[str]
+    seen: dict[str, int] | None = None  # this data's val/test photos the earlier run trained on (None: not known)
 
     def to_dict(self) -> dict:
-        return {"run": self.run, "kept_classes": self.kept_classes, "new_classes": self.new_classes}
+        return {"run": self.run, "kept_classes": self.kept_classes, "new_classes": self.new_classes,
+                "seen": self.seen, "warning": self.warning}  # fmt: skip
+
+    @property
+    def warning(self) -> str | None:
+        """Said where the run will be scored on photos the model it starts from trained on."""
+        if not self.seen or not any(self.seen.values()):
+            return None
+        counts = " and ".join(f"{n} {split}" for split, n in self.seen.items() if n)
+        return (
+            f"{counts} photo(s) of this data were training photos of {self.run}: this run starts from a model"
+            " that has seen them, so its figures on them read high. A grown folder converted again with the"
+            " same --seed keeps its photos' splits (docs/data.md)"
+        )
+
+
+def seen_in_training(earlier_data: str, data: str) -> dict[str, int] | None:
+    """How many of `data`'s val and test photos are, by content, training photos of `earlier_data`
+    (None where that data can no longer be read: nothing to compare)."""
+    from app.data.keyed import record_table
+    from app.data.pipeline import load_dataset_info
+
+    try:
+        trained = record_table(earlier_data, "train")["key"]
+    except (UserError, OSError) as err:
+        log.info("--init-from: the earlier run's data cannot be read (%s); not checked for photos it trained on", err)
+        return None
+    info = load_dataset_info(data)
+    splits = [split for split in ("val", "test") if info.num_examples(split)]
+    return {split: int(np.isin(record_table(data, split)["key"], trained).sum()) for split in splits}
 
 
 def check_start(init_from: str, facts: dict, side_features: list[dict]) -> FinishedRun:

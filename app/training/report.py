@@ -61,9 +61,9 @@ def format_result(metrics: dict) -> str:
             f"none of these: answered unknown above ood_score {o['threshold']:.2f}"
             f" ({100 * o['accept']:.0f}% of val accepted)"
         )
-    for key in ("weights_warning", "learning_warning"):
-        if metrics.get(key):
-            lines.append(f"WARNING: {metrics[key]}")
+    warnings = [metrics.get("weights_warning"), (metrics.get("init_from") or {}).get("warning"),
+                metrics.get("learning_warning")]  # fmt: skip
+    lines += [f"WARNING: {warning}" for warning in warnings if warning]
     lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")
     lite = (metrics.get("litert") or {}).get("float32")
     if lite:

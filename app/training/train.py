@@ -175,8 +175,9 @@ def _train(ctx: Context) -> dict:
 
 def _log_setup(ctx: Context, frozen: FrozenBackbone) -> None:
     """What setup chose, one line each: backbone and weights, distribution, phase 1's mode, XLA."""
-    if ctx.weights_warning:
-        log.warning("WARNING: %s", ctx.weights_warning)
+    for warning in (ctx.weights_warning, ctx.start and ctx.start.warning):
+        if warning:
+            log.warning("WARNING: %s", warning)
     log.info("backbone %s at %dx%d, weights: %s; precision %s", ctx.clf.spec.name, ctx.image_size, ctx.image_size,
              ctx.weights_used, ctx.policy)  # fmt: skip
     log.info("%s", describe_distribution(ctx))

@@ -98,5 +98,36 @@ def test_the_finished_run_records_where_it_started(tiny_config: TrainConfig, thr
         "run": str(three_class_run),
         "kept_classes": ["circle", "square", "triangle"],
         "new_classes": ["star"],
+        "seen": {"val": 0, "test": 0},  # the same photos split alike, star's new
+        "warning": None,
     }
     assert RunDir(Path(tiny_config.out)).read_config().init_from == str(three_class_run)
+
+
+def _names(records: Path, split: str) -> set[bytes]:
+    from app.data.pipeline import make_eval_dataset
+
+    ds = make_eval_dataset(records, split=split, image_size=16, with_filenames=True)
+    return {name for _, _, names in ds for name in names.numpy()}
+
+
+def test_photos_the_earlier_run_trained_on_are_counted_in_this_datas_val_and_test(
+    demo_images: Path, demo_records: Path, tmp_path: Path
+):
+    """The same photos converted with another --seed: many of this data's val and test photos
+    were the earlier data's training photos (counted here by file name, there by content)."""
+    from app.data.writer import write_tfrecords
+    from app.training.init_from import Start, seen_in_training
+
+    other_seed = tmp_path / "seed1"
+    write_tfrecords(demo_images, other_seed, val_fraction=0.25, test_fraction=0.25, num_shards=1, workers=1, seed=1)
+    seen = seen_in_training(str(other_seed), str(demo_records))
+    trained = _names(other_seed, "train")
+    assert seen == {split: len(_names(demo_records, split) & trained) for split in ("val", "test")}
+    assert seen["val"] > 0 and seen["test"] > 0
+    assert seen_in_training(str(demo_records), str(demo_records)) == {"val": 0, "test": 0}
+    assert seen_in_training(str(tmp_path / "gone"), str(demo_records)) is None  # nothing to compare
+
+    warning = Start("runs/old", ["a"], [], seen).warning
+    assert warning.startswith(f"{seen['val']} val and {seen['test']} test photo(s) of this data were training photos")
+    assert Start("runs/old", ["a"], [], {"val": 0, "test": 0}).warning is None
