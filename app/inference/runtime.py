@@ -138,8 +138,8 @@ def answers_or_reasons(
     """Per image: its answer ({"probabilities"[, "ood_score", "unknown"]}), or why it has none:
     a str in `images` (why the file could not be read) is kept as it is; an image the eval decode
     refuses is read as `photoclf convert` reads it, and if that fails too gets the header check's
-    words, else "undecodable"; one over the pixel limit is refused as it is. For offline work
-    (evaluation, batch prediction); `tta` adds test-time augmentation around the export's
+    words, else convert's (a truncated file); one over the pixel limit is refused as it is. For
+    offline work (evaluation, batch prediction); `tta` adds test-time augmentation around the export's
     predict_images; `side` holds each side feature's raw values, one per image, for a model that
     takes them.
 
@@ -170,29 +170,32 @@ def answers_or_reasons(
             ]
     try:
         check_size(images[0], max_megapixels)
-        reason = "undecodable"
+        header_reason = None
     except ImageRejected as err:
         if err.status == 413:
             return [str(err)]
-        reason = str(err)
-    return [_answered_as_converted(runtime, images[0], max_megapixels, tta, side) or reason]
+        header_reason = str(err)
+    converted = _answered_as_converted(runtime, images[0], max_megapixels, tta, side)
+    if isinstance(converted, dict):
+        return [converted]
+    return [str(converted) if isinstance(converted, TooLarge) or header_reason is None else header_reason]
 
 
 def _answered_as_converted(
     runtime: TFRuntime | HostRuntime, image: bytes, max_megapixels: float, tta: str, side: dict[str, list]
-) -> dict[str, np.ndarray] | str | None:
+) -> dict[str, np.ndarray] | Unconvertible:
     """The answer for a photo the eval decode cannot read but `photoclf convert` can (a TIFF, an
     iPhone's HEIC, a BMP or JPEG TensorFlow misreads and Pillow reads): the JPEG convert would
     store for training goes through the one eval decode, so it is answered as such photos were
-    trained on. Over the pixel limit: Pillow's reason (read from its header, before decoding);
-    None when Pillow cannot read it either."""
+    trained on. Otherwise why not, as convert words it: TooLarge over the pixel limit (read from
+    its header, before decoding), or a damaged file's reason ("undecodable: image file is truncated")."""
     try:
         jpeg = convert_image(image, max_pixels=max_pixels(max_megapixels)).jpeg
         outputs = _answers(runtime, [jpeg], tta, side)
-    except TooLarge as err:
-        return str(err)
-    except (Unconvertible, tf.errors.InvalidArgumentError):
-        return None
+    except Unconvertible as err:
+        return err
+    except tf.errors.InvalidArgumentError:
+        return Unconvertible("undecodable")
     return {k: v[0] for k, v in outputs.items()}
 
 

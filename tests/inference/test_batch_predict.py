@@ -41,8 +41,8 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
         "path", "answer", "label_1", "score_1", "label_2", "score_2", "unknown", "ood_score", "error"
     ]  # fmt: skip
     errors = {Path(r["path"]).name: r["error"] for r in rows if r["error"]}
+    assert errors.pop("truncated.jpg").startswith("undecodable: image file is truncated (")  # Pillow's words
     assert errors == {
-        "truncated.jpg": "undecodable",
         "not_an_image.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
         "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
         "huge.png": "image is 50000x50000 pixels; the limit is 70 megapixels",
