@@ -18,8 +18,10 @@ from app.errors import UserError
 from app.export import layout
 from app.export.parity import too_few
 
-SETTINGS = ("backbone", "image_size", "epochs_head", "epochs_finetune", "lr_head", "lr_finetune", "unfreeze",
-            "batch_size", "augment", "label_smoothing", "seed", "forward_runtime")  # fmt: skip
+# The backbone and the input size it ran at are the card's backbone line (the config's image_size
+# may be 0, "the backbone's default"); these are the other settings a reader compares runs by.
+SETTINGS = ("epochs_head", "epochs_finetune", "lr_head", "lr_finetune", "unfreeze", "batch_size", "augment",
+            "label_smoothing", "seed", "forward_runtime")  # fmt: skip
 
 
 def card(metadata: dict, config: dict) -> dict:
@@ -122,7 +124,7 @@ def _per_class_rows(scores: dict | None) -> list[str]:
         return []
     rows = [f"| {_cell(name)} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} | {c['support']} |"
             for name, c in scores.items()]  # fmt: skip
-    return ["", "| class (test) | precision | recall | F1 | photos |", "| --- | ---: | ---: | ---: | ---: |", *rows]
+    return ["", "| class (test) | precision | recall | F1 | photos |", "| --- | ---: | ---: | ---: | ---: |", *rows, ""]
 
 
 def _section_runtimes(facts: dict) -> list[str]:

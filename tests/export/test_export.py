@@ -151,6 +151,9 @@ def test_every_export_has_a_model_card_with_only_what_the_run_measured_or_record
     assert card["training"]["seed"] == config["seed"] and card["backbone"]["name"] == meta["backbone"]
     page = (version / "MODEL_CARD.md").read_text()
     assert f"test accuracy: {meta['training_metrics']['test']['accuracy']:.4f}" in page
+    assert "image_size" not in card["training"]  # the config's may be 0, "the backbone's default": said resolved
+    assert f"- backbone: {meta['backbone']} at {meta['input_size']} px" in page.splitlines()
+    assert "\n\n- calibration: " in page  # the per-class table ends before the list goes on
     test, classes = meta["training_metrics"]["test"], meta["classes"]
     per_class = test["per_class"]  # from the test split's confusion matrix: its photos and its correct answers
     assert list(per_class) == classes and sum(c["support"] for c in per_class.values()) == test["count"]
