@@ -70,10 +70,18 @@ def run(args: argparse.Namespace) -> None:
     run_dir = RunDir.of_export(version)
     answers = _answers(args, run_dir)
     reviewed = answers.reviewed()
-    photos = [p for p in list_inputs(args.unlabelled, "UNLABELLED") if p.resolve() not in reviewed]
+    listed = list_inputs(args.unlabelled, "UNLABELLED")
+    photos = [p for p in listed if p.resolve() not in reviewed]
+    copies = answers.copies(photos)
+    photos = [p for p in photos if p not in copies]
     if not photos:
         raise UserError(f"{args.unlabelled}: every photo is already in {args.manifest}; nothing to review")
-    print(f"ranking {len(photos)} photo(s); {len(reviewed)} the manifest already names (answered, or the run's own)")
+    known = len(listed) - len(photos)
+    print(
+        f"ranking {len(photos)} photo(s)"
+        + (f"; {known} left out as {args.manifest} names them already (answered, or the run's own)" if known else "")
+        + (f", {len(copies)} of them copies under another path" if copies else "")
+    )
     _review(args, version, answers, photos, loop.next_steps(answers, run_dir))
 
 
@@ -89,8 +97,9 @@ def _answers(args: argparse.Namespace, run_dir: RunDir | None) -> Answers:
         return answers
     with lasting_imports():
         answers = loop.start_combined(args.manifest, run_dir, source)
-    count = len(answers.rows)
-    print(f"{args.manifest} will hold the run's {count} photos from {source} (each in its split) and the answers")
+    if not args.top:  # --top writes nothing; the run's own photos are still not asked about
+        print(f"{args.manifest} will hold the run's {len(answers.rows)} photos from {source} (each in its split) "
+              "and the answers")  # fmt: skip
     return answers
 
 

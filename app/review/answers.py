@@ -13,6 +13,7 @@ answer being written, never the file.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import os
 from dataclasses import dataclass
@@ -68,6 +69,15 @@ class Answers:
         """Every photo the manifest already names, resolved as the converter resolves it."""
         return {(self.path.parent / row[0].strip()).resolve() for row in self.rows}
 
+    def copies(self, photos: list[Path]) -> set[Path]:
+        """Those of `photos` whose bytes are a photo's the manifest names under another path (a
+        copy of a training photo, or of a val or test one, which answered would leak into train).
+        Only files of a size both sides have are read."""
+        named = [path for path in self.reviewed() if path.is_file()]
+        sizes = {_size(p) for p in photos} - {None}
+        digests = {_digest(p) for p in named if _size(p) in sizes}
+        return {p for p in photos if _size(p) in sizes and _digest(p) in digests}
+
     def record(self, photo: Path, label: str | None) -> None:
         """Adds the answer for `photo`: a class, or None for "not any class"; then writes the file."""
         if label is None and KEEP_COLUMN not in self.header:
@@ -92,3 +102,17 @@ class Answers:
 
 def _relative(photo: Path, folder: Path) -> str:
     return os.path.relpath(photo.resolve(), folder)
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None

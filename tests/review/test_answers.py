@@ -93,3 +93,17 @@ def test_a_manifest_the_converter_would_refuse_is_refused_naming_it(tmp_path: Pa
 def test_a_manifest_in_a_missing_folder_is_refused(tmp_path: Path):
     with pytest.raises(UserError, match="does not exist"):
         Answers.open(tmp_path / "nowhere" / "review.csv")
+
+
+def test_a_photo_copied_from_one_the_manifest_names_is_found_by_its_bytes(tmp_path: Path):
+    named = _photos(tmp_path / "data", ["a.png", "b.png", "c.png"])
+    answers = Answers.open(tmp_path / "review.csv")
+    for photo in named:
+        answers.record(photo, "cat")
+    new = _photos(tmp_path / "new", ["x.png", "y.png"])  # the colours of a.png and b.png: the same bytes
+    same_size = tmp_path / "new" / "z.png"  # as large as c.png, other bytes
+    same_size.write_bytes(bytes(reversed(named[2].read_bytes())))
+    gone = tmp_path / "new" / "gone.png"  # listed, then deleted: not a copy of anything
+    assert answers.copies([*new, same_size, gone]) == set(new)
+    (tmp_path / "data" / "a.png").unlink()  # a named photo that is gone is no longer matched
+    assert answers.copies([*new, same_size]) == {new[1]}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import with_tiny_backbone
+from PIL import Image
 
 from app.export.layout import metadata_path, resolve_model_dir
 from app.review.answers import NOT_ANY_CLASS, Answers
@@ -23,14 +24,16 @@ from app.review.server import Review, make_app
 
 @pytest.fixture(scope="module")
 def unlabelled(demo_images: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three photos of each shape, and a burst: four copies of one more."""
+    """Three photos of each shape, and a burst: four copies of one more. Each is a demo photo saved
+    again (new bytes, as a new photo has): a byte-for-byte copy of one of the run's photos is
+    not asked about."""
     folder = tmp_path_factory.mktemp("unlabelled")
     for shape in ("circle", "square", "star", "triangle"):
         for photo in sorted((demo_images / shape).glob(f"{shape}_*.jpg"))[:3]:
-            shutil.copy(photo, folder / photo.name)
-    burst = sorted((demo_images / "star").glob("star_*.jpg"))[5]
-    for i in range(4):
-        shutil.copy(burst, folder / f"burst_{i}.jpg")
+            Image.open(photo).save(folder / photo.name, quality=90)
+    Image.open(sorted((demo_images / "star").glob("star_*.jpg"))[5]).save(folder / "burst_0.jpg", quality=90)
+    for i in range(1, 4):
+        shutil.copy(folder / "burst_0.jpg", folder / f"burst_{i}.jpg")
     (folder / "notes.txt").write_text("not a photo")
     return folder
 
