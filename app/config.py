@@ -29,7 +29,7 @@ class TrainConfig:
     # data
     data: str = _key(
         "",
-        "TFRecord folder or gs:// URL from make_tfrecords.py; empty = the built-in demo (built if missing)",
+        "TFRecord folder or gs:// URL from photoclf convert; empty = the built-in demo (built if missing)",
         flag=True,
     )
     out: str = _key("runs/demo", "run directory: config, logs, checkpoints, metrics, export", flag=True)
@@ -39,7 +39,11 @@ class TrainConfig:
         "backbone registry key (see docs/training.md), a TF-Hub handle URL or a SavedModel folder",
         flag=True,
     )
-    weights: str = _key("auto", "auto | imagenet | none | PATH to a .h5/.weights.h5 file", flag=True)
+    weights: str = _key(
+        "auto",
+        "auto | imagenet | none | PATH to a weights file (.h5, .weights.h5; .npz for EfficientNet-Lite)",
+        flag=True,
+    )
     image_size: int = _key(0, "input size in pixels; 0 = the backbone's default", flag=True)
     init_from: str = _key(
         "",

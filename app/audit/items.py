@@ -1,6 +1,6 @@
 """What the audit looks at: every image of DATA with its split and label, and the ones it could not read.
 
-DATA is anything `make_tfrecords.py` accepts (class folders, a pre-split tree, a CSV manifest;
+DATA is anything `photoclf convert` accepts (class folders, a pre-split tree, a CSV manifest;
 class folders are split as the converter would split them, same fractions and seed) or a
 TFRecord folder it wrote. Files are read through the converter's own `convert_image`, so the
 audit sees what training would see, and rejects what the converter would reject, with its reason.

@@ -101,7 +101,7 @@ img{{max-width:140px;max-height:140px}} .pair{{border-bottom:1px solid #ddd;padd
 
 
 def write_manifest(result: dict, items: list[AuditItem], path: Path) -> Path:
-    """A CSV that `make_tfrecords.py` accepts: path,label,split, then `finding` and
+    """A CSV that `photoclf convert` accepts: path,label,split, then `finding` and
     `suggested_label` for review (an unreadable file's row says why), and `keep`: true, except
     the val/test copy of every leak and the second image of every other exact duplicate pair.
     Edit labels or `keep`, then convert."""

@@ -2,12 +2,12 @@
 
     photoclf audit photos/                                  # class folders (or train/ val/ [test/])
     photoclf audit photos.csv --write-manifest reviewed.csv # then edit it and convert it
-    photoclf audit data/                                    # a TFRecord folder from make_tfrecords.py
+    photoclf audit data/                                    # a TFRecord folder from photoclf convert
 
 Writes REPORT/audit.json (every finding), REPORT/report.html (one self-contained page) and
 REPORT/embeddings.npz (reused by the next audit of the same files), and prints a summary.
---write-manifest writes a CSV that make_tfrecords.py accepts: review it (flip labels, set
-keep=false), then run make_tfrecords.py on it.
+--write-manifest writes a CSV that `photoclf convert` accepts: review it (flip labels, set
+keep=false), then convert it.
 """
 
 from __future__ import annotations

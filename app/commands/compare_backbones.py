@@ -3,7 +3,7 @@
     photoclf compare-backbones data/ --backbones mobilenet_v2,efficientnet_b0,convnext_tiny
     photoclf compare-backbones data/ --backbones mobilenet_v2,mobilenet_v2@none   # is pretraining paying?
 
-DATA is a make_tfrecords.py folder. Each backbone runs once over every split (evaluation
+DATA is a TFRecord folder from `photoclf convert`. Each backbone runs once over every split (evaluation
 preprocessing, no augmentation); a logistic regression on its pooled features is fitted on
 train and scored on val (and test). Ranked by val accuracy: what phase 1 of a run can get out
 of that backbone, in minutes per backbone on a CPU instead of a fine-tune each. A candidate
@@ -23,7 +23,7 @@ HELP = "which backbone for your photos? Ranks candidates by a linear probe on th
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", type=Path, help="TFRecord folder from make_tfrecords.py (train and val splits)")
+    p.add_argument("data", type=Path, help="TFRecord folder from photoclf convert (train and val splits)")
     p.add_argument(
         "--backbones", required=True, help="comma-separated NAME[@WEIGHTS], e.g. mobilenet_v2,efficientnet_b0"
     )

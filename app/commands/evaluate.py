@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
         required=True,
-        help="TFRecord folder or gs:// URL (make_tfrecords.py), or a local folder of class folders",
+        help="TFRecord folder or gs:// URL (photoclf convert), or a local folder of class folders",
     )
     p.add_argument("--split", default="val", help="split of a TFRecord folder (default val)")
     p.add_argument(

@@ -1,4 +1,4 @@
-"""Combine the outputs of `make_tfrecords.py --num-writers N --writer-index i` into one dataset.json.
+"""Combine the outputs of `photoclf convert --num-writers N --writer-index i` into one dataset.json.
 
     photoclf merge data/
 

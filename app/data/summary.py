@@ -1,4 +1,4 @@
-"""Human-readable summary of a dataset.json: the table make_tfrecords prints at the end."""
+"""Human-readable summary of a dataset.json: the table `photoclf convert` prints at the end."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int,
 
 
 def folder_examples(folder: str | Path) -> tuple[list[str], int, Iterator[Example]]:
-    """A folder of class folders, found as make_tfrecords.py finds them (hidden files ignored); a
+    """A folder of class folders, found as `photoclf convert` finds them (hidden files ignored); a
     file that cannot be read (a link whose target is gone) is listed as skipped, with why."""
     folder = Path(folder)
     class_folders = class_dirs(folder)
