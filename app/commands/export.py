@@ -13,7 +13,6 @@ temp dir and renamed when complete; an existing version is never overwritten.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from app.cli import finite_float, lasting_imports
@@ -63,4 +62,9 @@ def run(args: argparse.Namespace) -> None:
         max_megapixels=args.max_megapixels,
         tta=args.tta,
     )
-    print(json.dumps(paths, indent=2))
+    from app.export import layout
+    from app.export.parity import parity_lines
+
+    print(f"model: {paths['saved_model']}")
+    print("\n".join(parity_lines(paths)))
+    print(f"every check's figures: {layout.metadata_path(Path(paths['saved_model']))}")

@@ -205,3 +205,46 @@ def refusal(parity: dict | None, what: str) -> str | None:
         )
         return f"its {what} parity check against the SavedModel failed ({why})"
     return None
+
+
+def parity_lines(record: dict) -> list[str]:
+    """A line for each file beside the SavedModel in `record` (metadata.json's or metrics.json's
+    "litert", "openvino" and "onnx"): how each precision agreed with it on val photos, and whether
+    `photoclf serve` may run it. What train and export print."""
+    lines = [_litert_line(mode, parity) for mode, parity in (record.get("litert") or {}).items()]
+    for runtime, what in (("openvino", "IR"), ("onnx", "file")):
+        if record.get(runtime):
+            lines.append(_runtime_line(runtime, what, record[runtime]))
+    return lines
+
+
+def _litert_line(mode: str, parity: dict) -> str:
+    if parity.get("passed") and not too_few(parity):
+        return (
+            f"litert: {mode} file agrees with the SavedModel on {round(parity['top1_agreement'] * parity['images'])}"
+            f"/{parity['images']} val images (max difference {parity['max_abs_diff']:.1e}); photoclf serve may run it"
+        )
+    reasons = [parity["missing"]] if parity.get("missing") else []
+    if not reasons and not parity.get("passed"):
+        required = parity.get("required_agreement", 1.0)
+        reasons.append(f"top-1 agreement {parity['top1_agreement']:.4f} against the {required:g} required")
+    reasons += [too_few(parity)] if too_few(parity) and not parity.get("missing") else []
+    return f"litert: {mode} file NOT checked OK ({'; '.join(reasons)}); photoclf serve will not run it"
+
+
+def _runtime_line(runtime: str, what: str, checks: dict) -> str:
+    """Each precision's top-1 agreement with the SavedModel, and whether it may serve."""
+    if "missing" in checks:
+        return f"{runtime}: {checks['missing']}"
+    said, served = [], False
+    for precision, parity in checks.items():
+        if isinstance(parity, dict) and "top1_agreement" in parity:
+            agreed = f"{round(parity['top1_agreement'] * parity['images'])}/{parity['images']}"
+            if "unknown_agreement" in parity:  # "none of these" decided alike too
+                agreed += f" top-1, {round(parity['unknown_agreement'] * parity['images'])}/{parity['images']} unknown"
+            passed = parity["passed"] and not too_few(parity)
+            served |= passed
+            why = "" if passed else f" (not served: {too_few(parity) or 'below its bar'})"
+            said.append(f"{precision} {agreed}{why}")
+    may = "photoclf serve may run it" if served else "photoclf serve will not run it"
+    return f"{runtime}: {what} agrees with the SavedModel on val images in {', '.join(said)}; {may}"

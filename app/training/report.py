@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.evaluation.metrics import accuracy_with_interval
-from app.export.parity import too_few
+from app.export.parity import parity_lines
 from app.table import format_table
 
 
@@ -65,35 +65,4 @@ def format_result(metrics: dict) -> str:
                 metrics.get("learning_warning")]  # fmt: skip
     lines += [f"WARNING: {warning}" for warning in warnings if warning]
     lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")
-    lite = (metrics.get("litert") or {}).get("float32")
-    if lite:
-        lines.append(_litert_line(lite))
-    for runtime, what in (("openvino", "IR"), ("onnx", "file")):
-        if metrics.get(runtime):
-            lines.append(_runtime_line(runtime, what, metrics[runtime]))
-    return "\n".join(lines)
-
-
-def _litert_line(parity: dict) -> str:
-    if parity.get("passed"):
-        return (
-            f"litert: float32 file agrees with the SavedModel on {round(parity['top1_agreement'] * parity['images'])}"
-            f"/{parity['images']} val images (max difference {parity['max_abs_diff']:.1e}); photoclf serve may run it"
-        )
-    why = parity.get("missing") or f"top-1 agreement {parity['top1_agreement']:.4f}"
-    return f"litert: float32 file NOT checked OK ({why}); photoclf serve will not run it"
-
-
-def _runtime_line(runtime: str, what: str, checks: dict) -> str:
-    """Each precision's top-1 agreement with the SavedModel, and whether it may serve."""
-    if "missing" in checks:
-        return f"{runtime}: {checks['missing']}"
-    said = []
-    for precision, parity in checks.items():
-        if isinstance(parity, dict) and "top1_agreement" in parity:
-            agreed = f"{round(parity['top1_agreement'] * parity['images'])}/{parity['images']}"
-            if "unknown_agreement" in parity:  # "none of these" decided alike too
-                agreed += f" top-1, {round(parity['unknown_agreement'] * parity['images'])}/{parity['images']} unknown"
-            why = "" if parity["passed"] else f" (not served: {too_few(parity) or 'below its bar'})"
-            said.append(f"{precision} {agreed}{why}")
-    return f"{runtime}: {what} agrees with the SavedModel on val images in {', '.join(said)}; photoclf serve may run it"
+    return "\n".join(lines + parity_lines(metrics))

@@ -75,13 +75,18 @@ def test_fine_tune_exports_with_all_signatures(trained_run: Path, demo_records: 
     assert metrics["litert"]["float32"] == parity
     assert f"agrees with the SavedModel on {parity['images']}/{parity['images']} val images" in format_result(metrics)
     failed = {**metrics, "litert": {"float32": {**parity, "passed": False, "top1_agreement": 0.5}}}
-    assert "NOT checked OK (top-1 agreement 0.5000); photoclf serve will not run it" in format_result(failed)
+    said = "float32 file NOT checked OK (top-1 agreement 0.5000 against the 1 required); photoclf serve will not run"
+    assert said in format_result(failed)
+    int8 = {"images": 150, "top1_agreement": 0.88, "passed": False, "required_agreement": 0.995, "max_abs_diff": 0.7}
+    said = "int8 file NOT checked OK (top-1 agreement 0.8800 against the 0.995 required; 150 val images, under the 200"
+    assert said in format_result({**metrics, "litert": {"float32": parity, "int8": int8}})  # every file is said
     ir = metrics["openvino"]["float32"]
     n = ir["images"]
     assert f"openvino: IR agrees with the SavedModel on val images in float32 {n}/{n} top-1, {n}/{n} unknown" in (
         format_result(metrics))  # fmt: skip
     below = {**metrics, "openvino": {"float32": {**ir, "passed": False, "top1_agreement": 0.5}}}
-    assert f"float32 {round(n / 2)}/{n} top-1, {n}/{n} unknown (not served: below its bar)" in format_result(below)
+    said = f"float32 {round(n / 2)}/{n} top-1, {n}/{n} unknown (not served: below its bar); photoclf serve will not"
+    assert said in format_result(below)
     few = {**metrics, "openvino": {"bfloat16": {**ir, "passed": False, "min_images": 200, "required_agreement": 0.995}}}
     said = f"bfloat16 {n}/{n} top-1, {n}/{n} unknown (not served: {n} val images, under the 200 its bar needs)"
     assert said in format_result(few)

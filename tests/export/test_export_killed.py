@@ -19,7 +19,7 @@ from app.serving.store import ModelStore
 def export(run: Path, export_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
         with_tiny_backbone("export.py", str(run), "--export-dir", str(export_dir), "--name", "m"),
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
 
@@ -49,8 +49,11 @@ def test_kill_9_during_export_keeps_the_served_version_and_the_next_export_compl
     assert store.current.version == 1
 
     again = export(trained_run, tmp_path / "export")
-    _, errors = again.communicate(timeout=300)
+    said, errors = again.communicate(timeout=300)
     assert again.returncode == 0, errors.decode()[-2000:]
+    lines = said.decode().splitlines()  # what it wrote, and each file's check in a line
+    assert lines[0] == f"model: {model_dir / '2'}" and lines[-1].endswith(str(layout.metadata_path(model_dir / "2")))
+    assert any(line.startswith("litert: float32 file agrees with the SavedModel on") for line in lines)
     assert layout.versions(model_dir) == [1, 2] and not staging.exists()  # the killed one's folder cleared
     store.poll_once()
     assert store.current.version == 2
