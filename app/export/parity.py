@@ -224,12 +224,13 @@ def _litert_line(mode: str, parity: dict) -> str:
             f"litert: {mode} file agrees with the SavedModel on {round(parity['top1_agreement'] * parity['images'])}"
             f"/{parity['images']} val images (max difference {parity['max_abs_diff']:.1e}); photoclf serve may run it"
         )
-    reasons = [parity["missing"]] if parity.get("missing") else []
-    if not reasons and not parity.get("passed"):
+    if parity.get("missing"):
+        why = parity["missing"]
+    else:
         required = parity.get("required_agreement", 1.0)
-        reasons.append(f"top-1 agreement {parity['top1_agreement']:.4f} against the {required:g} required")
-    reasons += [too_few(parity)] if too_few(parity) and not parity.get("missing") else []
-    return f"litert: {mode} file NOT checked OK ({'; '.join(reasons)}); photoclf serve will not run it"
+        agreement = f"top-1 agreement {parity['top1_agreement']:.4f} against the {required:g} required"
+        why = "; ".join(r for r in (None if parity.get("passed") else agreement, too_few(parity)) if r)
+    return f"litert: {mode} file NOT checked OK ({why}); photoclf serve will not run it"
 
 
 def _runtime_line(runtime: str, what: str, checks: dict) -> str:

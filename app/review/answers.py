@@ -13,7 +13,6 @@ answer being written, never the file.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import os
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from app import storage
 from app.data.manifest import KEEP_COLUMN, read_manifest_table
 from app.errors import UserError
+from app.export import layout
 
 NOT_ANY_CLASS = "(not any class)"  # the label cell of a photo that is none of the classes
 NEW_HEADER = ("path", "label", KEEP_COLUMN)
@@ -73,10 +73,10 @@ class Answers:
         """Those of `photos` whose bytes are a photo's the manifest names under another path (a
         copy of a training photo, or of a val or test one, which answered would leak into train).
         Only files of a size both sides have are read."""
-        named = [path for path in self.reviewed() if path.is_file()]
-        sizes = {_size(p) for p in photos} - {None}
-        digests = {_digest(p) for p in named if _size(p) in sizes}
-        return {p for p in photos if _size(p) in sizes and _digest(p) in digests}
+        sizes = {photo: _size(photo) for photo in photos}
+        shared = set(sizes.values()) - {None}
+        digests = {_digest(path) for path in self.reviewed() if _size(path) in shared} - {None}  # unreadable: no match
+        return {photo for photo, size in sizes.items() if size in shared and _digest(photo) in digests}
 
     def record(self, photo: Path, label: str | None) -> None:
         """Adds the answer for `photo`: a class, or None for "not any class"; then writes the file."""
@@ -113,6 +113,6 @@ def _size(path: Path) -> int | None:
 
 def _digest(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return layout.sha256_of(path)
     except OSError:
         return None
