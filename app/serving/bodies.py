@@ -19,8 +19,15 @@ from app.serving.tf_json import ApiError
 T = TypeVar("T")
 
 
-def too_large(limit: int) -> str:
-    return f"request body too large (limit {limit} bytes)"
+def too_large(limit: int, size: int | None = None) -> str:
+    """Names the flag: a phone's full-size photo can be over the default, and the one who can
+    raise the limit reads the server's answers."""
+    declared = "" if size is None else f": {_size(size)}"
+    return f"request body too large{declared}, over this server's {_size(limit)} limit (photoclf serve --max-body-mb)"
+
+
+def _size(n: int) -> str:
+    return f"{n:,} bytes" if n < 2**20 else f"{round(n / 2**20, 1):g} MB"
 
 
 async def _in_client_time(request: web.Request, read: Awaitable[T]) -> T:

@@ -52,7 +52,7 @@ async def declared_size_first(request: web.Request, handler):
     it to find out cost the server its memory in the soak (benchmarks/README.md, "Soak")."""
     limit = request.app[LIMITS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise ApiError(413, too_large(limit))
+        raise ApiError(413, too_large(limit, request.content_length))
     return await handler(request)
 
 
