@@ -29,16 +29,19 @@ _OTHER_SEPARATORS = (";", ",", "/", "+")  # a label list written with one of the
 
 
 KEEP_COLUMN = "keep"  # optional manifest column: rows marked false/0/no are left out
+STANDARD_COLUMNS = ("path", "label", "split", KEEP_COLUMN)  # read in any case: "Path,Label" from a spreadsheet
 _FALSE = {"false", "0", "no", "n"}
 
 
 def _manifest_header(csv_path: Path, header: list[str]) -> tuple[bool, int | None]:
     """(has a split column, index of the keep column). Further columns (e.g. an audit's
     findings) are allowed and ignored."""
-    names = [h.strip() for h in header]
+    names = header_names(header)
     if names[:2] != ["path", "label"]:
         other = next((sep for sep in (";", "\t", "|") if len(header) == 1 and sep in header[0]), None)
         hint = f"; its columns are separated by {other!r}: save it with commas" if other else ""
+        found = ",".join(header)
+        hint = hint or f", not {found[:60] + ('...' if len(found) > 60 else '')!r}"
         raise UserError(
             f"{csv_path}: the first line must be the header 'path,label' or 'path,label,split'"
             f" (more columns may follow){hint}"
@@ -46,8 +49,15 @@ def _manifest_header(csv_path: Path, header: list[str]) -> tuple[bool, int | Non
     return "split" in names[2:3], names.index(KEEP_COLUMN) if KEEP_COLUMN in names else None
 
 
-def _side_columns_at(csv_path: Path, header: list[str], columns: tuple[Column, ...]) -> list[int]:
+def header_names(header: list[str]) -> list[str]:
+    """The header's names as the converter reads them: stripped, and the standard ones lower-cased
+    (side-feature columns keep their case: their names are the user's)."""
     names = [h.strip() for h in header]
+    return [n.lower() if n.lower() in STANDARD_COLUMNS else n for n in names]
+
+
+def _side_columns_at(csv_path: Path, header: list[str], columns: tuple[Column, ...]) -> list[int]:
+    names = header_names(header)
     for column in columns:
         if column.name not in names:
             raise UserError(f"{csv_path}: no column '{column.name}' for --feature-columns (it has: {', '.join(names)})")

@@ -163,6 +163,15 @@ def _check_fractions(val_fraction: float, test_fraction: float) -> None:
         raise UserError("--val-fraction + --test-fraction must leave images for training")
 
 
+def case_twins(names: list[str]) -> list[list[str]]:
+    """Groups of names that differ only in case ('Tulip', 'tulip'): two classes to the converter
+    (a letter's 'A' and 'a' may well be), most often one class typed two ways."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(names):
+        groups.setdefault(name.casefold(), []).append(name)
+    return [group for group in groups.values() if len(group) > 1]
+
+
 def _check_classes(by_split: dict[str, dict[str, list[Path]]], src: Path) -> list[str]:
     """Every class must have images in every split that was asked for."""
     classes = sorted({c for per_class in by_split.values() for c in per_class})
@@ -173,9 +182,11 @@ def _check_classes(by_split: dict[str, dict[str, list[Path]]], src: Path) -> lis
             continue  # split not requested
         for name in classes:
             if not per_class.get(name):
+                twins = next((g for g in case_twins(classes) if name in g), None)
+                hint = f"; {' and '.join(map(repr, twins))} differ only in case" if twins else ""
                 raise UserError(
                     f"{src}: class '{name}' gets no images in split '{split}'"
-                    " (add images, or change --val-fraction/--test-fraction)"
+                    f" (add images, or change --val-fraction/--test-fraction){hint}"
                 )
     return classes
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.data.sources import MIN_EVAL_PHOTOS
+from app.data.sources import MIN_EVAL_PHOTOS, case_twins
 from app.table import format_table
 
 
@@ -28,6 +28,11 @@ def format_summary(meta: dict, out_dir: str) -> str:
     elif empty:
         lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
     lines += few_photos_warning(meta["counts"], meta["classes"]) if not multi_label else []
+    lines += [
+        f"WARNING: {' and '.join(map(repr, twins))} differ only in case, so they are separate classes;"
+        " if they are one, write its label the same way everywhere"
+        for twins in case_twins(meta["classes"])
+    ]
     lines += _duplicate_lines(meta.get("duplicates"))
     lines += _side_feature_lines(meta)
     if meta["skipped"]:

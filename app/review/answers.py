@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app import storage
-from app.data.manifest import KEEP_COLUMN, read_manifest_table
+from app.data.manifest import KEEP_COLUMN, header_names, read_manifest_table
 from app.errors import UserError
 from app.export import layout
 
@@ -41,7 +41,7 @@ class Answers:
         if not path.exists():
             return cls(path, list(NEW_HEADER), [])
         header, rows = read_manifest_table(path)
-        return cls(path, [h.strip() for h in header], [r for r in rows if r])
+        return cls(path, header_names(header), [r for r in rows if r])
 
     @classmethod
     def combined(cls, path: Path, photos_root: Path, index: list[tuple[str, str, str]]) -> Answers:

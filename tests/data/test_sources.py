@@ -224,8 +224,48 @@ def test_a_manifest_saved_with_semicolons_is_refused_saying_so(tmp_path: Path):
     with pytest.raises(UserError, match="header 'path,label'.*separated by ';': save it with commas$"):
         scan_source(tmp_path / "m.csv")
     (tmp_path / "other.csv").write_text("file,class\nimg/x/000.jpg,cat\n")
-    with pytest.raises(UserError, match=r"\(more columns may follow\)$"):  # no separator to blame
+    with pytest.raises(UserError, match=r"\(more columns may follow\), not 'file,class'$"):  # no separator to blame
         scan_source(tmp_path / "other.csv")
+
+
+def test_a_spreadsheets_capitalised_header_reads_as_the_lower_case_one(tmp_path: Path):
+    """'Path,Label,Split,Keep' as a spreadsheet writes it reads as 'path,label,split,keep'."""
+    _make_tree(tmp_path / "img", {"x": 5})
+    rows = [
+        "000.jpg,cat,train,yes",
+        "001.jpg,dog,train,yes",
+        "002.jpg,cat,val,yes",
+        "003.jpg,dog,val,",
+        "004.jpg,cat,train,no",
+    ]
+    (tmp_path / "m.csv").write_text(" Path ,LABEL,Split,Keep\n" + "".join(f"img/x/{row}\n" for row in rows))
+    source = scan_source(tmp_path / "m.csv")
+    assert [(i.path.name, i.class_name, i.split) for i in source.images] == [
+        ("000.jpg", "cat", "train"),
+        ("001.jpg", "dog", "train"),
+        ("002.jpg", "cat", "val"),
+        ("003.jpg", "dog", "val"),
+    ]
+    assert source.skipped == [{"path": "img/x/004.jpg", "reason": "keep = no in the manifest"}]
+
+
+def test_labels_that_differ_only_in_case_are_two_classes_and_said_so(tmp_path: Path):
+    """'A' and 'a' may be two letters; 'Tulip' and 'tulip' are most often one class typed twice.
+    Kept apart, and named wherever they surface: a class left without val photos, the summary."""
+    from app.data.sources import case_twins
+    from app.data.summary import format_summary
+
+    _make_tree(tmp_path / "img", {"x": 12})
+    labels = ["tulip"] * 5 + ["Tulip"] + ["rose"] * 6
+    (tmp_path / "m.csv").write_text("path,label\n" + "".join(f"img/x/{i:03d}.jpg,{n}\n" for i, n in enumerate(labels)))
+    with pytest.raises(UserError, match="class 'Tulip' gets no images in split 'val'.*'Tulip' and 'tulip' differ only"):
+        scan_source(tmp_path / "m.csv", 0.3)
+    assert scan_source(tmp_path / "m.csv", 0.0, 0.0).classes == ["Tulip", "rose", "tulip"]
+    assert case_twins(["a", "A", "b", "B", "c", "Ä", "ä"]) == [["A", "a"], ["B", "b"], ["Ä", "ä"]]
+    meta = {"classes": ["Tulip", "rose", "tulip"], "counts": {"train": {"Tulip": 1, "rose": 6, "tulip": 5}},
+            "shards": {"train": ["s"]}, "bytes": 0, "reencoded": 0, "skipped": []}  # fmt: skip
+    (warning,) = [line for line in format_summary(meta, "out").splitlines() if "case" in line]
+    assert warning.startswith("WARNING: 'Tulip' and 'tulip' differ only in case, so they are separate classes")
 
 
 def test_a_manifest_row_whose_file_is_missing_is_skipped_and_listed(tmp_path: Path):
