@@ -104,7 +104,11 @@ class TrainConfig:
         " block below at the rate of the block above x this; 1 = one rate for all",
     )
     # both phases
-    batch_size: int = _key(32, "per-replica batch size; the global batch is this x the number of replicas", flag=True)
+    batch_size: int = _key(
+        32,
+        "per-replica batch size; the global batch is this x the number of replicas (or the train split, if smaller)",
+        flag=True,
+    )
     weight_decay: float = _key(1e-4, "decoupled weight decay (AdamW); not applied to biases or BatchNorm")
     label_smoothing: float = _key(0.1, "label smoothing of the training loss (datasets without side features)")
     side_label_smoothing: float = _key(

@@ -31,7 +31,7 @@ def card(metadata: dict, config: dict) -> dict:
         "data": {"dataset_json_sha256": metadata.get("dataset_fingerprint"), "folder": config.get("data") or None},
         "backbone": {"name": metadata["backbone"], "input_size": metadata["input_size"],
                      "weights": metadata.get("weights"), "weights_sha256": _weights_digest(metadata.get("weights"))},
-        "training": {key: config[key] for key in SETTINGS if key in config},
+        "training": _settings(config, metadata.get("training_metrics") or {}),
         "test": (metadata.get("training_metrics") or {}).get("test"),
         "learning_warning": (metadata.get("training_metrics") or {}).get("learning_warning"),
         "calibration": metadata.get("calibration"),
@@ -40,6 +40,13 @@ def card(metadata: dict, config: dict) -> dict:
         "created": metadata.get("created"),
         "package_version": metadata.get("package_version"),
     }  # fmt: skip
+
+
+def _settings(config: dict, metrics: dict) -> dict:
+    """The config's training settings, with the batch size the run trained with (a train split
+    smaller than the configured batch is one batch)."""
+    settings = {key: config[key] for key in SETTINGS if key in config}
+    return settings | ({"batch_size": metrics["batch_size"]} if "batch_size" in metrics else {})
 
 
 def _classes(classes: list[str], data: str) -> list[dict]:

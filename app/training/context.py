@@ -6,6 +6,7 @@ batch size, the run dir. The model is built before the run dir is touched.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +28,8 @@ from app.training.history import History
 from app.training.init_from import Start, check_start, seen_in_training, start_from
 from app.training.phase import PhaseFiles
 from app.training.strategy import barrier, is_chief, make_strategy, num_workers, set_precision, strategy_name
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +56,7 @@ class Context:
     views_per_image: int  # augmented views of each training image phase 1's gather runs; 1 without augmentation
     label_smoothing: float  # the training loss's: side_label_smoothing for a dataset with side features
     replicas: int
+    batch_size: int  # per replica: cfg.batch_size, or the train split where that is smaller
     global_batch: int
     steps_per_epoch: int
     phase_files: PhaseFiles
@@ -64,9 +68,11 @@ def _derived(
 ) -> dict:
     """The settings every phase reads, derived from cfg once so that no phase derives them again."""
     replicas = strategy.num_replicas_in_sync
-    global_batch = cfg.batch_size * replicas
+    batch_size = _batch_per_replica(cfg, info, replicas)
+    global_batch = batch_size * replicas
     steps = info.num_examples("train") // global_batch
     return {
+        "batch_size": batch_size,
         "augmentation": Augment(color_jitter=cfg.color_jitter) if cfg.augment else Augment.off(),
         "views_per_image": max(cfg.cached_views, 1) if cfg.augment else 1,
         "label_smoothing": cfg.side_label_smoothing if info.side_width else cfg.label_smoothing,
@@ -78,16 +84,24 @@ def _derived(
     }
 
 
+def _batch_per_replica(cfg: TrainConfig, info: DatasetInfo, replicas: int) -> int:
+    """cfg.batch_size, or the train split where that is smaller: a batch larger than the split
+    would give epochs of no step (the last partial batch is dropped). The log says so."""
+    photos = info.num_examples("train")
+    if photos >= cfg.batch_size * replicas:
+        return cfg.batch_size
+    if photos < replicas:
+        raise UserError(f"{cfg.data}: the train split holds {photos} photo(s), fewer than the {replicas} replicas")
+    fitted = photos // replicas
+    log.warning("batch size %d: the train split holds %d photos, fewer than a batch of %d (batch_size)", fitted,
+                photos, cfg.batch_size * replicas)  # fmt: skip
+    return fitted
+
+
 def _check_data(cfg: TrainConfig, info: DatasetInfo, strategy: tf.distribute.Strategy) -> None:
-    global_batch = cfg.batch_size * strategy.num_replicas_in_sync
     for split in ("train", "val"):
         if info.num_examples(split) == 0:
             raise UserError(f"{cfg.data}: the '{split}' split is empty; phase training needs train and val")
-    if info.num_examples("train") < global_batch:
-        raise UserError(
-            f"batch size {global_batch} is larger than the train split ({info.num_examples('train')} images);"
-            " lower --batch-size"
-        )
     if cfg.feature_views not in ("auto", "0") and num_workers(strategy) > 1:
         raise UserError(
             f"feature_views = {cfg.feature_views}: cached views need one worker (each would cache every split);"
@@ -177,7 +191,7 @@ def describe_distribution(ctx: Context) -> str:
     workers = num_workers(ctx.strategy)
     text = (
         f"strategy {strategy_name(ctx.strategy)}: {workers} worker(s), {ctx.replicas} replica(s) in sync;"
-        f" global batch {ctx.global_batch} ({ctx.cfg.batch_size} per replica)"
+        f" global batch {ctx.global_batch} ({ctx.batch_size} per replica)"
     )
     if ctx.cfg.data_service:
         text += f"; training input decoded by the tf.data service at {ctx.cfg.data_service} (DYNAMIC sharding)"

@@ -29,7 +29,7 @@ def distribute(ctx: Context, make) -> object:
 def shuffled_batches(ctx: Context, rows) -> Iterator:
     """Endless training batches of cached rows (features or activations, in memory or on disk;
     `rows`: a structure of arrays, row for row): reshuffled every pass, full batches only."""
-    return iter(distribute(ctx, lambda ic: shuffled_rows(rows, ctx.cfg.seed, ctx.cfg.batch_size)))
+    return iter(distribute(ctx, lambda ic: shuffled_rows(rows, ctx.cfg.seed, ctx.batch_size)))
 
 
 def shuffled_rows(rows, seed: int, batch_size: int) -> tf.data.Dataset:
@@ -71,7 +71,7 @@ def eval_dataset(ctx: Context, split: str) -> object:
     return distribute(
         ctx,
         lambda ic: make_eval_dataset(
-            ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size, input_context=ic
+            ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.batch_size, input_context=ic
         ),
     )
 
@@ -97,7 +97,7 @@ def _train_images(ctx: Context, phase: int, input_context: tf.distribute.InputCo
     return make_train_dataset(
         cfg.data,
         image_size=ctx.image_size,
-        batch_size=cfg.batch_size,
+        batch_size=ctx.batch_size,
         augment=ctx.augmentation,
         seed=cfg.seed,
         repeat=True,

@@ -201,6 +201,7 @@ def _run_facts(ctx: Context, frozen: FrozenBackbone) -> dict:
         "weights_warning": ctx.weights_warning,
         "backbone": ctx.clf.spec.name,
         "image_size": ctx.image_size,
+        "batch_size": ctx.batch_size,  # per replica, as it ran: the config's, or the train split where smaller
         "classes": ctx.info.classes,
         "phase1_mode": "features" if frozen.decision.phase1_cached else "images",
         **({"init_from": ctx.start.to_dict()} if ctx.start else {}),

@@ -154,6 +154,7 @@ def test_every_export_has_a_model_card_with_only_what_the_run_measured_or_record
     assert card["runtimes"] == {"litert": meta["litert"], "openvino": meta["openvino"], "onnx": meta["onnx"]}
     assert card["data"]["dataset_json_sha256"] == meta["dataset_fingerprint"]
     assert card["training"]["seed"] == config["seed"] and card["backbone"]["name"] == meta["backbone"]
+    assert card["training"]["batch_size"] == meta["training_metrics"]["batch_size"]  # as it ran
     page = (version / "MODEL_CARD.md").read_text()
     assert f"test accuracy: {meta['training_metrics']['test']['accuracy']:.4f}" in page
     assert "image_size" not in card["training"]  # the config's may be 0, "the backbone's default": said resolved

@@ -110,7 +110,6 @@ def _assert_nothing_written(cfg: TrainConfig):
         ({"data": "/nonexistent/data"}, "dataset.json"),
         ({"backbone": "vgg99"}, "known: .*mobilenet_v2"),
         ({"image_size": 16}, "too small"),
-        ({"batch_size": 4096}, "larger than the train split"),
         ({"strategy": "tpu"}, "strategy=tpu: no TPU found"),  # selectable; here there is none
     ],
 )
@@ -119,6 +118,18 @@ def test_bad_input_fails_before_anything_is_written(tiny_config: TrainConfig, ch
     with pytest.raises(UserError, match=message):
         setup(cfg)
     _assert_nothing_written(cfg)
+
+
+def test_a_batch_larger_than_the_train_split_becomes_the_split(tiny_config: TrainConfig, caplog):
+    """A few photos a class: epochs of one step over all of them, not an error (nor epochs of none)."""
+    from app.data.pipeline import load_dataset_info
+
+    photos = load_dataset_info(tiny_config.data).num_examples("train")
+    with caplog.at_level("WARNING", logger="app.training.context"):
+        ctx = setup(tiny_config.replace(batch_size=4096, max_steps_per_epoch=0))
+    assert (ctx.batch_size, ctx.global_batch, ctx.steps_per_epoch) == (photos, photos, 1)
+    assert f"batch size {photos}: the train split holds {photos} photos, fewer than a batch of 4096" in caplog.text
+    assert ctx.cfg.batch_size == 4096  # the config as asked: the same command again finds its run
 
 
 def test_weights_file_that_does_not_fit(tiny_config: TrainConfig, tmp_path: Path):

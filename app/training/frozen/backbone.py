@@ -96,7 +96,7 @@ class FrozenBackbone:
 
         def val_dataset():
             f = self.phase1_features(on_first_batch)
-            return distribute(self.ctx, lambda ic: row_batches(f.arrays("val"), self.ctx.cfg.batch_size))
+            return distribute(self.ctx, lambda ic: row_batches(f.arrays("val"), self.ctx.batch_size))
 
         return PhaseInputs(train_iterator=train_iterator, val_dataset=val_dataset)
 
@@ -144,13 +144,13 @@ class FrozenBackbone:
         if self.cut is None or rows is None:
             ctx = self.ctx
             features, labels = split_features(ctx.clf.features_model, ctx.cfg.data, split, ctx.image_size,
-                                              ctx.cfg.batch_size, ctx.cfg.forward_runtime)  # fmt: skip
+                                              ctx.batch_size, ctx.cfg.forward_runtime)  # fmt: skip
             return features, labels, f"{split} photos"
         if upper_unchanged and self._phase1 is not None:  # [:]: read whole where the rows are on disk
             f = self._phase1
             return (f.train_features[:], f.train_labels, named) if split == "train" else (
                 f.val_features[:], f.val_labels, named)  # fmt: skip
-        features, labels = _upper_features(self.cut, rows, self.ctx.cfg.batch_size), rows.labels
+        features, labels = _upper_features(self.cut, rows, self.ctx.batch_size), rows.labels
         if rows.keys is not None:
             keep_features(self.ctx, self.cut, split, rows.keys, features)
         return features, labels, named
@@ -162,7 +162,7 @@ class FrozenBackbone:
         self._phase1 = self._val = self._train = self._test = None
 
     def _distributed(self, rows: ActivationRows) -> object:
-        batch = self.ctx.cfg.batch_size
+        batch = self.ctx.batch_size
         return distribute(self.ctx, lambda ic: row_batches(rows.arrays(), batch))
 
     def _gather_for_phase2(self) -> None:

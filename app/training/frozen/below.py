@@ -41,7 +41,7 @@ def below_forward(ctx: Context, cut: FrozenCut, epochs: int) -> HostForward:
 
 
 def _rows(ctx: Context, epochs: int) -> int:
-    return epochs * ctx.steps_per_epoch * ctx.cfg.batch_size
+    return epochs * ctx.steps_per_epoch * ctx.batch_size
 
 
 def fresh_activations(ctx: Context, cut: FrozenCut, forward: HostForward, images: tf.data.Dataset) -> tf.data.Dataset:

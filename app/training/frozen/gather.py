@@ -222,7 +222,7 @@ def _full_pass(
     empty = {"keys": np.zeros([0], np.int64), "features": None, "activations": None}
     if not total:
         if on_first_batch is not None and len(parts[0].keys):  # the sample still shows what the backbone got
-            images, _ = next(iter(_stream(ctx, parts[0], parts[0].keys[: ctx.cfg.batch_size])))
+            images, _ = next(iter(_stream(ctx, parts[0], parts[0].keys[: ctx.batch_size])))
             on_first_batch(images.numpy())
         return [dict(empty) for _ in parts], None
     forward = host_forward(ctx, cut, any(keeps), gather_rows)
@@ -240,7 +240,7 @@ def _full_pass(
 def _stream(ctx: Context, rows: PartRows, keys: np.ndarray) -> tf.data.Dataset:
     """Batches of the part's photos with these keys (its view of them), with their keys."""
     part = rows.part
-    return make_keyed_dataset(ctx.cfg.data, split=part.split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size,
+    return make_keyed_dataset(ctx.cfg.data, split=part.split, image_size=ctx.image_size, batch_size=ctx.batch_size,
                               wanted=np.unique(keys), view_seed=part.view_seed, augment=ctx.augmentation)  # fmt: skip
 
 
@@ -261,7 +261,7 @@ def host_forward(ctx: Context, cut: FrozenCut | None, keeps_activations: bool, r
 
 
 def _above_cut(ctx: Context, cut: FrozenCut, keys: np.ndarray, activations: RowsAt) -> dict[str, np.ndarray]:
-    batches = row_batches((activations, keys), ctx.cfg.batch_size)
+    batches = row_batches((activations, keys), ctx.batch_size)
     features, keys = model_outputs(lambda a, k: tf.cast(cut.upper(a, training=False), tf.float32), batches)
     return {"keys": keys.astype(np.int64), "features": features}
 

@@ -22,7 +22,7 @@ from app.training.context import Context
 
 
 def eval_images(ctx: Context, split: str) -> tf.data.Dataset:
-    ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.cfg.batch_size)
+    ds = make_eval_dataset(ctx.cfg.data, split=split, image_size=ctx.image_size, batch_size=ctx.batch_size)
     return _float_images(ds)
 
 
