@@ -46,7 +46,7 @@ def _settings(config: dict, metrics: dict) -> dict:
     """The config's training settings, with the batch size the run trained with (a train split
     smaller than the configured batch is one batch)."""
     settings = {key: config[key] for key in SETTINGS if key in config}
-    return settings | ({"batch_size": metrics["batch_size"]} if "batch_size" in metrics else {})
+    return settings | ({"batch_size": metrics["batch_size"]} if metrics.get("batch_size") else {})  # older runs: None
 
 
 def _classes(classes: list[str], data: str) -> list[dict]:

@@ -45,7 +45,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "input_size": run.image_size,
         "classes": run.classes,
         "weights": run.state.get("weights"),
-        "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test", "learning_warning")},
+        "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test", "learning_warning", "batch_size")},
         "calibration": metrics.get("calibration"),  # served probabilities are softmax(logits / temperature)
         "dataset_fingerprint": dataset_fingerprint(run.config.data),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
