@@ -194,6 +194,14 @@ def _multilabel_result(
     return _written(metrics, figures, out, predictions, version_dir, data, split)
 
 
+def temperature_effect(predictions: Predictions, calibration: dict | None) -> dict | None:
+    """The model serves softmax(logits / T): the figures without T, beside the served ones. None
+    where the run fitted no temperature (T = 1 changes nothing)."""
+    if not calibration or "not_fitted" in calibration:
+        return None
+    return calibration_effect(predictions.labels, predictions.probabilities, calibration["temperature"])
+
+
 def _what_was_evaluated(predictions: Predictions, version_dir: Path, data: str, split: str) -> dict:
     """The fields every metrics.json starts with: which model, on what, and how it ran."""
     return {
@@ -297,11 +305,9 @@ def _single_label_result(
 ) -> EvaluationResult:
     baked = metadata.get("tta", "none")
     metrics = compute_metrics(predictions.labels, predictions.probabilities, predictions.classes, top_k)
-    calibration = metadata.get("calibration")
-    if calibration:  # the model serves softmax(logits / T): show what T changed
-        metrics["calibration"] = calibration_effect(
-            predictions.labels, predictions.probabilities, calibration["temperature"]
-        )
+    effect = temperature_effect(predictions, metadata.get("calibration"))
+    if effect:
+        metrics["calibration"] = effect
     metrics.update(_what_was_evaluated(predictions, version_dir, data, split))
     metrics["tta"] = baked if baked != "none" else tta  # baked into the export, or added here
     leaks = without_leaks(predictions, data, split) if _is_records(data) else None

@@ -130,3 +130,20 @@ def test_the_reports_card_says_the_answer_in_plain_words_and_names_only_classes_
     table = summary_table(found)
     assert "top-" not in table  # top-3 of 3 classes is 1 by definition
     assert [line.split()[0] for line in table.split("worst classes")[1].splitlines()[2:4]] == ["a", "b"]  # not c
+
+
+def test_the_figures_without_the_temperature_are_shown_only_where_one_was_fitted():
+    """A run on too few val photos serves T = 1: 'log loss without T=1.00' would repeat the row above."""
+    from app.evaluation.evaluate import temperature_effect
+    from app.evaluation.metrics import log_loss, softmax, uncalibrated
+    from app.evaluation.predictions import Predictions
+
+    served = PROBS / PROBS.sum(axis=1, keepdims=True)
+    predictions = Predictions(np.array(LABELS), served, [f"{i}.jpg" for i in range(len(LABELS))], CLASSES)
+    assert temperature_effect(predictions, None) is None
+    assert (
+        temperature_effect(predictions, {"temperature": 1.0, "not_fitted": "not fitted: 9 validation photos"}) is None
+    )
+    effect = temperature_effect(predictions, {"temperature": 2.0})
+    assert effect["log_loss_uncalibrated"] == pytest.approx(log_loss(np.array(LABELS), uncalibrated(served, 2.0)))
+    assert effect["log_loss_uncalibrated"] != pytest.approx(log_loss(np.array(LABELS), softmax(np.log(served))))
