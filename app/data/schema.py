@@ -129,6 +129,9 @@ def not_a_tfrecord_folder(root: str) -> str:
     """What to say of a folder without dataset.json: most often the photos themselves, given where
     their TFRecords were meant, so the command that makes those, with this folder in it."""
     said = f"{root}: no {METADATA_FILE}, so not a TFRecord folder"
-    if not storage.is_url(root) and Path(root).is_dir() and any(Path(root).iterdir()):
+    local = None if storage.is_url(root) else Path(root)
+    if local and local.is_file() and local.suffix.lower() == ".csv":
+        return f"{root}: a CSV manifest is converted first: photoclf convert {root} DATA_DIR, then --data DATA_DIR"
+    if local and local.is_dir() and any(local.iterdir()):
         return f"{said}; a folder of photos is converted first: photoclf convert {root} DATA_DIR, then --data DATA_DIR"
     return f"{said}; create it with photoclf convert"

@@ -258,6 +258,10 @@ def test_missing_dataset_json_or_split_is_a_clear_error(demo_records: Path, tmp_
     (tmp_path / "cats").mkdir()  # photos where their TFRecords were meant: the command that makes those
     with pytest.raises(UserError, match=f"photoclf convert {tmp_path} DATA_DIR, then --data DATA_DIR$"):
         make_train_dataset(tmp_path)
+    manifest = tmp_path / "photos.csv"  # --data given the manifest that convert reads
+    manifest.write_text("path,label\n")
+    with pytest.raises(UserError, match=f"^{manifest}: a CSV manifest is converted first: photoclf convert {manifest}"):
+        make_train_dataset(manifest)
     with pytest.raises(UserError, match="no 'holdout' split"):
         make_eval_dataset(demo_records, split="holdout")
 
