@@ -144,11 +144,38 @@ def check_probe_data(data: str) -> None:
 def compare_backbones(data: str, candidates: list[Candidate], image_size: int = 0) -> list[ProbeResult]:
     """Every candidate probed on `data`, best first."""
     check_probe_data(data)
+    check_weight_files(candidates, image_size)
     results = []
     for candidate in candidates:
         log.info("probing %s", candidate.label)
         results.append(probe_backbone(candidate, data, image_size))
     return rank(results)
+
+
+def check_weight_files(candidates: list[Candidate], image_size: int = 0) -> None:
+    """Each candidate whose weights come from a file loads them now, before the first probe, so
+    that a file that does not fit the third backbone fails the command in seconds, not after
+    the first two probes."""
+    import os
+
+    import keras
+
+    from app.models.backbones import get_backbone
+    from app.models.pretrained import WEIGHTS_ENV, load_pretrained_backbone
+
+    for candidate in candidates:
+        spec = get_backbone(candidate.backbone)
+        from_file = candidate.weights != "auto" or bool(os.environ.get(WEIGHTS_ENV))
+        if spec.hub_handle or not from_file or candidate.weights in ("none", "imagenet"):
+            continue  # nothing to read, or a download: the probe itself says what it found
+        load_pretrained_backbone(
+            spec,
+            image_size or spec.default_size,
+            candidate.weights,
+            f"--backbones {candidate.label}",
+            f"--backbones {spec.name}@PATH",
+        )
+        keras.backend.clear_session()
 
 
 def rank(results: list[ProbeResult]) -> list[ProbeResult]:

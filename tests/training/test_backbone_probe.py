@@ -15,6 +15,7 @@ from app.errors import UserError
 from app.training.backbone_probe import (
     Candidate,
     ProbeResult,
+    compare_backbones,
     fit_probe,
     format_ranking,
     parse_candidates,
@@ -97,6 +98,20 @@ def test_a_candidate_s_missing_weights_file_is_named_by_the_flag_that_gave_it(de
     missing = tmp_path / "gone.weights.h5"
     with pytest.raises(UserError, match=f"^--backbones {TINY_BACKBONE}@{missing}: no such file {missing}$"):
         probe_backbone(Candidate(TINY_BACKBONE, str(missing)), str(demo_records), image_size=64)
+
+
+def test_a_weights_file_that_fails_the_last_candidate_fails_before_the_first_probe(
+    demo_records: Path, tmp_path: Path, monkeypatch
+):
+    import app.training.backbone_probe as probe
+
+    probed = []
+    monkeypatch.setattr(probe, "probe_backbone", lambda candidate, *args: probed.append(candidate))
+    missing = tmp_path / "gone.weights.h5"
+    candidates = [Candidate(TINY_BACKBONE, "none"), Candidate(TINY_BACKBONE, str(missing))]
+    with pytest.raises(UserError, match=f"^--backbones {TINY_BACKBONE}@{missing}: no such file"):
+        compare_backbones(str(demo_records), candidates, image_size=64)
+    assert probed == []
 
 
 def test_the_script_says_a_missing_folder_before_importing_tensorflow(tmp_path: Path):
