@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app import storage
 from app.data import schema
+from app.data.writer import writer_part_name
 from app.errors import UserError
 
 PART = re.compile(r"^dataset\.writer-(\d{5})-of-(\d{5})\.json$")
@@ -30,7 +31,7 @@ def merge_writers(out: str | Path) -> dict:
     expected = counts.pop()
     missing = sorted(set(range(expected)) - {m["writer"]["index"] for m in metas})
     if missing:
-        raise UserError(f"{out}: writer(s) {missing} of {expected} have not finished")
+        raise UserError(f"{out}: {_not_finished(missing, expected)}")
     first = metas[0]
     for m in metas[1:]:
         if m["classes"] != first["classes"] or m["options"] != first["options"]:
@@ -66,6 +67,21 @@ def merge_writers(out: str | Path) -> dict:
     for p in parts:
         storage.remove(p)
     return merged
+
+
+def _not_finished(missing: list[int], expected: int) -> str:
+    """Which writers to run (or wait for), in the flag's own words."""
+    if len(missing) == 1:
+        index = missing[0]
+        return (
+            f"writer {index} of {expected} has not finished (no {writer_part_name(index, expected)}): "
+            f"run the same convert with --writer-index {index}, then merge again"
+        )
+    listed = ", ".join(str(i) for i in missing)
+    return (
+        f"writers {listed} of {expected} have not finished (no dataset.writer-*.json of theirs): "
+        f"run the same convert with each of those --writer-index values, then merge again"
+    )
 
 
 def _why_nothing_to_merge(out: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -219,7 +220,8 @@ def test_split_writers_produce_the_same_records_as_one_writer(
         )
         if index == 1:
             assert not storage.exists(storage.join(out, schema.METADATA_FILE))
-            with pytest.raises(UserError, match=r"writer\(s\) \[0\] of 2 have not finished"):
+            missing = "writer 0 of 2 has not finished (no dataset.writer-00000-of-00002.json): "
+            with pytest.raises(UserError, match=re.escape(missing + "run the same convert with --writer-index 0, ")):
                 merge_writers(out)
     merged = merge_writers(out)
     with pytest.raises(UserError, match=r"already one dataset \(dataset.json\): nothing to merge$"):
@@ -238,6 +240,20 @@ def test_split_writers_produce_the_same_records_as_one_writer(
     assert sorted(map(key, _read_all(out))) == sorted(map(key, _read_all(demo_records)))
     with pytest.raises(UserError, match="--writer-index"):
         write_tfrecords(demo_images, tmp_path / "x", num_writers=2, writer_index=2)
+
+
+def test_a_merge_with_writers_missing_names_them(demo_images: Path, tmp_path: Path):
+    from app.data.merge import merge_writers
+
+    out = tmp_path / "split"
+    write_tfrecords(
+        demo_images, out, val_fraction=0.25, test_fraction=0.25, num_shards=3, num_writers=3, writer_index=1
+    )
+    with pytest.raises(
+        UserError, match=r": writers 0, 2 of 3 have not finished \(no dataset\.writer-\*\.json of theirs\)"
+    ):
+        merge_writers(out)
+    assert not (out / "dataset.json").exists()
 
 
 def test_url_output_feeds_the_training_pipeline(demo_images: Path, demo_records: Path, tmp_path: Path):
