@@ -86,7 +86,8 @@ def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[s
     if missing:
         raise UserError(
             f"dataset classes {missing} are not among the model's classes {classes};"
-            ' pass --label-map FILE with a JSON object {"dataset class": "model class"}'
+            ' pass --label-map FILE with a JSON object {"dataset class": "model class"};'
+            " photos of things the model was never taught belong in a folder of their own, given as --ood"
         )
     return np.array([classes.index(n) for n in names])
 

@@ -65,6 +65,18 @@ def test_litert_and_the_savedmodel_evaluate_alike(trained_run: Path, demo_record
     assert abs(lite.metrics["log_loss"] - saved.metrics["log_loss"]) < 1e-4
 
 
+def test_dataset_classes_map_to_the_model_s_by_name_or_through_the_label_map():
+    from app.evaluation.predictions import label_mapping
+
+    model = ["cat", "dog", "fox"]
+    assert label_mapping(["dog", "cat"], model, None).tolist() == [1, 0]
+    assert label_mapping(["hound", "fox"], model, {"hound": "dog"}).tolist() == [1, 2]
+    with pytest.raises(
+        UserError, match=r"^dataset classes \['wolf'\] are not .*; pass --label-map FILE .*, given as --ood$"
+    ):
+        label_mapping(["dog", "wolf"], model, None)
+
+
 @pytest.mark.slow  # two evaluations: the fast tier stays under 3 minutes
 def test_class_mismatch_needs_a_label_map(trained_run: Path, demo_images: Path, tmp_path: Path, monkeypatch):
     data = tmp_path / "data"
