@@ -7,6 +7,7 @@ refuses to continue under a different config, so a result can always be traced t
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import tomllib
@@ -189,7 +190,9 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     if key in RETIRED:
         raise UserError(f"{origin}: '{key}' is retired; {RETIRED[key]}")
     if key not in FIELDS:
-        raise UserError(f"{origin}: unknown config key '{key}' (known: {', '.join(sorted(FIELDS))})")
+        raise UserError(
+            f"{origin}: unknown config key '{key}'{_did_you_mean(key)} (known: {', '.join(sorted(FIELDS))})"
+        )
     if key in AUTO_RATES and str(value).strip().lower() == "auto":
         return "auto"
     if key == "feature_views":
@@ -213,6 +216,12 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
     if choices and value not in choices:
         raise UserError(f"{origin}: '{key}' must be one of {choices}, got {value!r}")
     return value
+
+
+def _did_you_mean(key: str) -> str:
+    """A misspelt key's nearest known one, the way a user would want the error to read first."""
+    close = difflib.get_close_matches(key, FIELDS, n=1)
+    return f": did you mean '{close[0]}'?" if close else ""
 
 
 def _views(value: typing.Any, origin: str) -> typing.Any:

@@ -88,7 +88,8 @@ def test_feature_views_is_auto_or_a_count(given: object, kept: str):
         ({"feature_views": True}, "'feature_views' must be auto or a number of views"),
         ({"cache_features": "false"}, "'cache_features' is retired; feature_views says it now: 0 = phase 1 on images"),
         ({"batch_size": "many"}, "--batch-size: 'batch_size' must be int"),  # a flag is named as one
-        ({"no_such_key": "1"}, "unknown config key"),
+        ({"no_such_key": "1"}, r"^--set: unknown config key 'no_such_key' \(known: augment, backbone, "),
+        ({"epochs_heads": "3"}, r"^--set: unknown config key 'epochs_heads': did you mean 'epochs_head'\? \(known"),
         ({"strategy": "magic"}, "must be one of"),
         ({"augment": "maybe"}, "must be bool"),
         ({"unfreeze": "half"}, "unfreeze must be"),
