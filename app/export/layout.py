@@ -168,6 +168,14 @@ def random_init_warning(metadata: dict) -> str | None:
     return "this model was trained from random initialisation (no pretrained weights): expect poor answers"
 
 
+def weights_for_readers(weights: str | None) -> str | None:
+    """The backbone's weights as the card and a server's metadata show them: a file by its name,
+    not its absolute path, since both are read by anyone who can reach the server and the
+    training machine's folders are not theirs to read (the card's SHA-256 names the file)."""
+    path, sep, source = str(weights).partition(" (from ")
+    return f"{Path(path).name}{sep}{source}" if weights and Path(path).is_absolute() else weights
+
+
 def read_metadata(version: Path) -> dict:
     path = metadata_path(version)
     return storage.read_json_object(path) if path.exists() else {}

@@ -100,7 +100,7 @@ def _section_backbone(facts: dict) -> list[str]:
     b, settings = facts["backbone"], facts["training"]
     digest = f" (SHA-256 `{b['weights_sha256']}`)" if b["weights_sha256"] else ""
     return ["## Backbone and training", "", f"- backbone: {b['name']} at {b['input_size']} px",
-            f"- weights: {b['weights']}{digest}",
+            f"- weights: {layout.weights_for_readers(b['weights'])}{digest}",
             *(f"- {key}: {value}" for key, value in settings.items()), ""]  # fmt: skip
 
 

@@ -230,11 +230,15 @@ async def metadata(request: web.Request) -> web.Response:
             "model_spec": {"name": request.app[STORE].name, "signature_name": "", "version": str(model.version)},
             "metadata": {
                 "signature_def": {"signature_def": defs},
-                "app": model.metadata(),
+                "app": _for_clients(model.metadata()),
                 "runtime": model.runtime.name,
             },
         }
     )
+
+
+def _for_clients(metadata: dict) -> dict:
+    return metadata | ({"weights": layout.weights_for_readers(metadata["weights"])} if "weights" in metadata else {})
 
 
 async def model_card(request: web.Request) -> web.Response:

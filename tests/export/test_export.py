@@ -188,6 +188,26 @@ def test_a_class_name_with_a_pipe_keeps_its_model_card_rows_whole(trained_run: P
     assert [len(c) for c in cells] == [4, 5]  # class, train, val, test; class, precision, recall, F1, photos
 
 
+def test_the_served_model_card_names_the_weights_file_without_the_training_machine_s_folders(trained_run: Path):
+    from app.export.model_card import markdown
+
+    card = json.loads((trained_run / "export" / "shapes" / "1" / "model_card.json").read_text())
+    card["backbone"] |= {
+        "weights": "/home/alice/private/mnv2.weights.h5 (from $PHOTOCLF_WEIGHTS)",
+        "weights_sha256": "ab12",
+    }
+    page = markdown(card, "m")
+    assert "- weights: mnv2.weights.h5 (from $PHOTOCLF_WEIGHTS) (SHA-256 `ab12`)" in page.splitlines()
+    assert "alice" not in page
+    card["backbone"] |= {
+        "weights": "none (random initialisation; auto found no pretrained weights)",
+        "weights_sha256": None,
+    }
+    assert "- weights: none (random initialisation; auto found no pretrained weights)" in markdown(card, "m")
+    card["backbone"] |= {"weights": "SavedModel https://tfhub.dev/google/imagenet/mobilenet_v2/5"}  # no file: as it is
+    assert "- weights: SavedModel https://tfhub.dev/google/imagenet/mobilenet_v2/5" in markdown(card, "m")
+
+
 def test_a_run_that_learnt_nothing_says_so_first_among_its_model_cards_known_limits(trained_run: Path):
     from app.export.model_card import markdown
 

@@ -106,6 +106,16 @@ def test_status_and_metadata(server: Server):
     assert defs["serving_default"]["inputs"]["image_bytes"]["dtype"] == "DT_STRING"
 
 
+def test_the_served_metadata_names_the_weights_file_without_the_training_machine_s_folders():
+    from app.serving.rest import _for_clients
+
+    local = {"weights": "/home/alice/w/mnv2.weights.h5 (from $PHOTOCLF_WEIGHTS)", "classes": ["a", "b"]}
+    assert _for_clients(local) == {"weights": "mnv2.weights.h5 (from $PHOTOCLF_WEIGHTS)", "classes": ["a", "b"]}
+    for kept in ("imagenet", "none (random initialisation)", "SavedModel https://tfhub.dev/google/x/5", "w/m.h5"):
+        assert _for_clients({"weights": kept}) == {"weights": kept}
+    assert _for_clients({}) == {}
+
+
 def test_the_model_card_is_served_beside_the_metadata_and_the_page_links_it(server: Server):
     with urllib.request.urlopen(server.base + "/v1/models/shapes/card", timeout=60) as resp:
         assert resp.headers["Content-Type"].startswith("text/markdown")
