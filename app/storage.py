@@ -89,7 +89,8 @@ def check_output_folder(path: str | Path, flag: str) -> None:
 
 
 def check_output_file(path: str | Path, flag: str) -> None:
-    """Refuse, naming `flag`, a file to write whose folder does not exist or that is a folder."""
+    """Refuse, naming `flag`, a file to write whose folder does not exist, refuses new files (read
+    only, no permission) or that is a folder."""
     path = Path(path)
     if path.parent.exists() and not path.parent.is_dir():
         raise UserError(f"{flag} {path}: {path.parent} is a file, not a folder")
@@ -97,6 +98,12 @@ def check_output_file(path: str | Path, flag: str) -> None:
         raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
     if path.is_dir():
         raise UserError(f"{flag} {path}: is a folder; give the file to write, e.g. {path / 'out.csv'}")
+    probe = path.parent / f".tmp-{uuid.uuid4().hex[:8]}-probe"
+    try:  # the file is written last, after all the work: a folder that refuses files is said now
+        probe.touch(exist_ok=False)
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err})") from None
+    probe.unlink()
 
 
 def exists(path: str | Path) -> bool:

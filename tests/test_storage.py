@@ -85,3 +85,15 @@ def test_an_output_file_needs_an_existing_folder_and_must_not_be_one(tmp_path: P
             storage.check_output_file(path, "--output")
     storage.check_output_file(tmp_path / "out.csv", "--output")
     storage.check_output_file(tmp_path / "notes", "--output")  # an existing file is replaced whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]  # the check leaves nothing behind
+
+
+def test_an_output_file_in_a_folder_that_refuses_files_is_refused_before_the_work(tmp_path: Path, monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "touch", refuse)  # a read-only folder, as root too (root ignores chmod)
+    with pytest.raises(
+        UserError, match=f"^--output {tmp_path / 'out.csv'}: cannot write in {tmp_path} \\(Permission denied\\)$"
+    ):
+        storage.check_output_file(tmp_path / "out.csv", "--output")
