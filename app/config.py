@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import UserError
-from app.storage import is_url, read_json_object, write_text_atomic
+from app.storage import check_output_folder, is_url, read_json_object, write_text_atomic
 
 
 def _key(default: typing.Any, help: str, *, flag: bool = False, choices: tuple[str, ...] = ()) -> typing.Any:
@@ -255,12 +255,14 @@ def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any]
 
 
 def check_paths_exist(cfg: TrainConfig) -> None:
-    """A local `data` folder or `init_from` run dir that is not there, said before a script
-    imports TensorFlow; what they must hold is checked where they are read."""
+    """A local `data` folder or `init_from` run dir that is not there, or an `out` that cannot be
+    written, said before a script imports TensorFlow; what they must hold is checked where they
+    are read."""
     if cfg.data and not is_url(cfg.data) and not Path(cfg.data).exists():
         raise UserError(f"--data {cfg.data}: no such folder")
     if cfg.init_from and not Path(cfg.init_from).is_dir():
         raise UserError(f"--init-from {cfg.init_from}: no such run dir")
+    check_output_folder(cfg.out, "--out")
 
 
 def parse_set(items: list[str]) -> dict[str, str]:

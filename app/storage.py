@@ -78,14 +78,17 @@ def must_exist(path: Path) -> None:
 
 
 def check_output_folder(path: str | Path, flag: str) -> None:
-    """Refuse, naming `flag`, a folder to write into that cannot be one (a file, or a path under a
-    file), before the work whose results it would hold. A URL is left to its write."""
+    """Refuse, naming `flag`, a folder to write into that cannot be one (a file, a path under a
+    file, or under a folder that refuses new files), before the work whose results it would hold.
+    A URL is left to its write."""
     if is_url(path):
         return
     path = Path(path)
     blocker = next((p for p in (path, *path.parents) if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise UserError(f"{flag} {path}: {blocker} is a file, not a folder")
+    if blocker is not None:
+        _check_writable(blocker, f"{flag} {path}")
 
 
 def check_output_file(path: str | Path, flag: str) -> None:
@@ -98,11 +101,17 @@ def check_output_file(path: str | Path, flag: str) -> None:
         raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
     if path.is_dir():
         raise UserError(f"{flag} {path}: is a folder; give the file to write, e.g. {path / 'out.csv'}")
-    probe = path.parent / f".tmp-{uuid.uuid4().hex[:8]}-probe"
-    try:  # the file is written last, after all the work: a folder that refuses files is said now
+    _check_writable(path.parent, f"{flag} {path}")
+
+
+def _check_writable(folder: Path, named: str) -> None:
+    """Results are written last, after all the work: a folder that refuses new files (read only,
+    no permission) is said now, by creating and removing an empty file in it."""
+    probe = folder / f".tmp-{uuid.uuid4().hex[:8]}-probe"
+    try:
         probe.touch(exist_ok=False)
     except OSError as err:
-        raise UserError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err})") from None
+        raise UserError(f"{named}: cannot write in {folder} ({err.strerror or err})") from None
     probe.unlink()
 
 

@@ -101,6 +101,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
         ("fine_tune.py", ["--config", "{tmp}/missing.toml"], "--config: no such file {tmp}/missing.toml"),
         ("fine_tune.py", ["--config", "{tmp}"], "--config {tmp}: a folder; give a TOML file"),
         ("fine_tune.py", ["--data", "{tmp}/records"], "--data {tmp}/records: no such folder"),
+        ("fine_tune.py", ["--out", "/proc/run"], "--out /proc/run: cannot write in /proc ("),  # Linux's /proc
         ("make_tfrecords.py", ["{tmp}/photos", "{tmp}/out"], "{tmp}/photos: no such file or folder"),
         ("audit.py", ["{tmp}/photos"], "{tmp}/photos: no such file or folder"),
         ("export.py", ["{tmp}"], "{tmp}: not a finished run"),

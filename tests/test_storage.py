@@ -71,6 +71,7 @@ def test_an_output_folder_that_is_or_lies_under_a_file_is_refused_naming_the_fla
     storage.check_output_folder(tmp_path / "new" / "deeper", "--report")  # created later, by the write
     storage.check_output_folder(tmp_path, "--report")
     storage.check_output_folder("gs://bucket/notes", "--report")  # left to the write
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]  # the checks leave nothing behind
 
 
 def test_an_output_file_needs_an_existing_folder_and_must_not_be_one(tmp_path: Path):
