@@ -12,9 +12,10 @@ def free_port(host: str = "") -> int:
         return s.getsockname()[1]
 
 
-def check_bindable(host: str, port: int) -> None:
+def check_bindable(host: str, port: int, named: str = "") -> None:
     """A UserError naming the address when a server could not listen there (in use, not this
-    machine's, a privileged port), said before the seconds a server spends loading its model."""
+    machine's, a privileged port), said before the seconds a server spends loading its model.
+    `named`: the flags as the command took them (default `--host HOST --port PORT`)."""
     from app.errors import UserError
 
     try:
@@ -22,4 +23,4 @@ def check_bindable(host: str, port: int) -> None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server binds
             s.bind((host, port))
     except OSError as err:
-        raise UserError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
+        raise UserError(f"{named or f'--host {host} --port {port}'}: cannot listen there ({err.strerror})") from None

@@ -47,12 +47,13 @@ def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from app.data import service
     from app.errors import UserError
-    from app.net import free_port
+    from app.net import check_bindable, free_port
 
     if args.role == "dispatcher":
         if args.dispatcher:
             raise UserError("--dispatcher is for workers; a dispatcher takes --port (and --work-dir)")
         port = service.DEFAULT_DISPATCHER_PORT if args.port is None else args.port
+        check_bindable("", port, f"--port {port}")  # gRPC's own refusal is a bare RuntimeError
         server = service.start_dispatcher(port, args.work_dir)
         target = f"grpc://{socket.gethostname()}:{port}"
         print(f"dispatcher at {target}  (fine_tune.py --data-service {target})", flush=True)
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> None:
         if not args.dispatcher:
             raise UserError("--dispatcher: a worker needs the dispatcher's HOST:PORT")
         port = args.port or free_port()
+        check_bindable("", port, f"--port {port}")
         server = service.start_worker(args.dispatcher, port, args.advertise)
         print(f"worker at {args.advertise}:{port}, serving dispatcher {args.dispatcher}", flush=True)
     service.wait_for_signal(server)

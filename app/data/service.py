@@ -70,12 +70,18 @@ def start_dispatcher(port: int, work_dir: str | None = None) -> service.Dispatch
 
 def start_worker(dispatcher: str, port: int, advertise: str) -> service.WorkerServer:
     """`dispatcher` is HOST:PORT or grpc://HOST:PORT; `advertise` is the host name trainers use
-    to reach this worker."""
+    to reach this worker. The server starts once the dispatcher has registered it: one that does
+    not answer yet is waited for (workers may start first), saying so."""
     if "://" in dispatcher:
         host, dispatcher_port = parse_address(dispatcher, "--dispatcher")
         dispatcher = f"{host}:{dispatcher_port}"
     elif ":" not in dispatcher:
         raise UserError(f"--dispatcher: expected HOST:PORT, got '{dispatcher}'")
+    host, _, dispatcher_port = dispatcher.rpartition(":")
+    try:
+        socket.create_connection((host, int(dispatcher_port)), timeout=2.0).close()
+    except (OSError, ValueError) as err:
+        log.warning("the dispatcher at %s does not answer (%s); waiting for it (Ctrl-C to stop)", dispatcher, err)
     config = service.WorkerConfig(dispatcher_address=dispatcher, port=port, worker_address=f"{advertise}:%port%")
     return service.WorkerServer(config)
 

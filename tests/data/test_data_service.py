@@ -105,3 +105,28 @@ def test_data_service_script_serves_batches_and_stops_on_sigterm(demo_records: P
             proc.send_signal(signal.SIGTERM)
         codes = [proc.wait(timeout=30) for proc in procs]
     assert codes == [0] * len(procs)
+
+
+@pytest.mark.parametrize("role,flags", [("dispatcher", []), ("worker", ["--dispatcher", "localhost:5050"])])
+def test_a_port_already_taken_is_refused_naming_it_before_grpc_tries(role: str, flags: list[str]):
+    import argparse
+    import socket
+
+    from app.commands import data_service
+
+    parser = argparse.ArgumentParser()
+    data_service.add_arguments(parser)
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = parser.parse_args([role, "--port", str(port), *flags])
+        with pytest.raises(UserError, match=f"^--port {port}: cannot listen there \\(Address already in use\\)$"):
+            data_service.run(args)
+
+
+def test_a_worker_whose_dispatcher_does_not_answer_yet_says_it_waits(monkeypatch, caplog):
+    monkeypatch.setattr(tf.data.experimental.service, "WorkerServer", lambda config: config)  # would block till then
+    config = service.start_worker(f"localhost:{free_port()}", free_port(), "here")
+    assert config.dispatcher_address.startswith("localhost:")
+    assert "does not answer" in caplog.text and "waiting for it (Ctrl-C to stop)" in caplog.text
