@@ -183,6 +183,25 @@ FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 AUTO_RATES = ("lr_head", "lr_finetune")  # may be "auto": resolved by app.training.lr_finder in the run
 AUTO_VIEWS = 2  # feature_views = auto: views per image (benchmarks/README.md, "Phase 1 on cached features")
 RETIRED = {"cache_features": "feature_views says it now: 0 = phase 1 on images, N = N cached views, auto"}
+RANGES: dict[str, tuple[typing.Callable[[typing.Any], bool], str]] = {  # key: (holds, what it must be)
+    "batch_size": (lambda v: v >= 1, ">= 1"),
+    "epochs_head": (lambda v: v >= 0, ">= 0"),
+    "epochs_finetune": (lambda v: v >= 0, ">= 0"),
+    "dropout": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "label_smoothing": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "side_label_smoothing": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "lr_head": (lambda v: v > 0, "> 0 or auto"),
+    "lr_finetune": (lambda v: v > 0, "> 0 or auto"),
+    "warmup_fraction": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "steps_per_execution": (lambda v: v >= 1, ">= 1"),
+    "image_size": (lambda v: v >= 0, ">= 0 (0 = the backbone's default)"),
+    "early_stopping_patience": (lambda v: v >= 1, ">= 1"),
+    "max_steps_per_epoch": (lambda v: v >= 0, ">= 0 (0 = the whole split)"),
+    "layer_decay": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+    "ema_decay": (lambda v: 0.0 <= v < 1.0, "in [0, 1) (0 = off)"),
+    "unknown_accept": (lambda v: 0.0 <= v <= 1.0, "in [0, 1] (0 = no unknown answer)"),
+    "unfreeze": (lambda v: v.split(":")[0] in ("blocks", "fraction", "layer"), "blocks:N, fraction:F or layer:NAME"),
+}
 
 
 def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
@@ -215,6 +234,9 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
         raise UserError(f"{origin}: '{key}' must be a finite number, got {value!r}")
     if choices and value not in choices:
         raise UserError(f"{origin}: '{key}' must be one of {choices}, got {value!r}")
+    holds, rule = RANGES.get(key, (lambda v: True, ""))
+    if not holds(value):
+        raise UserError(f"{origin}: '{key}' must be {rule}, got {value!r}")
     return value
 
 
@@ -232,8 +254,13 @@ def _views(value: typing.Any, origin: str) -> typing.Any:
     raise UserError(f"{origin}: 'feature_views' must be auto or a number of views >= 0, got {value!r}")
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any] | None = None) -> TrainConfig:
-    """Defaults, then the TOML file (flat keys, or under a [train] table), then overrides."""
+def load_config(
+    path: str | Path | None = None,
+    overrides: dict[str, typing.Any] | None = None,
+    flags: dict[str, typing.Any] | None = None,
+) -> TrainConfig:
+    """Defaults, then the TOML file (flat keys, or under a [train] table), then `overrides` (as
+    --set gives them), then `flags` (the command's own flags, which an error names as such)."""
     values: dict[str, typing.Any] = {}
     if path is not None:
         path = Path(path)
@@ -248,9 +275,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, typing.Any]
             raise UserError(f"{path}: not valid TOML ({err})") from None
         raw = raw.get("train", raw)
         values.update({k: _coerce(k, v, str(path)) for k, v in raw.items()})
-    for key, value in (overrides or {}).items():
-        flag = key in FIELDS and FIELDS[key].metadata["flag"]  # else it came as --set KEY=VALUE
-        values[key] = _coerce(key, value, f"--{key.replace('_', '-')}" if flag else "--set")
+    values.update({key: _coerce(key, value, "--set") for key, value in (overrides or {}).items()})
+    values.update({key: _coerce(key, value, f"--{key.replace('_', '-')}") for key, value in (flags or {}).items()})
     return validate(TrainConfig(**values))
 
 
@@ -277,31 +303,9 @@ def parse_set(items: list[str]) -> dict[str, str]:
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
-    checks = [
-        (cfg.batch_size >= 1, "batch_size must be >= 1"),
-        (cfg.epochs_head >= 0 and cfg.epochs_finetune >= 0, "epochs must be >= 0"),
-        (cfg.epochs_head + cfg.epochs_finetune > 0, "nothing to train: epochs_head and epochs_finetune are both 0"),
-        (0.0 <= cfg.dropout < 1.0, "dropout must be in [0, 1)"),
-        (0.0 <= cfg.label_smoothing < 1.0, "label_smoothing must be in [0, 1)"),
-        (0.0 <= cfg.side_label_smoothing < 1.0, "side_label_smoothing must be in [0, 1)"),
-        (
-            all(getattr(cfg, k) == "auto" or getattr(cfg, k) > 0 for k in AUTO_RATES),
-            "learning rates must be > 0 or auto",
-        ),
-        (0.0 <= cfg.warmup_fraction < 1.0, "warmup_fraction must be in [0, 1)"),
-        (cfg.steps_per_execution >= 1, "steps_per_execution must be >= 1"),
-        (cfg.image_size >= 0, "image_size must be >= 0 (0 = backbone default)"),
-        (cfg.early_stopping_patience >= 1, "early_stopping_patience must be >= 1"),
-        (cfg.max_steps_per_epoch >= 0, "max_steps_per_epoch must be >= 0"),
-        (0.0 < cfg.layer_decay <= 1.0, "layer_decay must be in (0, 1]"),
-        (0.0 <= cfg.ema_decay < 1.0, "ema_decay must be in [0, 1) (0 = off)"),
-        (cfg.feature_views == "auto" or cfg.feature_views.isdigit(), "feature_views must be auto or >= 0"),
-        (0.0 <= cfg.unknown_accept <= 1.0, "unknown_accept must be in [0, 1] (0 = no unknown answer)"),
-        (
-            cfg.unfreeze.split(":")[0] in ("blocks", "fraction", "layer"),
-            "unfreeze must be blocks:N, fraction:F or layer:NAME",
-        ),
-    ]
+    """What no single key says: checks across keys (each key's own range is checked as it is read)."""
+    if cfg.epochs_head + cfg.epochs_finetune == 0:
+        raise UserError("config: nothing to train: epochs_head and epochs_finetune are both 0")
     if "://" in cfg.out:
         raise UserError(
             f"--out: {cfg.out}: the run dir must be a local path (or a mounted shared folder); --data may be a URL"
@@ -310,9 +314,6 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         from app.data.service import parse_address
 
         parse_address(cfg.data_service)
-    for ok, message in checks:
-        if not ok:
-            raise UserError(f"config: {message}")
     return cfg
 
 

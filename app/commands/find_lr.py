@@ -51,9 +51,8 @@ def run(args: argparse.Namespace) -> None:
         from app.training.lr_find_job import find_lr
         from app.training.lr_finder import report_dir
 
-    overrides = parse_set(args.set)
-    overrides.update({k: v for k, v in (("data", args.data), ("out", args.out)) if v is not None})
-    cfg = load_config(args.config, overrides)
+    flags = {k: v for k, v in (("data", args.data), ("out", args.out)) if v is not None}
+    cfg = load_config(args.config, parse_set(args.set), flags)
     if not cfg.data:
         cfg = cfg.replace(data=str(ensure_demo_records()))
     phases = (1, 2) if args.phase == "both" else (int(args.phase),)

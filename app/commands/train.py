@@ -51,9 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    overrides = parse_set(args.set)  # a bad --set or --config is said before TensorFlow's seconds of import
-    overrides.update({key: getattr(args, key) for key in FLAG_KEYS if getattr(args, key) is not None})
-    cfg = load_config(args.config, overrides)
+    flags = {key: getattr(args, key) for key in FLAG_KEYS if getattr(args, key) is not None}
+    cfg = load_config(args.config, parse_set(args.set), flags)  # bad values are said before TensorFlow's import
     check_paths_exist(cfg)
     with lasting_imports():
         from app.training.demo_run import train_main

@@ -88,7 +88,7 @@ def test_only_positive_numbers_or_auto_are_learning_rates():
     from app.config import load_config
     from app.errors import UserError
 
-    with pytest.raises(UserError, match="learning rates must be > 0 or auto"):
+    with pytest.raises(UserError, match="^--set: 'lr_head' must be > 0 or auto, got 0.0$"):
         load_config(None, {"lr_head": "0"})
     with pytest.raises(UserError, match="'lr_finetune' must be float, got 'fast'"):
         load_config(None, {"lr_finetune": "fast"})

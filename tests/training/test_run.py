@@ -87,18 +87,33 @@ def test_feature_views_is_auto_or_a_count(given: object, kept: str):
         ({"feature_views": "-1"}, "--set: 'feature_views' must be auto or a number of views >= 0, got '-1'"),
         ({"feature_views": True}, "'feature_views' must be auto or a number of views"),
         ({"cache_features": "false"}, "'cache_features' is retired; feature_views says it now: 0 = phase 1 on images"),
-        ({"batch_size": "many"}, "--batch-size: 'batch_size' must be int"),  # a flag is named as one
         ({"no_such_key": "1"}, r"^--set: unknown config key 'no_such_key' \(known: augment, backbone, "),
         ({"epochs_heads": "3"}, r"^--set: unknown config key 'epochs_heads': did you mean 'epochs_head'\? \(known"),
         ({"strategy": "magic"}, "must be one of"),
         ({"augment": "maybe"}, "must be bool"),
-        ({"unfreeze": "half"}, "unfreeze must be"),
+        ({"unfreeze": "half"}, "^--set: 'unfreeze' must be blocks:N, fraction:F or layer:NAME, got 'half'$"),
+        ({"batch_size": "0"}, r"^--set: 'batch_size' must be >= 1, got 0$"),
+        ({"dropout": "1"}, r"^--set: 'dropout' must be in \[0, 1\), got 1.0$"),
+        ({"epochs_head": "0", "epochs_finetune": "0"}, "^config: nothing to train: epochs_head and epochs_finetune"),
         ({"out": "gs://bucket/run"}, "the run dir must be a local path"),
     ],
 )
 def test_bad_config_values(overrides: dict, message: str):
     with pytest.raises(UserError, match=message):
         load_config(None, overrides)
+
+
+def test_a_value_from_a_flag_is_named_by_the_flag_and_one_from_set_by_set_and_from_a_file_by_the_file(tmp_path: Path):
+    with pytest.raises(UserError, match="^--batch-size: 'batch_size' must be int, got 'many'$"):
+        load_config(None, flags={"batch_size": "many"})
+    with pytest.raises(UserError, match="^--set: 'epochs_head' must be int, got 'three'$"):
+        load_config(None, parse_set(["epochs_head=three"]))  # a key that is also a flag, given by --set
+    toml = tmp_path / "c.toml"
+    toml.write_text("batch_size = -4\n")
+    with pytest.raises(UserError, match=f"^{toml}: 'batch_size' must be >= 1, got -4$"):
+        load_config(toml)
+    toml.write_text("batch_size = 4\n")
+    assert load_config(toml, {"batch_size": "8"}, {"batch_size": "16"}).batch_size == 16  # file, --set, flag
 
 
 def _assert_nothing_written(cfg: TrainConfig):
