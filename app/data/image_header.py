@@ -55,9 +55,10 @@ def _uint(data: tf.Tensor, offset, length: int, big_endian: bool) -> tf.Tensor:
     return tf.reduce_sum(tf.bitwise.left_shift(raw, shifts))
 
 
+UNRECOGNISED = "not a JPEG, PNG, GIF, BMP or WebP image"
 # Why a header cannot be read; code i + 1 in `header_fields` is _REASONS[i] (0: read).
 _REASONS = (
-    "not a JPEG, PNG, GIF, BMP or WebP image",
+    UNRECOGNISED,
     "truncated JPEG header",
     "truncated PNG header",
     "truncated GIF header",
@@ -266,7 +267,7 @@ def read_header(data: bytes) -> HeaderSize:
     except tf.errors.InvalidArgumentError as err:
         raise ImageRejected(f"cannot read the image header: {_reason(err)}") from None
     if code == _UNKNOWN and (name := sniffed_format(data)):
-        raise ImageRejected(f"cannot read the image header: a {name} file, not a JPEG, PNG, GIF, BMP or WebP image")
+        raise ImageRejected(f"cannot read the image header: a {name} file, {UNRECOGNISED}")
     if code:
         raise ImageRejected(f"cannot read the image header: {_REASONS[code - 1]}")
     return HeaderSize(height, width, pixels)

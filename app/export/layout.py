@@ -87,7 +87,7 @@ def served_versions(model_dir: Path) -> list[int]:
 
 def served_model_folder(path: Path) -> Path:
     """The model folder `photoclf serve` watches for versions: EXPORT_DIR/<name> as given, or a run
-    dir's exported model (as `resolve_model_dir` finds it). A version folder is refused, naming
+    dir's or an EXPORT_DIR's model (as `resolve_model_dir` finds it). A version folder is refused, naming
     its model folder: a server follows new versions, so it is given the folder that holds them."""
     path = Path(path)
     if is_version_dir(path):
@@ -95,7 +95,7 @@ def served_model_folder(path: Path) -> Path:
             f"{path} is one version; serve its model folder {path.parent} (the newest version is served,"
             " and new ones are picked up)"
         )
-    if path.is_dir() and not versions(path) and (path / "export").is_dir():  # a run dir
+    if path.is_dir() and not versions(path) and any(p.is_dir() for p in path.iterdir()):  # a run dir, EXPORT_DIR
         path = resolve_model_dir(path).parent
     served_versions(path)
     return path
@@ -240,10 +240,12 @@ def sha256_of(path: Path) -> str:
 
 def resolve_model_dir(path: str | Path) -> Path:
     """A version folder as is; a model folder → its newest version; a run dir → the newest
-    version of its first exported model."""
+    version of its first exported model; an EXPORT_DIR of one model → that model's newest."""
     from app.run_dir import RunDir
 
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such run dir or export")
     if is_version_dir(path):
         return path
     export_root = RunDir(path).export_root
@@ -252,4 +254,10 @@ def resolve_model_dir(path: str | Path) -> Path:
         newest = latest_version(model_dir)
         if newest is not None:
             return newest
+    exported = {p.name: latest_version(p) for p in sorted(path.iterdir()) if p.is_dir()} if path.is_dir() else {}
+    exported = {name: newest for name, newest in exported.items() if newest is not None}
+    if len(exported) == 1:
+        return next(iter(exported.values()))
+    if exported:
+        raise UserError(f"{path}: holds {len(exported)} models ({', '.join(exported)}); give {path}/<name>")
     raise UserError(f"{path}: no SavedModel found (give EXPORT_DIR/<name>[/<version>] or a run dir with export/)")

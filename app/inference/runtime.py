@@ -31,7 +31,7 @@ import tensorflow as tf
 from app.cli import RUNTIME_CHOICES
 from app.data.convert import ImageRejected as Unconvertible
 from app.data.convert import TooLarge, convert_image
-from app.data.image_header import ImageRejected, check_size, max_pixels
+from app.data.image_header import UNRECOGNISED, ImageRejected, check_size, max_pixels
 from app.errors import UserError
 from app.export import layout
 from app.export.parity import unknown_threshold
@@ -137,11 +137,10 @@ def answers_or_reasons(
 ) -> list[dict[str, np.ndarray] | str]:
     """Per image: its answer ({"probabilities"[, "ood_score", "unknown"]}), or why it has none:
     a str in `images` (why the file could not be read) is kept as it is; an image the eval decode
-    refuses is read as `photoclf convert` reads it, and if that fails too gets the header check's
-    words, else convert's (a truncated file); one over the pixel limit is refused as it is. For
-    offline work (evaluation, batch prediction); `tta` adds test-time augmentation around the export's
-    predict_images; `side` holds each side feature's raw values, one per image, for a model that
-    takes them.
+    refuses is read as `photoclf convert` reads it, and if that fails too gets `_why_unanswered`;
+    one over the pixel limit is refused as it is. For offline work (evaluation, batch prediction);
+    `tta` adds test-time augmentation around predict_images; `side` holds each side feature's raw
+    values, one per image, for a model that takes them.
 
     The batch goes to the export as it is: its decode refuses a header over the pixel limit
     before decoding anything, so a bomb costs nothing. Only a refused batch is taken apart, one
@@ -178,7 +177,15 @@ def answers_or_reasons(
     converted = _answered_as_converted(runtime, images[0], max_megapixels, tta, side)
     if isinstance(converted, dict):
         return [converted]
-    return [str(converted) if isinstance(converted, TooLarge) or header_reason is None else header_reason]
+    return [_why_unanswered(header_reason, converted)]
+
+
+def _why_unanswered(header_reason: str | None, converted: Unconvertible) -> str:
+    """The header check's words where it named the format (a truncated PNG header, a TIFF), else
+    convert's: a zero-byte file, not an image, a truncated JPEG."""
+    if isinstance(converted, TooLarge) or header_reason in (None, f"cannot read the image header: {UNRECOGNISED}"):
+        return str(converted)
+    return header_reason
 
 
 def _answered_as_converted(

@@ -37,3 +37,19 @@ def test_a_run_dir_with_nothing_exported_is_refused_saying_what_to_give(tmp_path
         served_model_folder(tmp_path / "run")
     with pytest.raises(UserError, match="no such model folder"):
         served_model_folder(tmp_path / "missing")
+
+
+def test_an_export_dir_of_one_model_is_that_model_and_of_several_names_them(tmp_path: Path):
+    """`runs/pets/export` is what a user sees after training; predict, evaluate and serve take it."""
+    from app.export.layout import resolve_model_dir
+
+    run = _run_with_versions(tmp_path / "run", "pets", 1, 2)
+    assert resolve_model_dir(run / "export") == run / "export" / "pets" / "2"
+    assert served_model_folder(run / "export") == run / "export" / "pets"
+    _run_with_versions(run, "cats", 1)
+    with pytest.raises(
+        UserError, match=f"^{run / 'export'}: holds 2 models \\(cats, pets\\); give {run / 'export'}/<name>$"
+    ):
+        resolve_model_dir(run / "export")
+    with pytest.raises(UserError, match=f"^{tmp_path / 'nowhere'}: no such run dir or export$"):
+        resolve_model_dir(tmp_path / "nowhere")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 import struct
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from app.errors import UserError
+from app.export.layout import resolve_model_dir
 from app.inference.batch_predict import list_inputs, predict_files
-from app.inference.runtime import TFRuntime
+from app.inference.runtime import TFRuntime, answers_or_reasons, load_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 BOMB = b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", 50_000, 50_000) + bytes(13)
@@ -43,8 +46,8 @@ def test_a_folder_gives_one_csv_row_per_file_with_reasons_for_the_bad_ones(
     errors = {Path(r["path"]).name: r["error"] for r in rows if r["error"]}
     assert errors.pop("truncated.jpg").startswith("undecodable: image file is truncated (")  # Pillow's words
     assert errors == {
-        "not_an_image.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
-        "empty.jpg": "cannot read the image header: not a JPEG, PNG, GIF, BMP or WebP image",
+        "not_an_image.jpg": "not an image (unrecognised format)",  # convert's words: a TIFF or HEIC is read
+        "empty.jpg": "zero-byte file",
         "huge.png": "image is 50000x50000 pixels; the limit is 70 megapixels",
         "moved.jpg": "cannot read: No such file or directory",
     }
@@ -194,3 +197,17 @@ def test_explain_inside_the_photo_folder_is_refused_before_the_model_loads(train
     with pytest.raises(UserError, match=f"^--explain {photos / 'why'} is inside INPUT {photos}: a later predict"):
         predict_files(trained_run, str(photos), tmp_path / "p.csv", explain=photos / "why")
     assert not (photos / "why").exists() and not (tmp_path / "p.csv").exists()
+
+
+def test_a_photo_without_an_answer_gets_the_header_s_words_where_it_named_the_format_else_convert_s(trained_run: Path):
+    """Predict reads TIFF and HEIC as convert does, so "not a JPEG, PNG, GIF, BMP or WebP image"
+    would mislead for a file that is no image at all; a damaged header of a format read says so."""
+    runtime = load_runtime(resolve_model_dir(trained_run), "litert")
+    png = io.BytesIO()
+    Image.new("RGB", (30, 30)).save(png, "PNG")
+    reasons = answers_or_reasons(runtime, [b"", b"hello", png.getvalue()[:20]], max_megapixels=70)
+    assert reasons == [
+        "zero-byte file",
+        "not an image (unrecognised format)",
+        "cannot read the image header: truncated PNG header",
+    ]

@@ -121,7 +121,7 @@ main(sys.argv[1:])
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["{tmp}/nowhere", "{tmp}/photos"], "{tmp}/nowhere: no SavedModel found"),
+        (["{tmp}/nowhere", "{tmp}/photos"], "{tmp}/nowhere: no such run dir or export"),
         (["{tmp}/m/1", "{tmp}/photos/*.png"], "UNLABELLED {tmp}/photos/*.png: matches no files"),
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/bad.csv"], "{tmp}/bad.csv: the first line must be"),
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/no/r.csv"], "--manifest {tmp}/no/r.csv: folder"),
