@@ -4,7 +4,7 @@
     photoclf evaluate exports/shapes/3 --data ~/new_photos --label-map names.json
     photoclf evaluate runs/photos --data data/ --split test --ood ~/photos_of_other_things
 
-MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
+MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version), EXPORT_DIR of one model or a version
 folder. The model is called on raw image bytes through the runtime --runtime names, as
 `photoclf serve` calls it: what is measured is what is deployed.
 """

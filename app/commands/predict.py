@@ -5,7 +5,7 @@
     photoclf predict exports/pets/3 paths.txt --top-k 1          # .txt/.csv list of paths
     photoclf predict runs/demo ~/new_photos --explain why/       # + a Grad-CAM map of each top label
 
-MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version) or a version
+MODEL_DIR is a run dir (its newest export), EXPORT_DIR/<name> (newest version), EXPORT_DIR of one model or a version
 folder. INPUT is a folder (searched recursively), a glob (quote it), a .txt/.csv file of
 paths or one photo. Rows: path, answer (the top label, or "unknown"), label_1, score_1, ..., unknown,
 ood_score ("none of these": the photo is unlike the training photos), error. Files that cannot

@@ -36,7 +36,9 @@ HELP = "serve an exported model over TF Serving's REST API, with an image-upload
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "model_dir", type=Path, help="EXPORT_DIR/<name> (the folder holding numbered versions), or a run dir"
+        "model_dir",
+        type=Path,
+        help="EXPORT_DIR/<name> (the folder holding numbered versions), an EXPORT_DIR of one model, or a run dir",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=tcp_port, default=8501, help="port (default 8501, as TF Serving's REST port)")
