@@ -40,12 +40,15 @@ def format_result(metrics: dict) -> str:
                     f"{r['images_per_s']:.1f}",
                 ]
             )
-    if metrics.get("test"):
-        t = metrics["test"]
-        rows.append(["test", "", f"{t['accuracy']:.4f}", f"{t['loss']:.4f}", "", ""])
+    test = metrics.get("test")
+    if test:  # its log loss is said below: val_loss is the training loss, label smoothing included
+        rows.append(["test", "", f"{test['accuracy']:.4f}", "", "", ""])
     lines = ["", format_table(rows), "", f"weights: {metrics['weights']}"]
-    if metrics.get("test", {}).get("accuracy_interval"):
-        lines.append(f"test accuracy: {accuracy_with_interval(metrics['test']['accuracy'], metrics['test']['count'])}")
+    if test:
+        shown = f"{test['accuracy']:.4f}"
+        if test.get("accuracy_interval"):
+            shown = accuracy_with_interval(test["accuracy"], test["count"])
+        lines.append(f"test accuracy: {shown}; log loss {test['loss']:.3f}")
     if metrics.get("calibration", {}).get("not_fitted"):
         lines.append(f"calibration: temperature 1, {metrics['calibration']['not_fitted']}")
     elif metrics.get("calibration"):

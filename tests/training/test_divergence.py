@@ -65,3 +65,14 @@ def test_a_result_no_better_than_the_most_common_class_is_called_what_it_is():
     assert majority_warning({}, 0.0) is None
     metrics = {"weights": "none", "learning_warning": said, "export": "runs/x/export/x/1"}
     assert f"WARNING: {said}" in format_result(metrics).splitlines()
+
+
+def test_the_result_table_keeps_the_smoothed_val_loss_apart_from_the_test_log_loss():
+    """val_loss is the training loss (label smoothing included); test's is a plain log loss. One
+    column holding both read as a test loss half the val loss."""
+    phase = {"epochs": 3, "val_accuracy": 0.9, "val_loss": 0.5157, "seconds": 12.0, "images_per_s": 80.0}
+    test = {"accuracy": 0.9487, "loss": 0.2599, "count": 39, "accuracy_interval": [0.831, 0.986]}
+    lines = format_result({"weights": "none", "phase1": phase, "test": test, "export": "x/1"}).splitlines()
+    assert lines[3].split() == ["phase1", "3", "0.9000", "0.5157", "12", "80.0"]
+    assert lines[4].split() == ["test", "0.9487"]
+    assert "test accuracy: 0.9487 on 39 photos (95% interval 0.831-0.986); log loss 0.260" in lines
