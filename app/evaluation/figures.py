@@ -14,23 +14,27 @@ import numpy as np  # noqa: E402
 
 from app import storage  # noqa: E402
 from app.data.display import MISTAKE_SIDE, open_photo  # noqa: E402
+from app.evaluation.fonts import drawing, use_fallback_fonts  # noqa: E402
 from app.evaluation.metrics import row_normalized  # noqa: E402
 from app.run_dir import read_history  # noqa: E402
 
+use_fallback_fonts()
+
 
 def save_figure(fig, path: Path) -> Path:
-    if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
-        fig.tight_layout()
-    with storage.atomic_path(path) as tmp:
+    with drawing(fig), storage.atomic_path(path) as tmp:
+        if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
+            fig.tight_layout()
         fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path
 
 
 def figure_png(fig) -> bytes:
-    fig.tight_layout()
     out = io.BytesIO()
-    fig.savefig(out, format="png", dpi=100)
+    with drawing(fig):
+        fig.tight_layout()
+        fig.savefig(out, format="png", dpi=100)
     plt.close(fig)
     return out.getvalue()
 
