@@ -24,6 +24,9 @@ def run_cli(main: Callable[[], int | None]) -> None:
     """Run a script's main(); bad input exits 2 with `error: ...` on stderr instead of a traceback."""
     from app.errors import UserError
 
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed escaped, not a crash
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         sys.exit(main() or 0)
     except UserError as err:

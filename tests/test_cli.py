@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,18 @@ def test_a_finished_script_freezes_its_objects_so_the_exit_skips_collecting_them
     assert done.returncode == 0, done.stderr
     frozen = int(done.stdout.split("frozen objects:")[1])
     assert frozen > 1000  # every module and object alive at exit, not a handful
+
+
+def test_a_file_name_that_is_not_utf8_is_printed_escaped_where_the_terminal_takes_utf8_strictly():
+    """Under a UTF-8 locale other than C, Python's stdout is strict: predict's list of failed files
+    ended in UnicodeEncodeError on a name it could not encode."""
+    code = "import os\nfrom app.cli import run_cli\nrun_cli(lambda: print(os.fsdecode(b'/p/\\xfa.jpg: unreadable')))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=120,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"/p/\\udcfa.jpg: unreadable\n"
 
 
 def test_bad_input_exits_2_with_one_line_and_is_frozen_too():

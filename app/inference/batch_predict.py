@@ -126,12 +126,15 @@ def _explain(explainer, batch: list[tuple[Path, bytes | str]], rows: list[dict],
 
 
 def _write(rows: list[dict], output: Path, fmt: str, top_k: int) -> None:
-    with storage.atomic_path(output) as tmp, open(tmp, "w", newline="") as f:
-        if fmt == "jsonl":
-            f.writelines(json.dumps(row) + "\n" for row in rows)
+    # UTF-8 whatever the locale. A file name that is not UTF-8 (Python holds its bytes as surrogates)
+    # keeps its bytes in a CSV, and is JSON's \udcff escape in JSON, where raw bytes would not parse.
+    errors = "surrogateescape" if fmt == "csv" else "backslashreplace"
+    with storage.atomic_path(output) as tmp, open(tmp, "w", newline="", encoding="utf-8", errors=errors) as f:
+        if fmt == "jsonl":  # labels and paths as written (日本, not \u65e5\u672c), as JSON's RFC asks
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
             return
         if fmt == "json":  # one document (an array of the rows): what json.load reads
-            json.dump(rows, f, indent=1)
+            json.dump(rows, f, indent=1, ensure_ascii=False)
             f.write("\n")
             return
         writer = csv.writer(f)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -117,6 +118,30 @@ def test_a_list_file_with_a_missing_path_and_jsonl_output(trained_run: Path, pho
     assert summary.predicted == 1
     predict_files(trained_run, str(listing), tmp_path / "out.json", runtime="tf", top_k=1)
     assert json.loads((tmp_path / "out.json").read_text()) == rows  # .json: one array, as json.load reads it
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "json"])
+def test_file_names_in_any_script_or_not_utf8_at_all_come_back_as_paths_that_open(
+    trained_run: Path, photos: Path, tmp_path: Path, fmt: str
+):
+    """A CSV ended in UnicodeEncodeError after every photo was predicted, on a name that is not UTF-8."""
+    folder = tmp_path / "named"
+    folder.mkdir()
+    photo = next((photos / "circle").glob("circle_000.*")).read_bytes()
+    (folder / "日本の写真.png").write_bytes(photo)
+    try:
+        Path(os.fsdecode(bytes(folder) + b"/\xff\xfe.png")).write_bytes(photo)
+    except OSError:
+        pytest.skip("this file system takes UTF-8 names only")
+    out = tmp_path / f"out.{fmt}"
+    assert predict_files(trained_run, str(folder), out, runtime="tf", fmt=fmt).predicted == 2
+    text = out.read_text(encoding="utf-8", errors="surrogateescape")
+    if fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    else:
+        rows = json.loads(text) if fmt == "json" else [json.loads(line) for line in text.splitlines()]
+        assert "日本の写真.png" in text  # as written, not \u-escaped
+    assert sorted(Path(row["path"]).read_bytes() == photo for row in rows) == [True, True]
 
 
 def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
