@@ -79,7 +79,7 @@ def _from_records(data: Path) -> AuditInput:
                 yield split, tf.io.parse_single_example(raw, schema.FEATURE_SPEC)
 
     items = [
-        AuditItem(ex[schema.FILENAME].numpy().decode(), split, info.classes[int(ex[schema.LABEL])], "")
+        AuditItem(schema.stored_filename(ex[schema.FILENAME].numpy()), split, info.classes[int(ex[schema.LABEL])], "")
         for split, ex in records()
     ]
     if not items:

@@ -19,7 +19,7 @@ def write_reports(result: dict, report_dir: Path) -> tuple[Path, Path]:
     findings = {k: v for k, v in result.items() if k != "thumbnails"}
     storage.write_json_atomic(report_dir / JSON_FILE, findings)
     with storage.atomic_path(report_dir / HTML_FILE) as tmp:
-        Path(tmp).write_text(_html(result))
+        Path(tmp).write_text(_html(result), encoding="utf-8", errors="backslashreplace")  # a name not UTF-8: \udcff
     return report_dir / JSON_FILE, report_dir / HTML_FILE
 
 
@@ -122,7 +122,7 @@ def write_manifest(result: dict, items: list[AuditItem], path: Path) -> Path:
     suggested = {m["path"]: m["suggested"] for m in result["likely_mislabels"]}
     leaks = {_eval_side(p) for p in result["leaks"]}
     drop = leaks | {p["b"]["path"] for p in result["exact_duplicates"] if p["a"]["split"] == p["b"]["split"]}
-    with storage.atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+    with storage.atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8", errors="surrogateescape") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "label", "split", "finding", "suggested_label", "keep"])
         for item in items:

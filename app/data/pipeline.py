@@ -94,7 +94,7 @@ def photo_index(info: DatasetInfo) -> list[tuple[str, str, str]]:
         for raw in tf.data.TFRecordDataset(info.shard_paths(split)).batch(256):
             parsed = tf.io.parse_example(raw, spec)
             for name, label in zip(parsed[schema.FILENAME].numpy(), parsed[schema.LABEL].numpy()):
-                found.append((split, name.decode(), info.classes[int(label)]))
+                found.append((split, schema.stored_filename(name), info.classes[int(label)]))
     return found
 
 

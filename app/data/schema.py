@@ -70,11 +70,16 @@ def make_example(
         TEXT: _bytes(class_name.encode()),
         HEIGHT: _int(height),
         WIDTH: _int(width),
-        FILENAME: _bytes(filename.encode()),
+        FILENAME: _bytes(filename.encode("utf-8", "surrogateescape")),  # a name that is not UTF-8: its bytes
     }
     if side is not None:
         feature[SIDE_VALUES] = tf.train.Feature(float_list=tf.train.FloatList(value=side))
     return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def stored_filename(raw: bytes) -> str:
+    """`image/filename` as `make_example` was given it, a name that is not UTF-8 included."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def feature_spec(side_width: int = 0, multi_label: bool = False) -> dict:

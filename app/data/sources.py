@@ -10,6 +10,7 @@ in a second instead of after an hour of conversion.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,7 +145,8 @@ def split_stratified(
 
 
 def _name_hash(name: str, seed: int) -> bytes:
-    return hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    """By the name's bytes as the file system holds them: a name that is not UTF-8 hashes too."""
+    return hashlib.sha256(f"{seed}:".encode() + os.fsencode(name)).digest()
 
 
 def _held_out(photos: int, fraction: float) -> int:

@@ -60,7 +60,7 @@ def tfrecord_examples(data_dir: str | Path, split: str) -> tuple[list[str], int,
             label = (
                 tuple(int(i) for i in ex[schema.LABEL].values.numpy()) if info.multi_label else int(ex[schema.LABEL])
             )
-            yield ex[schema.ENCODED].numpy(), label, ex[schema.FILENAME].numpy().decode(), side
+            yield ex[schema.ENCODED].numpy(), label, schema.stored_filename(ex[schema.FILENAME].numpy()), side
 
     return info.classes, total, gen()
 

@@ -198,6 +198,25 @@ def test_a_class_whose_files_all_fail_to_convert_is_refused_and_no_out_is_left(d
     assert (tmp_path / "kept").is_dir() and not any((tmp_path / "kept").iterdir())  # the user's own folder stays
 
 
+def test_a_file_name_that_is_not_utf8_is_converted_and_stored_as_its_bytes(demo_images: Path, tmp_path: Path):
+    """An old camera roll's names (Latin-1 bytes on a UTF-8 system) ended convert in UnicodeEncodeError."""
+    import os
+
+    from app.data.pipeline import photo_index
+
+    src = shutil.copytree(demo_images, tmp_path / "photos")
+    photo = next((src / "circle").iterdir())
+    try:
+        photo.rename(os.fsdecode(bytes(src / "circle") + b"/caf\xe9.png"))
+    except OSError:
+        pytest.skip("this file system takes UTF-8 names only")
+    out = tmp_path / "records"
+    write_tfrecords(src, out, workers=1)
+    stored = {name for _, name, _ in photo_index(load_dataset_info(out))}
+    assert "circle/caf\udce9.png" in stored
+    assert (src / "circle" / "caf\udce9.png").exists()  # the stored name is the file's
+
+
 @pytest.mark.parametrize("where", ["local", "url"])
 def test_split_writers_produce_the_same_records_as_one_writer(
     demo_images: Path, demo_records: Path, tmp_path: Path, where: str
