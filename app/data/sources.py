@@ -196,11 +196,14 @@ def _check_classes(by_split: dict[str, dict[str, list[Path]]], src: Path) -> lis
 def _from_folders(src: Path, class_root: Path, skipped: list[dict[str, str]]) -> dict[str, list[Path]]:
     by_class: dict[str, list[Path]] = {}
     for class_dir in class_dirs(class_root):
+        if not class_dir.name.isprintable():  # labels.txt holds a label a line, and each must be text
+            raise UserError(f"{class_dir}: a class folder's name becomes the model's label, and this one is not"
+                            " printable UTF-8 text (a byte shown as \\udcXX, a tab, a newline); rename it")  # fmt: skip
         found, broken = files_and_broken_links(class_dir)
         files = [p for p in found if _screen(p, src, skipped)]
         skipped += [{"path": _relpath(p, src), "reason": "broken link (its target is missing)"} for p in broken]
         if not files:
-            raise UserError(f"{class_dir}: class folder holds no usable files")
+            raise UserError(f"{class_dir}: class folder holds no usable files (add photos, or move it out)")
         by_class[class_dir.name] = files
     return by_class
 

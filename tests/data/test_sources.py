@@ -162,7 +162,8 @@ def test_a_broken_link_is_listed_as_skipped_not_dropped_silently(tmp_path: Path)
     [
         ({}, {}, "empty"),
         ({"only": 5}, {}, "at least 2"),
-        ({"a": 5, "b": 0}, {}, "holds no usable files"),
+        ({"a": 5, "b": 0}, {}, r"b: class folder holds no usable files \(add photos, or move it out\)$"),
+        ({"a": 5, "b\tc": 5}, {}, "b\tc: a class folder's name becomes the model's label, and this one is not"),
         ({"a": 20, "b": 3}, {"val_fraction": 0.1, "test_fraction": 0.0}, "class 'b' gets no images in split 'val'"),
         ({"train/a": 2, "test/a": 2}, {}, "needs both train/ and val/"),
         ({"a": 5, "b": 5}, {"val_fraction": 0.6, "test_fraction": 0.5}, "must leave images for training"),
@@ -173,6 +174,19 @@ def test_bad_sources_fail_with_clear_message(tmp_path: Path, layout, kwargs, mes
     src.mkdir(exist_ok=True)
     with pytest.raises(UserError, match=message):
         scan_source(src, **kwargs)
+
+
+def test_a_class_folder_whose_name_is_not_utf8_is_refused_naming_it(tmp_path: Path):
+    """Its name becomes a label, which must be text; convert ended in UnicodeEncodeError mid-write."""
+    import os
+
+    src = _make_tree(tmp_path / "src", {"a": 5, "b": 5})
+    try:
+        (src / "b").rename(os.fsdecode(bytes(src) + b"/caf\xe9"))
+    except OSError:
+        pytest.skip("this file system takes UTF-8 names only")
+    with pytest.raises(UserError, match=r"caf\udce9: a class folder's name becomes the model's label"):
+        scan_source(src)
 
 
 def test_missing_src(tmp_path: Path):
