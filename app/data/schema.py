@@ -137,6 +137,8 @@ def not_a_tfrecord_folder(root: str) -> str:
     local = None if storage.is_url(root) else Path(root)
     if local and local.is_file() and local.suffix.lower() == ".csv":
         return f"{root}: a CSV manifest is converted first: photoclf convert {root} DATA_DIR, then --data DATA_DIR"
+    if local and local.is_file() and (local.parent / METADATA_FILE).is_file():  # a shard, or dataset.json itself
+        return f"{root}: one file of a TFRecord folder; give the folder: {local.parent}"
     if local and local.is_dir() and any(local.iterdir()):
         return f"{said}; a folder of photos is converted first: photoclf convert {root} DATA_DIR, then --data DATA_DIR"
     return f"{said}; create it with photoclf convert"

@@ -262,6 +262,9 @@ def test_missing_dataset_json_or_split_is_a_clear_error(demo_records: Path, tmp_
     manifest.write_text("path,label\n")
     with pytest.raises(UserError, match=f"^{manifest}: a CSV manifest is converted first: photoclf convert {manifest}"):
         make_train_dataset(manifest)
+    shard = next(demo_records.glob("train-*"))  # one file of the folder, as a tab completion gives it
+    with pytest.raises(UserError, match=f"^{shard}: one file of a TFRecord folder; give the folder: {demo_records}$"):
+        make_train_dataset(shard)
     with pytest.raises(UserError, match="no 'holdout' split"):
         make_eval_dataset(demo_records, split="holdout")
 
