@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +66,10 @@ class RunDir:
 
     @property
     def export_name(self) -> str:
-        """The model name exports get by default: the run dir's own name."""
-        return self.root.resolve().name or "model"
+        """The model name exports get by default: the run dir's own name, as a model name may be
+        spelt (`runs/my photos` → my_photos; a name with no letter or digit of those → model)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.root.resolve().name).lstrip(".")
+        return name if re.search(r"[A-Za-z0-9]", name) else "model"
 
     def phase_checkpoints(self, phase: int) -> Path:
         return self.checkpoints / f"phase{phase}"

@@ -36,6 +36,19 @@ def test_every_path_of_a_run_is_distinct_and_inside_the_run_dir(tmp_path: Path):
     assert run.best_weights(1, 3).name.endswith(".weights.h5")  # what Keras' save_weights requires
 
 
+@pytest.mark.parametrize(
+    "folder,name",
+    [("pets", "pets"), ("my photos", "my_photos"), ("v1.2-run", "v1.2-run"), (".x", "x"), ("日本", "model")],
+)
+def test_the_default_model_name_is_the_run_dir_s_as_a_model_name_may_be_spelt(tmp_path: Path, folder: str, name: str):
+    """`--out "runs/my photos"` trained a whole run, then failed its export on --name, a flag train has not."""
+    from app.export.saved_model import check_new_version
+
+    run = RunDir(tmp_path / folder)
+    assert run.export_name == name
+    check_new_version(run.export_root, run.export_name, None)  # a name the export takes
+
+
 def test_stale_best_weights_are_the_other_epochs_of_the_same_phase(tmp_path: Path):
     run = RunDir(tmp_path)
     run.checkpoints.mkdir()

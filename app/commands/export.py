@@ -24,7 +24,11 @@ HELP = "export a finished run as a TF Serving SavedModel (image bytes in) with i
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path, help="run directory written by fine_tune.py")
     p.add_argument("--export-dir", type=Path, default=None, help="base folder (default RUN_DIR/export)")
-    p.add_argument("--name", default=None, help="model name (default: the run dir's name)")
+    p.add_argument(
+        "--name",
+        default=None,
+        help="model name (default: the run dir's name, with characters other than letters, digits, '_', '-', '.' as '_')",
+    )
     p.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
     p.add_argument("--top-k", type=int, default=5, help="classes returned per image (default 5)")
     p.add_argument(
