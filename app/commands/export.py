@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--name",
         default=None,
-        help="model name (default: the run dir's name, other characters than letters, digits, _ - . as _)",
+        help="model name (default: the run dir's name, each character other than a letter, digit, _ - . made _)",
     )
     p.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
     p.add_argument("--top-k", type=int, default=5, help="classes returned per image (default 5)")
