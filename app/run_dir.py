@@ -121,12 +121,20 @@ class RunDir:
     def write_metrics(self, metrics: dict) -> None:
         storage.write_json_atomic(self.metrics, metrics)
 
+    def _what_to_give(self) -> str:
+        """An export inside a run dir (runs/x/export/x/1, given where the run is asked for) names
+        the run dir; anything else is told to train."""
+        for folder in Path(self.root).absolute().parents:
+            if RunDir(folder).final_weights.is_file():
+                return f"it is inside the run dir {folder}: give that"
+        return "run photoclf train first"
+
     def load(self, *, need_weights: bool = True) -> FinishedRun:
         """What export and evaluation need of a trained run; a clear error if it is not one."""
         needed = [self.state, self.config] + ([self.final_weights] if need_weights else [])
         missing = [p.name for p in needed if not p.exists()]
         if missing:
-            raise UserError(f"{self.root}: not a finished run (needs {', '.join(missing)}); run photoclf train first")
+            raise UserError(f"{self.root}: not a finished run (needs {', '.join(missing)}); {self._what_to_give()}")
         state = self.read_state()
         return FinishedRun(
             self,

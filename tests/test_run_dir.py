@@ -79,8 +79,18 @@ def test_loading_a_finished_run_rebuilds_the_trained_model(trained_run: Path):
 
 def test_a_run_dir_that_is_not_finished_says_what_is_missing(tmp_path: Path):
     run = RunDir(tmp_path)
-    with pytest.raises(UserError, match="not a finished run .*run_state.json, config.json, model.weights.h5"):
+    with pytest.raises(
+        UserError, match="not a finished run .*run_state.json, config.json, model.weights.h5.*train first$"
+    ):
         run.load()
+
+
+def test_an_export_given_where_its_run_dir_is_asked_for_names_the_run_dir(trained_run: Path):
+    version = trained_run / "export" / "shapes" / "1"
+    with pytest.raises(
+        UserError, match=f"^{version}: not a finished run .*; it is inside the run dir {trained_run}: give that$"
+    ):
+        RunDir(version).load()
 
 
 @pytest.mark.slow

@@ -69,8 +69,11 @@ def seen_in_training(earlier_data: str, data: str) -> dict[str, int] | None:
 
 def check_start(init_from: str, facts: dict, side_features: list[dict]) -> FinishedRun:
     """The earlier run, or a one-line UserError when this run cannot start from it."""
-    earlier = RunDir(Path(init_from)).load(need_weights=True)
     flag = f"--init-from {init_from}"
+    try:
+        earlier = RunDir(Path(init_from)).load(need_weights=True)
+    except UserError as err:
+        raise UserError(f"--init-from: {err}") from None
     for key in ("backbone", "image_size"):
         if earlier.state.get(key) != facts[key]:
             raise UserError(f"{flag}: that run's {key} is {earlier.state.get(key)!r}, this one's {facts[key]!r}")

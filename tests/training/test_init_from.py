@@ -85,7 +85,7 @@ def test_a_run_of_another_backbone_size_or_an_unfinished_one_is_refused(
     with pytest.raises(UserError, match="that run's image_size is 64, this one's 96"):
         setup(tiny_config.replace(init_from=str(trained_run), image_size=96))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="not a finished run"):
+    with pytest.raises(UserError, match="^--init-from: .*empty: not a finished run"):
         setup(tiny_config.replace(init_from=str(tmp_path / "empty")))
 
 
