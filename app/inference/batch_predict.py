@@ -172,6 +172,16 @@ def _yes_no(value: bool | None) -> str:
     return "" if value is None else ("yes" if value else "no")
 
 
+def _format_of(output: Path) -> str:
+    """The format `--output`'s suffix names (none: CSV); another suffix is refused, not written as CSV."""
+    suffix = output.suffix.lower()
+    if suffix and f"{suffix[1:]}" not in FORMATS:
+        raise UserError(
+            f"--output {output}: {suffix} is none of .csv, .jsonl, .json; name the file so, or give --format"
+        )
+    return suffix[1:] or "csv"
+
+
 def predict_files(
     model_dir: str | Path,
     source: str,
@@ -185,11 +195,12 @@ def predict_files(
 ) -> PredictionSummary:
     """`explain`: a folder for a Grad-CAM map of each photo's top label (app.inference.explain)."""
     output = Path(output)
-    fmt = fmt or {".jsonl": "jsonl", ".json": "json"}.get(output.suffix.lower(), "csv")
+    fmt = fmt or _format_of(output)
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {FORMATS}, got '{fmt}'")
-    if top_k < 1 or batch_size < 1:
-        raise UserError("--top-k and --batch-size must be >= 1")
+    for flag, value in (("--top-k", top_k), ("--batch-size", batch_size)):
+        if value < 1:
+            raise UserError(f"{flag} must be >= 1, got {value}")
     storage.check_output_file(output, "--output")
     _check_explain(explain, source)
     version = layout.resolve_model_dir(model_dir)

@@ -159,6 +159,12 @@ def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
     (tmp_path / "paths.csv").write_bytes(b"\xff\xd8\xff\xe0 not text")
     with pytest.raises(UserError, match="paths.csv: a list of paths must be UTF-8 text"):
         predict_files(trained_run, str(tmp_path / "paths.csv"), tmp_path / "p.csv")
+    with pytest.raises(
+        UserError, match=r"^--output .*p.xml: .xml is none of .csv, .jsonl, .json; name the file so, or"
+    ):
+        predict_files(trained_run, str(tmp_path), tmp_path / "p.xml")  # was written as a CSV, silently
+    with pytest.raises(UserError, match="^--batch-size must be >= 1, got 0$"):
+        predict_files(trained_run, str(tmp_path), tmp_path / "p.csv", batch_size=0)
 
 
 def test_one_photo_is_an_input_of_its_own(trained_run: Path, photos: Path, tmp_path: Path):
