@@ -61,8 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.top < 0 or args.batch_size < 1:
-        raise UserError("--top must be >= 0 and --batch-size >= 1")
+    for flag, value, least in (("--top", args.top, 0), ("--batch-size", args.batch_size, 1)):
+        if value < least:
+            raise UserError(f"{flag} must be >= {least}, got {value}")
     version = resolve_model_dir(args.model_dir)
     if not args.top:
         check_bindable(args.host, args.port)

@@ -127,6 +127,7 @@ main(sys.argv[1:])
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/no/r.csv"], "--manifest {tmp}/no/r.csv: folder"),
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/done.csv"], "{tmp}/photos: every photo is already in"),
         (["{tmp}/multi/1", "{tmp}/photos"], "{tmp}/multi/1: a multi-label model"),
+        (["{tmp}/m/1", "{tmp}/photos", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_before_tensorflow(tmp_path: Path, args: list[str], message: str):
