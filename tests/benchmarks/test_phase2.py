@@ -54,7 +54,7 @@ def test_bad_variants_and_weights_fail_before_any_training(tmp_path: Path):
         (tmp_path / split / "a").mkdir(parents=True)
     with pytest.raises(UserError, match="unknown config key 'nonsense'"):
         run_phase2_benchmark(tmp_path, weights="none", variants=[("x", {"nonsense": "1"})], per_class=(2,), seeds=(0,))
-    with pytest.raises(UserError, match="ema_decay must be in"):
+    with pytest.raises(UserError, match="'ema_decay' must be in \\[0, 1\\)"):
         run_phase2_benchmark(tmp_path, weights="none", variants=[("x", {"ema_decay": "2"})], per_class=(2,), seeds=(0,))
     with pytest.raises(UserError, match="--weights: no such file"):
         run_phase2_benchmark(tmp_path, weights="missing.h5", variants=[("x", {})], per_class=(2,), seeds=(0,))
