@@ -190,7 +190,7 @@ def read_manifest(
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
-        named = csv_path.parent / row[0].strip()
+        named = csv_path.parent / Path(row[0].strip()).expanduser()  # ~/photos/a.jpg as a shell reads it
         label = _label_key(row[1].strip(), multi_label, f"{csv_path}:{line_no}")
         split = row[2].strip() if has_split else ""
         if has_split and split not in SPLITS:

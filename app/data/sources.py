@@ -258,6 +258,12 @@ def _manifest_splits(
 
     manifest, has_split, cells = read_manifest(src, skipped, screen, feature_columns, multi_label)
     if not manifest:
+        missing = [s["path"] for s in skipped if s["reason"].startswith("no such file")]
+        if missing:
+            raise UserError(
+                f"{src}: no row names a file that exists ({len(missing)} missing, the first '{missing[0]}');"
+                f" a relative path is read from the manifest's folder, {src.parent.resolve()}"
+            )
         raise UserError(f"{src}: the manifest lists no images")
     if has_split:
         return {s: manifest.get(s, {}) for s in SPLITS}, cells

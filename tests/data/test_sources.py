@@ -294,6 +294,25 @@ def test_a_manifest_row_whose_file_is_missing_is_skipped_and_listed(tmp_path: Pa
     assert source.skipped == [{"path": "gone.jpg", "reason": "no such file (line 4 of the manifest)"}]
 
 
+def test_a_manifest_whose_rows_all_name_missing_files_says_where_relative_paths_are_read(tmp_path: Path):
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "m.csv").write_text("path,label\nimg/x/000.jpg,cat\nimg/x/001.jpg,dog\n")
+    with pytest.raises(UserError, match=re.escape(
+        "m.csv: no row names a file that exists (2 missing, the first 'img/x/000.jpg'); a relative path is read"
+        f" from the manifest's folder, {(tmp_path / 'lists').resolve()}"
+    )):  # fmt: skip
+        scan_source(tmp_path / "lists" / "m.csv")
+
+
+def test_a_manifest_path_may_start_at_the_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _make_tree(tmp_path / "img", {"x": 4})
+    (tmp_path / "lists").mkdir()
+    rows = "".join(f"~/img/x/00{i}.jpg,{'cat' if i % 2 else 'dog'},{'train' if i < 2 else 'val'}\n" for i in range(4))
+    (tmp_path / "lists" / "m.csv").write_text(f"path,label,split\n{rows}")
+    assert len(scan_source(tmp_path / "lists" / "m.csv").images) == 4
+
+
 def test_a_photo_listed_twice_is_kept_once_and_one_listed_as_two_classes_or_splits_is_refused(tmp_path: Path):
     _make_tree(tmp_path / "img", {"x": 4})
     rows = "img/x/000.jpg,cat,train\nimg/x/001.jpg,dog,train\nimg/x/002.jpg,cat,val\nimg/x/003.jpg,dog,val\n"
