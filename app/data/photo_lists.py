@@ -17,7 +17,7 @@ from app.errors import UserError
 
 def _from_list(list_file: Path) -> list[Path]:
     """A .txt (one path per line) or .csv (a `path` column, else the first) of paths, relative
-    to the list's own folder unless absolute."""
+    to the list's own folder unless absolute or at the home folder (~/...)."""
     try:
         text = list_file.read_text()
     except UnicodeDecodeError:
@@ -28,7 +28,7 @@ def _from_list(list_file: Path) -> list[Path]:
         names = [r[column] for r in rows[1 if rows and "path" in rows[0] else 0 :] if r]
     else:
         names = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    return [p if p.is_absolute() else list_file.parent / p for p in map(Path, names)]
+    return [list_file.parent / Path(name).expanduser() for name in names]  # an absolute path stays as it is
 
 
 LIST_SUFFIXES = (".txt", ".csv")
