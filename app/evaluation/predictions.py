@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,9 +80,12 @@ def folder_examples(folder: str | Path) -> tuple[list[str], int, Iterator[Exampl
 
 
 def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[str, str] | None) -> np.ndarray:
-    """dataset label id → model label id; by name, optionally renamed through `label_map`."""
+    """dataset label id → model label id; by name, optionally renamed through `label_map`. Names
+    match as Unicode text, not as code points: a folder copied from a Mac may spell `crème` as
+    e + a combining accent where the model's label has the one character è."""
     label_map = label_map or {}
-    names = [label_map.get(c, c) for c in data_classes]
+    names = [_nfc(label_map.get(c, c)) for c in data_classes]
+    classes = [_nfc(c) for c in classes]
     missing = [c for c, n in zip(data_classes, names) if n not in classes]
     if missing:
         raise UserError(
@@ -90,6 +94,10 @@ def label_mapping(data_classes: list[str], classes: list[str], label_map: dict[s
             " photos of things the model was never taught belong in a folder of their own, given as --ood"
         )
     return np.array([classes.index(n) for n in names])
+
+
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
 
 
 def load_label_map(path: str | Path | None) -> dict[str, str] | None:
