@@ -7,14 +7,17 @@ shards from dataset.json, so an interrupted run never leaves a shard a reader wo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing as mp
 import os
 import queue
 import random
+import signal
+import threading
 from collections import Counter
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,16 +188,32 @@ def _run_tasks(tasks: list[ShardTask], directory: str, workers: int) -> list[Sha
         return results
     ctx = mp.get_context("spawn")  # TensorFlow is not fork-safe
     progress = ctx.Queue()
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(progress,)) as pool:
-        futures: list[Future] = [pool.submit(write_shard, task, directory) for task in tasks]
-        while not all(f.done() for f in futures) or bar.n < total:
+    with _ctrl_c_ignored():  # the workers inherit it: Ctrl-C stops the main process, which ends them
+        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(progress,))
+    with pool:  # leaving it terminates the workers, a shard half-written included (staging is removed)
+        pending = [pool.apply_async(write_shard, (task, directory)) for task in tasks]
+        while not all(r.ready() for r in pending) or bar.n < total:
             try:
                 bar.update(progress.get(timeout=0.2))
             except queue.Empty:
-                if any(f.done() and f.exception() for f in futures):
+                if any(r.ready() and not r.successful() for r in pending):
                     break
         bar.close()
-        return [f.result() for f in futures]
+        return [r.get() for r in pending]
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored while worker processes start: they keep ignoring it (each printed its own
+    KeyboardInterrupt traceback, often from inside TensorFlow's import, on one Ctrl-C)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _check_options(

@@ -358,3 +358,18 @@ def test_a_full_disk_mid_shard_is_one_line_and_the_same_command_then_finishes(
     assert not out.exists()  # no shard, no dataset.json, no staging folder: not even the OUT it created
     meta = write_tfrecords(demo_images, out, workers=1)
     assert load_dataset_info(out).shards == meta["shards"]
+
+
+def test_workers_leave_ctrl_c_to_the_main_process_which_ends_them():
+    """One Ctrl-C reaches every process of the terminal's group: each worker printed its own
+    KeyboardInterrupt traceback (often from inside TensorFlow's import). Workers started under
+    `_ctrl_c_ignored` ignore it, and the main process, whose handler is back, ends the pool."""
+    import multiprocessing as mp
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    with writer._ctrl_c_ignored():
+        pool = mp.get_context("spawn").Pool(1)
+    with pool:
+        assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is handler
