@@ -6,6 +6,7 @@ before any image is looked at."""
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,7 +191,7 @@ def read_manifest(
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
-        named = csv_path.parent / Path(row[0].strip()).expanduser()  # ~/photos/a.jpg as a shell reads it
+        named = csv_path.parent / os.path.expanduser(row[0].strip())  # ~/a.jpg as a shell reads it; ~nobody stays
         label = _label_key(row[1].strip(), multi_label, f"{csv_path}:{line_no}")
         split = row[2].strip() if has_split else ""
         if has_split and split not in SPLITS:

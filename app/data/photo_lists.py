@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import glob
 import io
+import os
 from pathlib import Path
 
 from app.data.sources import files_and_broken_links
@@ -28,7 +29,8 @@ def _from_list(list_file: Path) -> list[Path]:
         names = [r[column] for r in rows[1 if rows and "path" in rows[0] else 0 :] if r]
     else:
         names = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    return [list_file.parent / Path(name).expanduser() for name in names]  # an absolute path stays as it is
+    # os.path's expanduser leaves ~nobody/a.jpg as it is, where Path's raises for an unknown user
+    return [list_file.parent / os.path.expanduser(name) for name in names]  # an absolute path stays as it is
 
 
 LIST_SUFFIXES = (".txt", ".csv")

@@ -16,10 +16,10 @@ def test_a_list_s_paths_are_read_from_its_folder_from_home_or_as_absolute(
     lists = tmp_path / "lists"
     lists.mkdir()
     (lists / "paths.txt").write_text(f"# new photos\nhere.jpg\n~/shots/a.jpg\n{tmp_path / 'abs.jpg'}\n")
-    (lists / "paths.csv").write_text("label,path\ncat,~/shots/b.jpg\n")
+    (lists / "paths.csv").write_text("label,path\ncat,~/shots/b.jpg\ndog,~no_such_user_9/c.jpg\n")
     assert list_inputs(str(lists / "paths.txt")) == [
         lists / "here.jpg",
         tmp_path / "home/shots/a.jpg",
         tmp_path / "abs.jpg",
     ]
-    assert list_inputs(str(lists / "paths.csv")) == [tmp_path / "home/shots/b.jpg"]
+    assert list_inputs(str(lists / "paths.csv")) == [tmp_path / "home/shots/b.jpg", lists / "~no_such_user_9/c.jpg"]

@@ -309,8 +309,9 @@ def test_a_manifest_path_may_start_at_the_home_folder(tmp_path: Path, monkeypatc
     _make_tree(tmp_path / "img", {"x": 4})
     (tmp_path / "lists").mkdir()
     rows = "".join(f"~/img/x/00{i}.jpg,{'cat' if i % 2 else 'dog'},{'train' if i < 2 else 'val'}\n" for i in range(4))
-    (tmp_path / "lists" / "m.csv").write_text(f"path,label,split\n{rows}")
-    assert len(scan_source(tmp_path / "lists" / "m.csv").images) == 4
+    (tmp_path / "lists" / "m.csv").write_text(f"path,label,split\n{rows}~no_such_user_9/a.jpg,cat,train\n")
+    source = scan_source(tmp_path / "lists" / "m.csv")  # an unknown user's ~ stays a name: a missing file
+    assert len(source.images) == 4 and source.skipped[0]["path"] == "~no_such_user_9/a.jpg"
 
 
 def test_a_photo_listed_twice_is_kept_once_and_one_listed_as_two_classes_or_splits_is_refused(tmp_path: Path):
