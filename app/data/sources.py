@@ -10,7 +10,6 @@ in a second instead of after an hour of conversion.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,8 +144,8 @@ def split_stratified(
 
 
 def _name_hash(name: str, seed: int) -> bytes:
-    """By the name's bytes as the file system holds them: a name that is not UTF-8 hashes too."""
-    return hashlib.sha256(f"{seed}:".encode() + os.fsencode(name)).digest()
+    """By the name's bytes as image/filename stores them: a name that is not UTF-8 hashes too."""
+    return hashlib.sha256(f"{seed}:{name}".encode("utf-8", "surrogateescape")).digest()
 
 
 def _held_out(photos: int, fraction: float) -> int:

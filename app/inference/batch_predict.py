@@ -175,7 +175,7 @@ def _yes_no(value: bool | None) -> str:
 def _format_of(output: Path) -> str:
     """The format `--output`'s suffix names (none: CSV); another suffix is refused, not written as CSV."""
     suffix = output.suffix.lower()
-    if suffix and f"{suffix[1:]}" not in FORMATS:
+    if suffix and suffix[1:] not in FORMATS:
         raise UserError(
             f"--output {output}: {suffix} is none of .csv, .jsonl, .json; name the file so, or give --format"
         )
