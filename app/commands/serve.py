@@ -49,8 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="also hold a batch this long for company (default 0: batch what queued while the model was busy)",
     )
-    p.add_argument("--max-body-mb", type=finite_float, default=8.0, help="largest request body in MB (default 8)")
-    p.add_argument("--max-instances", type=int, default=64, help="most instances per request (default 64)")
     p.add_argument(
         "--poll-seconds", type=finite_float, default=2.0, help="how often to look for new versions (default 2)"
     )
@@ -61,26 +59,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="float32",
         help="which LiteRT file of the export to serve (default float32)",
     )
-    p.add_argument(
+    _add_limits(p.add_argument_group("limits (a request past one is answered with an error; the server keeps serving)"))
+
+
+def _add_limits(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--max-body-mb", type=finite_float, default=8.0, help="largest request body in MB (default 8)")
+    g.add_argument("--max-instances", type=int, default=64, help="most instances per request (default 64)")
+    g.add_argument(
         "--max-megapixels",
         type=finite_float,
         default=70.0,
         help="refuse larger images, read from the header (default 70)",
     )
-    p.add_argument(
+    g.add_argument(
         "--max-queue", type=int, default=128, help="most instances waiting; beyond, 503 + Retry-After (default 128)"
     )
-    p.add_argument(
+    g.add_argument(
         "--request-timeout-ms", type=finite_float, default=10_000, help="answer 504 after this long (default 10000)"
     )
-    p.add_argument(
+    g.add_argument(
         "--client-timeout-s",
         type=finite_float,
         default=20.0,
         help="time a client has for a request's headers, and again for its body; also the idle"
         " keep-alive time (default 20)",
     )
-    p.add_argument(
+    g.add_argument(
         "--max-connections",
         type=int,
         default=256,

@@ -167,17 +167,25 @@ def answers_or_reasons(
                 answers_or_reasons(runtime, [image], max_megapixels, tta, {k: [v[i]] for k, v in side.items()})[0]
                 for i, image in enumerate(images)
             ]
+    return [_refused_answer_or_reason(runtime, images[0], max_megapixels, tta, side)]
+
+
+def _refused_answer_or_reason(
+    runtime: TFRuntime | HostRuntime, image: bytes, max_megapixels: float, tta: str, side: dict[str, list]
+) -> dict[str, np.ndarray] | str:
+    """One image the export's decode refused: the answer for it as convert reads it, or why it
+    has none (a header over the pixel limit is refused as it is)."""
     try:
-        check_size(images[0], max_megapixels)
+        check_size(image, max_megapixels)
         header_reason = None
     except ImageRejected as err:
         if err.status == 413:
-            return [str(err)]
+            return str(err)
         header_reason = str(err)
-    converted = _answered_as_converted(runtime, images[0], max_megapixels, tta, side)
+    converted = _answered_as_converted(runtime, image, max_megapixels, tta, side)
     if isinstance(converted, dict):
-        return [converted]
-    return [_why_unanswered(header_reason, converted)]
+        return converted
+    return _why_unanswered(header_reason, converted)
 
 
 def _why_unanswered(header_reason: str | None, converted: Unconvertible) -> str:
