@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--num-writers",
         type=int,
         default=1,
-        help="split the work over N machines (default 1); then run merge_tfrecords.py OUT",
+        help="split the work over N machines (default 1); then run photoclf merge OUT",
     )
     p.add_argument("--writer-index", type=int, default=0, help="this machine's index in [0, N) (default 0)")
 

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> None:
         check_bindable("", port, f"--port {port}")  # gRPC's own refusal is a bare RuntimeError
         server = service.start_dispatcher(port, args.work_dir)
         target = f"grpc://{socket.gethostname()}:{port}"
-        print(f"dispatcher at {target}  (fine_tune.py --data-service {target})", flush=True)
+        print(f"dispatcher at {target}  (photoclf train --data-service {target})", flush=True)
     else:
         if not args.dispatcher:
             raise UserError("--dispatcher: a worker needs the dispatcher's HOST:PORT")

@@ -22,7 +22,7 @@ HELP = "export a finished run as a TF Serving SavedModel (image bytes in) with i
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", type=Path, help="run directory written by fine_tune.py")
+    p.add_argument("run_dir", type=Path, help="run directory written by photoclf train")
     p.add_argument("--export-dir", type=Path, default=None, help="base folder (default RUN_DIR/export)")
     p.add_argument(
         "--name",

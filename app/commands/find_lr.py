@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", default=None, help="the run dir you will train into; the sweep goes beside it (default runs/demo)"
     )
-    p.add_argument("--config", type=Path, default=None, help="TOML file with config keys, as for fine_tune.py")
+    p.add_argument("--config", type=Path, default=None, help="TOML file with config keys, as for photoclf train")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key; repeatable"
     )

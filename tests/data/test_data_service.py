@@ -81,7 +81,7 @@ def test_data_service_script_serves_batches_and_stops_on_sigterm(demo_records: P
     script = [sys.executable, str(ROOT / "scripts/data_service.py")]
     procs = [subprocess.Popen(script + ["dispatcher", "--port", str(port)], stdout=subprocess.PIPE, text=True)]
     try:
-        assert f":{port}  (fine_tune.py --data-service grpc://" in procs[0].stdout.readline()
+        assert f":{port}  (photoclf train --data-service grpc://" in procs[0].stdout.readline()
         procs.append(
             subprocess.Popen(
                 script + ["worker", "--dispatcher", f"localhost:{port}", "--advertise", "localhost"],
