@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 import tomllib
 import typing
 from dataclasses import dataclass
@@ -241,9 +242,48 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
 
 
 def _did_you_mean(key: str) -> str:
-    """A misspelt key's nearest known one, the way a user would want the error to read first."""
-    close = difflib.get_close_matches(key, FIELDS, n=1)
-    return f": did you mean '{close[0]}'?" if close else ""
+    """The known keys a user most likely meant, the way they would want the error to read first."""
+    nearest = _nearest_keys(key)
+    return f": did you mean {' or '.join(repr(name) for name in nearest)}?" if nearest else ""
+
+
+def _nearest_keys(key: str) -> list[str]:
+    """A misspelling's nearest key (`img_size`: image_size); else the keys named by its words
+    (`epochs`: both phases' epochs; `patience`); else the keys whose help speaks of every one of
+    them (`cache_dir`: feature_store; `learning_rate`: both phases' rates). More than 3 is no hint."""
+    key = key.lower().replace("-", "_")
+    close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.8)
+    if close:
+        return close
+    by_name = {name: _shared_words(key, set(name.split("_")), shortest=2) for name in FIELDS}
+    nearest = _best(by_name)
+    if not nearest:
+        parts = [part for part in key.split("_") if len(part) >= 3]
+        by_help = {name: _shared_words(key, _help_words(name), shortest=3) for name in FIELDS}
+        nearest = _best({name: score for name, score in by_help.items() if score >= 2 * len(parts)})
+    if not nearest:
+        return difflib.get_close_matches(key, FIELDS, n=1)
+    return nearest if len(nearest) <= 3 else []
+
+
+def _best(scores: dict[str, int]) -> list[str]:
+    top = max(scores.values(), default=0)
+    return [name for name, score in scores.items() if top and score == top]
+
+
+def _help_words(name: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", FIELDS[name].metadata["help"].lower()))
+
+
+def _shared_words(key: str, words: set[str], shortest: int) -> int:
+    """How well the words of `key` (those of `shortest` letters or more) match `words`: 2 for each
+    that is one of them or starts one (cache: cached), 1 for each that begins with one of 3
+    letters or more (output: out)."""
+    return sum(
+        max((2 if word.startswith(part) else int(part.startswith(word) and len(word) >= 3)) for word in words)
+        for part in key.split("_")
+        if len(part) >= shortest
+    )
 
 
 def _views(value: typing.Any, origin: str) -> typing.Any:

@@ -103,6 +103,27 @@ def test_bad_config_values(overrides: dict, message: str):
         load_config(None, overrides)
 
 
+@pytest.mark.parametrize(
+    "key,meant",
+    [
+        ("img_size", "'image_size'"),  # a misspelling
+        ("epochs-head", "'epochs_head'"),  # the flag's spelling
+        ("epochs", "'epochs_head' or 'epochs_finetune'"),  # a word of both phases' keys
+        ("patience", "'early_stopping_patience'"),
+        ("cache_dir", "'feature_store'"),  # no key's name: its help says "cached backbone features"
+        ("learning_rate", "'lr_head' or 'lr_finetune'"),
+    ],
+)
+def test_an_unknown_key_names_the_keys_the_user_most_likely_meant(key: str, meant: str):
+    with pytest.raises(UserError, match=f"^--set: unknown config key '{key}': did you mean {meant}\\? \\(known"):
+        load_config(None, {key: "1"})
+
+
+def test_an_unknown_key_that_names_nothing_known_gets_no_guess():
+    with pytest.raises(UserError, match=r"^--set: unknown config key 'mixup' \(known"):
+        load_config(None, {"mixup": "0.2"})
+
+
 def test_a_value_from_a_flag_is_named_by_the_flag_and_one_from_set_by_set_and_from_a_file_by_the_file(tmp_path: Path):
     with pytest.raises(UserError, match="^--batch-size: 'batch_size' must be int, got 'many'$"):
         load_config(None, flags={"batch_size": "many"})
