@@ -1,10 +1,18 @@
-"""The result table fine_tune.py prints at the end of a run."""
+"""What photoclf train prints of its model, and its result table at the end of a run."""
 
 from __future__ import annotations
+
+import keras
 
 from app.evaluation.metrics import accuracy_with_interval
 from app.export.parity import parity_lines
 from app.table import format_table
+
+
+def print_model_summary(model: keras.Model) -> None:
+    """Keras' table of the layers, as wide as the terminal: where the output is a file or a pipe
+    (a log) that is 80 columns, and a wider table would be cut there, its parameter counts lost."""
+    model.summary(show_trainable=True)
 
 
 def majority_warning(val_counts: dict[str, int], val_accuracy: float) -> str | None:

@@ -29,7 +29,7 @@ from app.training.lr_finder import RULE, read_suggestions, resolve_rate
 from app.training.ood_fit import fit_and_record
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase
 from app.training.phase_weights import save_weights_atomic
-from app.training.report import majority_warning
+from app.training.report import majority_warning, print_model_summary
 from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
 
@@ -191,7 +191,7 @@ def _log_setup(ctx: Context, frozen: FrozenBackbone) -> None:
         positives = ", ".join(f"{c} {ctx.info.counts['train'].get(c, 0)}" for c in ctx.info.classes)
         log.info("multi-label: %d training photos; photos with each label: %s", ctx.info.num_examples("train"),
                  positives)  # fmt: skip
-    ctx.clf.model.summary(show_trainable=True, line_length=100)
+    print_model_summary(ctx.clf.model)
 
 
 def _run_facts(ctx: Context, frozen: FrozenBackbone) -> dict:

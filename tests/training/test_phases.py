@@ -12,6 +12,7 @@ from app.config import TrainConfig
 from app.models.classifier import unfreeze_start
 from app.training.context import setup
 from app.training.frozen import FrozenBackbone
+from app.training.report import print_model_summary
 from app.training.train import run_phase1, run_phase2
 
 pytestmark = pytest.mark.start_first  # its tests take over a minute in all
@@ -43,6 +44,16 @@ def test_each_epoch_reports_its_progress_and_result_in_plain_text(tiny_config: T
     assert out.count("Phase 1 epoch") == 2 and out.count("val_accuracy") == 2
     assert out.splitlines()[1].endswith("  *best")  # epoch 1 is the best so far, and the log marks it
     assert err.count("Training: 100%") == 2 and "2/2" in err  # the bar reached every step
+
+
+def test_the_model_table_fits_a_log_and_keeps_its_parameter_counts(tiny_config: TrainConfig, capsys):
+    model = setup(tiny_config).clf.model
+    print_model_summary(model)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80  # a log's width: nothing cut off at its edge
+    logits = next(line for line in lines if line.startswith("│ logits"))
+    assert f"{model.get_layer('logits').count_params():,}" in logits
+    assert any(line.startswith(f" Total params: {model.count_params():,} (") for line in lines)
 
 
 def test_phase2_changes_only_unfrozen_layers_and_never_batchnorm(tiny_config: TrainConfig):
