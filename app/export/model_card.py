@@ -36,6 +36,7 @@ def card(metadata: dict, config: dict) -> dict:
         "learning_warning": (metadata.get("training_metrics") or {}).get("learning_warning"),
         "calibration": metadata.get("calibration"),
         "none_of_these": _none_of_these(metadata.get("ood")),
+        "thresholds": dict(zip(metadata["classes"], metadata["thresholds"])) if metadata.get("thresholds") else None,
         "runtimes": {key: metadata.get(key) for key in ("litert", "openvino", "onnx")},
         "created": metadata.get("created"),
         "package_version": metadata.get("package_version"),
@@ -77,10 +78,11 @@ def markdown(facts: dict, name: str) -> str:
     lines += _section_data(facts) + _section_backbone(facts) + _section_results(facts) + _section_runtimes(facts)
     lines += ["## Known limits", "", *([f"- **{facts['learning_warning']}**"] if facts.get("learning_warning") else []),
               "- Measured on this dataset's own val and test photos only; photos unlike them (other cameras,"
-              " places, classes) may score lower.",
-              "- \"None of these\" is fitted without any photo of another class; its acceptance is measured on"
-              " val photos of the known classes only.", ""]  # fmt: skip
-    return "\n".join(lines)
+              " places, classes) may score lower."]  # fmt: skip
+    if facts["none_of_these"]:
+        lines.append("- \"None of these\" is fitted without any photo of another class; its acceptance is measured"
+                     " on val photos of the known classes only.")  # fmt: skip
+    return "\n".join([*lines, ""])
 
 
 def _section_data(facts: dict) -> list[str]:
@@ -88,7 +90,8 @@ def _section_data(facts: dict) -> list[str]:
     rows = [f"| {_cell(c['name'])} | " + " | ".join(str(c.get(s, "")) for s in splits) + " |" for c in facts["classes"]]
     data = facts["data"]
     return ["## Data", "", f"dataset.json SHA-256: `{data['dataset_json_sha256']}`", "",
-            "| class | " + " | ".join(splits) + " |", "| --- |" + " ---: |" * len(splits), *rows, ""]  # fmt: skip
+            f"| {'label (photos with it)' if facts.get('thresholds') else 'class'} | " + " | ".join(splits) + " |",
+            "| --- |" + " ---: |" * len(splits), *rows, ""]  # fmt: skip
 
 
 def _cell(name: str) -> str:
@@ -107,6 +110,8 @@ def _section_backbone(facts: dict) -> list[str]:
 def _section_results(facts: dict) -> list[str]:
     lines = ["## Results", ""]
     test = facts["test"]
+    if facts.get("thresholds"):  # a multi-label run: its accuracy is the exact-match ratio
+        return [*lines, *_multi_label_results(test, facts["thresholds"]), ""]
     if test and "accuracy" in test:
         low, high = test.get("accuracy_interval") or (None, None)
         interval = f" (95% interval {low:.3f}-{high:.3f})" if low is not None else ""
@@ -125,6 +130,14 @@ def _section_results(facts: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _multi_label_results(test: dict | None, thresholds: dict[str, float]) -> list[str]:
+    lines = ["- test exact match (every label right): not measured (no test split)"]
+    if test and "accuracy" in test:
+        lines = [f"- test exact match (every label right): {test['accuracy']:.4f} on {test['count']} photos"]
+    said = ", ".join(f"{_cell(name)} {value:.3f}" for name, value in thresholds.items())
+    return [*lines, f"- decision thresholds (each label's best F1 on val): {said}"]
+
+
 def _per_class_rows(scores: dict | None) -> list[str]:
     """The test split's figures per class, where the run recorded them."""
     if not scores:
@@ -135,7 +148,8 @@ def _per_class_rows(scores: dict | None) -> list[str]:
 
 
 def _section_runtimes(facts: dict) -> list[str]:
-    lines = ["## Runtimes beside the SavedModel", "", "| file | precision | checked on | top-1 agreement | passed |",
+    agreement = "exact-match agreement (at 0.5)" if facts.get("thresholds") else "top-1 agreement"
+    lines = ["## Runtimes beside the SavedModel", "", f"| file | precision | checked on | {agreement} | passed |",
              "| --- | --- | ---: | ---: | --- |"]  # fmt: skip
     for runtime, checks in facts["runtimes"].items():
         for precision, check in (checks or {}).items():

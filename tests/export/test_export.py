@@ -221,6 +221,27 @@ def test_a_run_that_learnt_nothing_says_so_first_among_its_model_cards_known_lim
     assert lines[limits + 2] == "- **val accuracy 0.2500 is no better than always answering 'square'**"
 
 
+def test_a_multi_label_model_card_gives_its_exact_match_and_each_labels_threshold(trained_run: Path):
+    """A multi-label run's "accuracy" is its exact-match ratio, its thresholds are its decisions,
+    and it has no "none of these" to warn about."""
+    from app.export.model_card import markdown
+
+    card = json.loads((trained_run / "export" / "shapes" / "1" / "model_card.json").read_text())
+    labels = [c["name"] for c in card["classes"]]
+    card |= {"thresholds": dict(zip(labels, [0.5, 0.25, 0.125, 0.75])), "none_of_these": None, "calibration": None}
+    card["test"] = {"loss": 0.3, "accuracy": 0.625, "count": 8}
+    lines = markdown(card, "m").splitlines()
+    assert lines[lines.index("## Data") + 4].startswith("| label (photos with it) | train |")
+    results = lines.index("## Results")
+    assert lines[results + 2 : results + 4] == [
+        "- test exact match (every label right): 0.6250 on 8 photos",
+        f"- decision thresholds (each label's best F1 on val): {labels[0]} 0.500, {labels[1]} 0.250,"
+        f" {labels[2]} 0.125, {labels[3]} 0.750",
+    ]
+    assert "| file | precision | checked on | exact-match agreement (at 0.5) | passed |" in lines
+    assert not any("top-1" in line or "None of these" in line for line in lines)
+
+
 @pytest.mark.slow  # two more checks; the fast tier stays under 3 minutes
 def test_the_float32_check_reads_a_sample_of_the_val_split_and_the_same_images_each_time(
     trained_run: Path, demo_records: Path, monkeypatch: pytest.MonkeyPatch

@@ -64,6 +64,10 @@ def test_the_run_chooses_a_threshold_per_label_and_the_export_applies_them(multi
         expected = [classes[i] for i in np.argsort(-probabilities, kind="stable") if probabilities[i] >= thresholds[i]]
         assert [a.decode() for a in above] == expected + [""] * (4 - len(expected))  # by score, "" after
     assert not np.allclose(out["probabilities"].sum(axis=1), 1.0)  # independent sigmoids, not a softmax
+    card = (Path(metrics["export"]) / "MODEL_CARD.md").read_text().splitlines()
+    said = ", ".join(f"{name} {value:.3f}" for name, value in zip(classes, thresholds))
+    assert f"- decision thresholds (each label's best F1 on val): {said}" in card
+    assert f"- test exact match (every label right): {metrics['test']['accuracy']:.4f} on 10 photos" in card
 
 
 def test_the_server_answers_with_the_labels_above_threshold_through_litert_as_the_savedmodel_does(multilabel_run):

@@ -76,3 +76,14 @@ def test_the_result_table_keeps_the_smoothed_val_loss_apart_from_the_test_log_lo
     assert lines[3].split() == ["phase1", "3", "0.9000", "0.5157", "12", "80.0"]
     assert lines[4].split() == ["test", "0.9487"]
     assert "test accuracy: 0.9487 on 39 photos (95% interval 0.831-0.986); log loss 0.260" in lines
+
+
+def test_a_multi_label_runs_test_line_says_its_accuracy_is_the_exact_match_ratio():
+    test = {"accuracy": 0.75, "loss": 0.3026, "count": 20}
+    metrics = {"weights": "none", "test": test, "thresholds": {"chicken": 0.45, "rice": 0.21}, "export": "x/1"}
+    lines = format_result(metrics).splitlines()
+    assert (
+        "test exact match (every label right): 0.7500 on 20 photos; binary log loss 0.303;"
+        " each label's figures and mAP: photoclf evaluate"
+    ) in lines
+    assert not any(line.startswith("test accuracy") for line in lines)
