@@ -67,8 +67,8 @@ def _rows(
     limit: float,
     thresholds: list[float] | None = None,
 ) -> list[dict]:
-    """One row per file; a multi-label model's rows add the labels at or above its thresholds,
-    and a model with an out-of-distribution score its `ood_score` and `unknown`."""
+    """One row per file; a multi-label model's rows answer with the labels at or above its
+    thresholds, and a model with an out-of-distribution score adds its `ood_score` and `unknown`."""
     rows = []
     for (path, _), result in zip(batch, answers_or_reasons(model, [data for _, data in batch], limit)):
         if isinstance(result, str):
@@ -87,9 +87,10 @@ def _rows(
         )
         if unknown is not None:
             rows[-1].update(ood_score=round(float(answer["ood_score"]), 6), unknown=unknown)
-        if thresholds:
+        if thresholds:  # the answer is its labels, as a manifest's label cell lists them ("": none)
             names = above_threshold(result[None], thresholds, np.array([c.encode() for c in classes], dtype=object))[0]
             rows[-1]["labels_above_threshold"] = [n.decode() for n in names if n]
+            rows[-1]["answer"] = "|".join(rows[-1]["labels_above_threshold"])
     return rows
 
 

@@ -202,7 +202,7 @@ def test_the_commands_train_a_multi_label_model_that_finds_the_shapes_in_a_scene
     assert answer["labels_above_threshold"] == [c.decode() for c in direct["labels_above_threshold"][0] if c]
 
 
-def test_batch_prediction_adds_the_labels_above_threshold_column(multilabel_run):
+def test_batch_prediction_answers_with_the_labels_above_their_thresholds(multilabel_run):
     import csv
 
     from app.inference.batch_predict import predict_files
@@ -222,4 +222,6 @@ def test_batch_prediction_adds_the_labels_above_threshold_column(multilabel_run)
         ]
         .numpy()
     )
-    assert [r["labels_above_threshold"] for r in rows] == ["|".join(c.decode() for c in row if c) for row in served]
+    expected = ["|".join(c.decode() for c in row if c) for row in served]
+    assert [r["labels_above_threshold"] for r in rows] == expected
+    assert [r["answer"] for r in rows] == expected  # its labels, not the top one alone ("": none of them)
