@@ -277,12 +277,28 @@ def _folder_splits(
     """A folder of class folders (split here) or of train/val[/test] → ({split: {class: paths}}, layout)."""
     subdirs = {p.name for p in class_dirs(src)}
     if not subdirs:
-        raise UserError(f"{src}: empty; expected one subfolder per class (or train/ and val/)")
+        raise UserError(_no_class_folders(src))
     if subdirs <= set(SPLITS) and subdirs & {"train", "val"}:
         if not {"train", "val"} <= subdirs:
             raise UserError(f"{src}: looks pre-split ({sorted(subdirs)}) but needs both train/ and val/")
         return {s: (_from_folders(src, src / s, skipped) if s in subdirs else {}) for s in SPLITS}, "presplit"
     return split_stratified(_from_folders(src, src, skipped), val_fraction, test_fraction, seed), "folders"
+
+
+def _no_class_folders(src: Path) -> str:
+    """What to say of a folder with no class folders in it: a TFRecord folder given again, photos
+    not yet sorted into classes, or nothing at all."""
+    from app.data.schema import METADATA_FILE  # here: the schema's module imports TensorFlow
+
+    if (src / METADATA_FILE).is_file():
+        return f"{src}: a TFRecord folder ({METADATA_FILE}), converted already: photoclf train --data {src}"
+    photos = list_files(src)
+    if photos:
+        return (
+            f"{src}: {len(photos)} file(s) but no class folders; put each class's photos in a subfolder named"
+            f" after the class ({src / 'CLASS' / photos[0].name}), or give the folder that holds {src.name}/"
+        )
+    return f"{src}: empty; expected one subfolder per class (or train/ and val/)"
 
 
 def scan_source(

@@ -333,3 +333,17 @@ def test_a_label_with_a_line_break_is_refused_naming_its_line(tmp_path: Path):
     (tmp_path / "m.csv").write_text('path,label\nimg/x/000.jpg,cat\nimg/x/001.jpg,"two\nlines"\n')
     with pytest.raises(UserError, match=r"m.csv:3: label 'two\\nlines' holds a line break; a label is one line"):
         scan_source(tmp_path / "m.csv")
+
+
+def test_a_folder_without_class_folders_is_refused_saying_what_it_holds(tmp_path: Path):
+    photos = _make_tree(tmp_path, {"ramen": 3}) / "ramen"
+    with pytest.raises(UserError, match=re.escape(f"{photos}: 3 file(s) but no class folders; put each class's")):
+        scan_source(photos)  # one class's photos, given as if they were the classes
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "dataset.json").write_text("{}")
+    with pytest.raises(UserError, match=f"^{re.escape(str(records))}: a TFRecord folder .* photoclf train --data"):
+        scan_source(records)  # converted already
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(UserError, match="nothing: empty; expected one subfolder per class"):
+        scan_source(tmp_path / "nothing")
