@@ -313,8 +313,7 @@ def load_config(
             raise UserError(f"--config {path}: {why}; give a TOML file (examples in configs/)") from None
         except tomllib.TOMLDecodeError as err:
             raise UserError(f"{path}: not valid TOML ({err})") from None
-        raw = raw.get("train", raw)
-        values.update({k: _coerce(k, v, str(path)) for k, v in raw.items()})
+        values.update({k: _coerce(k, v, str(path)) for k, v in _train_keys(raw, path).items()})
     values.update({key: _coerce(key, value, "--set") for key, value in (overrides or {}).items()})
     values.update({key: _coerce(key, value, f"--{key.replace('_', '-')}") for key, value in (flags or {}).items()})
     return validate(TrainConfig(**values))
@@ -329,6 +328,19 @@ def check_paths_exist(cfg: TrainConfig) -> None:
     if cfg.init_from and not Path(cfg.init_from).is_dir():
         raise UserError(f"--init-from {cfg.init_from}: no such run dir")
     check_output_folder(cfg.out, "--out")
+
+
+def _train_keys(raw: dict[str, typing.Any], path: Path) -> dict[str, typing.Any]:
+    """A file's keys: flat, under a [train] table, or both (keys above the table are read too,
+    where taking the table alone dropped them without a word); one key in both is refused."""
+    table = raw.get("train")
+    if not isinstance(table, dict):
+        return raw
+    flat = {key: value for key, value in raw.items() if key != "train"}
+    twice = sorted(flat.keys() & table.keys())
+    if twice:
+        raise UserError(f"{path}: {', '.join(map(repr, twice))} given twice, above [train] and in it; keep one")
+    return flat | table
 
 
 def parse_set(items: list[str]) -> dict[str, str]:

@@ -55,6 +55,15 @@ def test_a_number_that_is_not_finite_is_refused_naming_its_key(tmp_path: Path, k
         load_config(toml)
 
 
+def test_keys_above_a_train_table_are_read_with_it_and_one_in_both_is_refused(tmp_path: Path):
+    toml = tmp_path / "c.toml"
+    toml.write_text("seed = 3\n[train]\nepochs_head = 4\n")
+    assert (load_config(toml).seed, load_config(toml).epochs_head) == (3, 4)  # the seed was dropped silently
+    toml.write_text("epochs_head = 3\n[train]\nepochs_head = 4\n")
+    with pytest.raises(UserError, match=r"c.toml: 'epochs_head' given twice, above \[train\] and in it; keep one$"):
+        load_config(toml)
+
+
 def test_a_config_saved_by_an_older_version_loads_without_its_retired_keys(tmp_path: Path):
     saved = {**TrainConfig(epochs_head=7).to_dict(), "phase2_on_views": True}  # replaced by phase2_mode
     del saved["phase2_mode"]
