@@ -243,11 +243,11 @@ def _coerce(key: str, value: typing.Any, origin: str) -> typing.Any:
 
 def _did_you_mean(key: str) -> str:
     """The known keys a user most likely meant, the way they would want the error to read first."""
-    nearest = _nearest_keys(key)
+    nearest = nearest_keys(key)
     return f": did you mean {' or '.join(repr(name) for name in nearest)}?" if nearest else ""
 
 
-def _nearest_keys(key: str) -> list[str]:
+def nearest_keys(key: str) -> list[str]:
     """A misspelling's nearest key (`img_size`: image_size); else the keys named by its words
     (`epochs`: both phases' epochs; `patience`); else the keys whose help speaks of every one of
     them (`cache_dir`: feature_store; `learning_rate`: both phases' rates). More than 3 is no hint."""

@@ -129,3 +129,26 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_before_tensorflow(tmp_path: 
         )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use)\n"
+
+
+@pytest.mark.parametrize(
+    "argv,hint",
+    [
+        (["audit", "photos", "--out", "x"], "; --out: did you mean --report?"),  # another command's output flag
+        (["serve", "m", "--prot", "8000"], "; --prot: did you mean --port?"),  # a misspelling
+        (["train", "--epoch-head", "2"], "; --epoch-head: did you mean --epochs-head?"),
+        (["train", "--dropout", "0.3"], "; --dropout: did you mean --set dropout=...?"),  # a setting with no flag
+        (["train", "--lr", "0.1"], "; --lr: did you mean --set lr_head=... or --set lr_finetune=...?"),
+        (["train", "--foo"], ""),  # nothing like it: no guess
+    ],
+)
+def test_an_unknown_flag_is_refused_with_the_commands_usage_and_the_flag_meant(capsys, argv: list[str], hint: str):
+    from app.commands import main
+
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2  # argparse's status for bad arguments, before any work
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: photoclf {argv[0]} [-h]")  # the command's usage, not photoclf's
+    flags = " ".join(argv[2:] if argv[0] in ("audit", "serve") else argv[1:])
+    assert err.splitlines()[-1] == f"photoclf {argv[0]}: error: unrecognized arguments: {flags}{hint}"

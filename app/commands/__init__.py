@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from app.cli import run_cli
+from app.cli import refuse_unrecognized, run_cli
 
 COMMANDS = (
     "convert",
@@ -49,13 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
         )
         module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        sub.set_defaults(run=module.run, command_parser=sub)  # an error about its flags shows its usage
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     """The `photoclf` console script."""
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    refuse_unrecognized(args.command_parser, extra)
     run_cli(lambda: args.run(args))
 
 
@@ -66,5 +67,6 @@ def run_command(name: str, argv: list[str] | None = None) -> None:
         prog=Path(sys.argv[0]).name, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     module.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    refuse_unrecognized(parser, extra)
     run_cli(lambda: module.run(args))
