@@ -156,6 +156,19 @@ def _held_out(photos: int, fraction: float) -> int:
     return max(round(photos * fraction), min(MIN_EVAL_PHOTOS, photos // 4))
 
 
+def _split_here(by_split: Manifest, src: Path, val_fraction: float, multi_label: bool = False) -> Manifest:
+    """A split made here, refused where val got no photo although asked for: photoclf train
+    needs val photos, and would refuse the data only after it was written."""
+    if val_fraction > 0 and not any(by_split["val"].values()):
+        sizes = [len(paths) for paths in by_split["train"].values()]
+        few = f"its {sum(sizes)} photos are" if multi_label else f"the largest class has {max(sizes)}:"
+        raise UserError(
+            f"{src}: no photo goes to val ({few} too few at --val-fraction {val_fraction:g}); photoclf train"
+            " needs val photos: add photos, or split them yourself (train/ and val/ folders, or a split column)"
+        )
+    return by_split
+
+
 def _check_fractions(val_fraction: float, test_fraction: float) -> None:
     for flag, value in (("--val-fraction", val_fraction), ("--test-fraction", test_fraction)):
         if not 0.0 <= value < 1.0:
@@ -267,8 +280,9 @@ def _manifest_splits(
     if has_split:
         return {s: manifest.get(s, {}) for s in SPLITS}, cells
     if multi_label:
-        return {s: {} for s in SPLITS} | _split_multi_label(manifest, val_fraction, test_fraction, seed), cells
-    return split_stratified(manifest[""], val_fraction, test_fraction, seed), cells
+        by_split = {s: {} for s in SPLITS} | _split_multi_label(manifest, val_fraction, test_fraction, seed)
+        return _split_here(by_split, src, val_fraction, multi_label=True), cells
+    return _split_here(split_stratified(manifest[""], val_fraction, test_fraction, seed), src, val_fraction), cells
 
 
 def _folder_splits(
@@ -282,7 +296,8 @@ def _folder_splits(
         if not {"train", "val"} <= subdirs:
             raise UserError(f"{src}: looks pre-split ({sorted(subdirs)}) but needs both train/ and val/")
         return {s: (_from_folders(src, src / s, skipped) if s in subdirs else {}) for s in SPLITS}, "presplit"
-    return split_stratified(_from_folders(src, src, skipped), val_fraction, test_fraction, seed), "folders"
+    by_split = split_stratified(_from_folders(src, src, skipped), val_fraction, test_fraction, seed)
+    return _split_here(by_split, src, val_fraction), "folders"
 
 
 def _no_class_folders(src: Path) -> str:

@@ -22,11 +22,7 @@ def format_summary(meta: dict, out_dir: str) -> str:
         f"shards: {shards}; {meta['bytes'] / 2**20:.1f} MiB of JPEG; {meta['reencoded']} images re-encoded,"
         f" the rest stored byte for byte",
     ]
-    empty = [f"{name} in {s}" for s in splits for name in meta["classes"] if meta["counts"][s].get(name, 0) == 0]
-    if empty and multi_label:
-        lines.append(f"WARNING: no photo with: {', '.join(empty)} (per-label figures there are undefined)")
-    elif empty:
-        lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
+    lines += _empty_lines(meta, splits, multi_label)
     lines += few_photos_warning(meta["counts"], meta["classes"]) if not multi_label else []
     lines += [
         f"WARNING: {' and '.join(map(repr, twins))} differ only in case, so they are separate classes;"
@@ -40,6 +36,22 @@ def format_summary(meta: dict, out_dir: str) -> str:
         lines += [f"  {s['path']}: {s['reason']}" for s in meta["skipped"]]
     lines.append(f"wrote {out_dir}")
     return "\n".join(lines)
+
+
+def _empty_lines(meta: dict, splits: list[str], multi_label: bool) -> list[str]:
+    """Warnings for a val split with no photos (--val-fraction 0: photoclf train refuses it), and
+    for the classes a split holds no photo of once bad files were skipped."""
+    lines = []
+    val = meta["examples"].get("val", 0) if multi_label else sum(meta["counts"].get("val", {}).values())
+    if not val:
+        lines.append("WARNING: no val photos: photoclf train will refuse this data (it chooses its epochs and"
+                     " thresholds on val photos)")  # fmt: skip
+    empty = [f"{name} in {s}" for s in splits for name in meta["classes"] if meta["counts"][s].get(name, 0) == 0]
+    if empty and multi_label:
+        lines.append(f"WARNING: no photo with: {', '.join(empty)} (per-label figures there are undefined)")
+    elif empty:
+        lines.append(f"WARNING: no images left after skipping bad files for: {', '.join(empty)}")
+    return lines
 
 
 def few_photos_warning(counts: dict[str, dict[str, int]], classes: list[str]) -> list[str]:

@@ -347,3 +347,21 @@ def test_a_folder_without_class_folders_is_refused_saying_what_it_holds(tmp_path
     (tmp_path / "nothing").mkdir()
     with pytest.raises(UserError, match="nothing: empty; expected one subfolder per class"):
         scan_source(tmp_path / "nothing")
+
+
+def test_a_split_that_leaves_val_empty_is_refused_before_anything_is_written(tmp_path: Path):
+    """3 photos a class at the default fraction give val nothing, and photoclf train refuses data
+    without val photos: said here, not after the shards were written."""
+    src = _make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    with pytest.raises(UserError, match=r"no photo goes to val \(the largest class has 3: too few at --val-fraction"):
+        scan_source(src)
+    assert _counts(scan_source(src, val_fraction=0.34))["val"] == Counter(a=1, b=1)  # a larger fraction spares one
+    assert not _counts(scan_source(src, val_fraction=0.0, test_fraction=0.0)).get("val")  # no val, as asked
+
+
+def test_the_summary_warns_of_data_without_val_photos():
+    from app.data.summary import format_summary
+
+    meta = {"counts": {"train": {"a": 3, "b": 3}}, "classes": ["a", "b"], "shards": {"train": ["t"]}, "bytes": 0,
+            "reencoded": 0, "skipped": []}  # fmt: skip
+    assert "WARNING: no val photos: photoclf train will refuse this data" in format_summary(meta, "out")
