@@ -260,4 +260,7 @@ def resolve_model_dir(path: str | Path) -> Path:
         return next(iter(exported.values()))
     if exported:
         raise UserError(f"{path}: holds {len(exported)} models ({', '.join(exported)}); give {path}/<name>")
+    if RunDir(path).config.is_file():  # a run dir whose training was stopped before its export
+        raise UserError(f"{path}: a run dir with no export yet (its training has not finished); the same"
+                        " photoclf train command resumes it and exports")  # fmt: skip
     raise UserError(f"{path}: no SavedModel found (give EXPORT_DIR/<name>[/<version>] or a run dir with export/)")

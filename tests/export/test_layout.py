@@ -39,6 +39,18 @@ def test_a_run_dir_with_nothing_exported_is_refused_saying_what_to_give(tmp_path
         served_model_folder(tmp_path / "missing")
 
 
+def test_a_run_dir_whose_training_was_stopped_says_that_training_again_resumes_it(tmp_path: Path):
+    from app.export.layout import resolve_model_dir
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")  # what a run dir holds from its first epoch on
+    said = f"^{run}: a run dir with no export yet .* the same photoclf train command resumes it"
+    for resolve in (resolve_model_dir, served_model_folder):  # evaluate, predict, review; serve
+        with pytest.raises(UserError, match=said):
+            resolve(run)
+
+
 def test_an_export_dir_of_one_model_is_that_model_and_of_several_names_them(tmp_path: Path):
     """`runs/pets/export` is what a user sees after training; predict, evaluate and serve take it."""
     from app.export.layout import resolve_model_dir
