@@ -123,10 +123,12 @@ class RunDir:
 
     def _what_to_give(self) -> str:
         """An export inside a run dir (runs/x/export/x/1, given where the run is asked for) names
-        the run dir; anything else is told to train."""
+        the run dir; a run whose training was stopped is told to resume; anything else to train."""
         for folder in Path(self.root).absolute().parents:
             if RunDir(folder).final_weights.is_file():
                 return f"it is inside the run dir {folder}: give that"
+        if self.config.is_file():
+            return "its training has not finished: the same photoclf train command resumes it"
         return "run photoclf train first"
 
     def load(self, *, need_weights: bool = True) -> FinishedRun:

@@ -83,6 +83,10 @@ def test_a_run_dir_that_is_not_finished_says_what_is_missing(tmp_path: Path):
         UserError, match="not a finished run .*run_state.json, config.json, model.weights.h5.*train first$"
     ):
         run.load()
+    (tmp_path / "run_state.json").write_text("{}")
+    (tmp_path / "config.json").write_text("{}")  # a run stopped before its end: resumed, not started
+    with pytest.raises(UserError, match="needs model.weights.h5\\); .* the same photoclf train command resumes it$"):
+        run.load()
 
 
 def test_an_export_given_where_its_run_dir_is_asked_for_names_the_run_dir(trained_run: Path):
