@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -152,3 +153,19 @@ def test_an_unknown_flag_is_refused_with_the_commands_usage_and_the_flag_meant(c
     assert err.startswith(f"usage: photoclf {argv[0]} [-h]")  # the command's usage, not photoclf's
     flags = " ".join(argv[2:] if argv[0] in ("audit", "serve") else argv[1:])
     assert err.splitlines()[-1] == f"photoclf {argv[0]}: error: unrecognized arguments: {flags}{hint}"
+
+
+def test_evaluate_without_data_offers_the_command_for_the_test_split_of_the_data_its_run_trained_on(
+    capsys, trained_run: Path
+):
+    from app.commands import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", str(trained_run)])
+    assert done.value.code == 2
+    data = json.loads((trained_run / "config.json").read_text())["data"]
+    assert capsys.readouterr().err == (
+        "error: --data is required: the photos to evaluate on (a TFRecord folder from photoclf convert, or class"
+        f" folders); its run trained on {data}, whose test split it never saw: photoclf evaluate {trained_run}"
+        f" --data {data} --split test\n"
+    )

@@ -15,7 +15,9 @@ import argparse
 from pathlib import Path
 
 from app.cli import add_runtime_flag, lasting_imports
+from app.errors import UserError
 from app.export.layout import resolve_model_dir
+from app.run_dir import RunDir
 
 HELP = "evaluate an exported model on a TFRecord split or an image folder: table, metrics, figures, HTML"
 
@@ -24,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", type=Path, help="run dir, EXPORT_DIR/<name>, or EXPORT_DIR/<name>/<version>")
     p.add_argument(
         "--data",
-        required=True,
-        help="TFRecord folder or gs:// URL (photoclf convert), or a local folder of class folders",
+        default=None,
+        help="TFRecord folder or gs:// URL (photoclf convert), or a local folder of class folders (required)",
     )
     p.add_argument("--split", default="val", help="split of a TFRecord folder (default val)")
     p.add_argument(
@@ -53,7 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
+    version = resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
+    if args.data is None:
+        raise UserError(_data_needed(args.model_dir, version))
     with lasting_imports():
         from app.evaluation.evaluate import evaluate
 
@@ -75,3 +79,17 @@ def run(args: argparse.Namespace) -> None:
             " limit (metrics.json lists each with why)"
         )
     print(f"\nreport: {result.html}\nmetrics: {result.report_dir / 'metrics.json'}")
+
+
+def _data_needed(model_dir: Path, version: Path) -> str:
+    """--data left out: what to give, and the command for the data the model's run trained on."""
+    said = "--data is required: the photos to evaluate on (a TFRecord folder from photoclf convert, or class folders)"
+    run = RunDir.of_export(version)
+    try:
+        data = run.read_config().data if run is not None else ""
+    except UserError:  # a config this code cannot read: no command to offer
+        data = ""
+    if data:
+        said += f"; its run trained on {data}, whose test split it never saw: photoclf evaluate {model_dir} --data"
+        said += f" {data} --split test"
+    return said
