@@ -114,10 +114,10 @@ def _figures(metrics: dict, predictions: Predictions, explainer: Future, out: Pa
         "Per-class precision, recall, F1": plot_per_class(metrics, out / "per_class.png"),
         "Reliability diagram": plot_reliability(metrics, out / "reliability.png"),
     }
-    mistakes = plot_mistakes(predictions.mistakes, out / "mistakes.png")
+    mistakes = plot_mistakes(predictions.mistakes, out / "mistakes.jpg")
     if mistakes:
         figures["Most confident mistakes"] = mistakes
-        why = _mistakes_explained(predictions, explainer, out / "mistakes_gradcam.png")
+        why = _mistakes_explained(predictions, explainer, out / "mistakes_gradcam.jpg")
         if why:
             figures["Most confident mistakes: where the model looked (Grad-CAM of the predicted class)"] = why
     run = RunDir.of_export(Path(metrics["model"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -37,10 +38,13 @@ def test_evaluate_tfrecord_split_writes_metrics_figures_and_html(
     assert sum(map(sum, saved["confusion_matrix"])) == saved["num_examples"]
     assert "Learning curves" in result.figures  # the export lives in its run dir
     assert result.predictions.mistakes  # a model trained for 2 steps: the Grad-CAM of each shown mistake
-    assert (tmp_path / "mistakes_gradcam.png").exists() and any("Grad-CAM" in name for name in result.figures)
+    assert (tmp_path / "mistakes_gradcam.jpg").exists() and any("Grad-CAM" in name for name in result.figures)
     page = result.html.read_text()
-    embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(embedded) == len(result.figures) and all(len(e) > 1000 for e in embedded)
+    embedded = re.findall(r'src="data:image/(png|jpeg);base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(embedded) == len(result.figures) and all(len(data) > 1000 for _, data in embedded)
+    for kind, data in embedded:  # each inlined as what it is: charts PNG, grids of photos JPEG
+        assert base64.b64decode(data).startswith(b"\x89PNG" if kind == "png" else b"\xff\xd8\xff")
+    assert [kind for kind, _ in embedded].count("jpeg") == 2  # the mistakes, and their Grad-CAM maps
     assert "accuracy" in result.summary
 
 
