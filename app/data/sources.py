@@ -10,6 +10,7 @@ in a second instead of after an hour of conversion.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,18 +56,25 @@ def _is_hidden(name: str) -> bool:
 
 
 def files_and_broken_links(folder: Path) -> tuple[list[Path], list[Path]]:
-    """Regular, non-hidden files below `folder` (recursively), and the links whose target is gone,
-    each sorted for determinism, in one walk: a command that passed over the links silently would
-    lose those photos without a word."""
-    files, broken = [], []
-    for path in sorted(folder.rglob("*")):
-        if any(_is_hidden(part) for part in path.relative_to(folder).parts):
+    """Regular, non-hidden files below `folder` (recursively, through linked folders, each real
+    folder once), and the links whose target is gone, each sorted for determinism, in one walk: a
+    command that passed over the links, or the photos in a linked folder, would lose those photos
+    without a word. A link to `folder` or above it is a loop, not photos: passed over."""
+    top = Path(os.path.realpath(folder))
+    files, broken, seen = [], [], set()
+    for root, folders, names in os.walk(folder, followlinks=True):
+        real = Path(os.path.realpath(root))
+        if real in seen or real in top.parents:
+            folders[:] = []
             continue
-        if path.is_file():
-            files.append(path)
-        elif path.is_symlink() and not path.exists():
-            broken.append(path)
-    return files, broken
+        seen.add(real)
+        folders[:] = [name for name in folders if not _is_hidden(name)]
+        for path in (Path(root) / name for name in names if not _is_hidden(name)):
+            if path.is_file():
+                files.append(path)
+            elif path.is_symlink() and not path.exists():
+                broken.append(path)
+    return sorted(files), sorted(broken)
 
 
 def list_files(folder: Path) -> list[Path]:

@@ -365,3 +365,15 @@ def test_the_summary_warns_of_data_without_val_photos():
     meta = {"counts": {"train": {"a": 3, "b": 3}}, "classes": ["a", "b"], "shards": {"train": ["t"]}, "bytes": 0,
             "reencoded": 0, "skipped": []}  # fmt: skip
     assert "WARNING: no val photos: photoclf train will refuse this data" in format_summary(meta, "out")
+
+
+def test_photos_in_a_linked_folder_are_read_and_a_link_looping_back_is_passed_over(tmp_path: Path):
+    """A class folder holding a link to more photos of it: passed over before, without a word."""
+    src = _make_tree(tmp_path / "src", {"a": 8, "b": 8})
+    more = _make_tree(tmp_path / "elsewhere", {"b_2019": 4}) / "b_2019"
+    (src / "b" / "2019").symlink_to(more, target_is_directory=True)
+    (src / "b" / "loop").symlink_to(src, target_is_directory=True)  # its walk would reach a's photos as b's
+    (src / "b" / "self").symlink_to(src / "b", target_is_directory=True)  # and b's own twice
+    source = scan_source(src, val_fraction=0.25, test_fraction=0.0)
+    assert {name: sum(c[name] for c in _counts(source).values()) for name in ("a", "b")} == {"a": 8, "b": 12}
+    assert sorted(i.relpath for i in source.images if "2019" in i.relpath) == [f"b/2019/{i:03d}.jpg" for i in range(4)]
