@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> None:
     print(f"{summary.predicted} photo(s) predicted ({summary.runtime}) → {summary.output}")
     if summary.unknown:
         print(f"{summary.unknown} of them answered unknown: none of the model's classes (answer column 'unknown')")
+    if summary.no_label:
+        print(f"{summary.no_label} of them with no label at or above its threshold (an empty answer)")
     if args.explain:
         print(f"Grad-CAM maps of the top labels → {args.explain}")
     if summary.failed:

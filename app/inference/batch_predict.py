@@ -41,6 +41,7 @@ class PredictionSummary:
     failed: list[dict] = field(default_factory=list)  # {path, error}
     runtime: str = ""
     unknown: int = 0  # of the predicted photos, those answered "none of these"
+    no_label: int = 0  # of a multi-label model's predicted photos, those with no label at or above its threshold
     warning: str | None = None  # the model's own (trained from random weights)
 
 
@@ -231,5 +232,6 @@ def predict_files(
     _write(rows, output, fmt, top_k)
     failed = [{"path": r["path"], "error": r["error"]} for r in rows if r["error"]]
     unknown = sum(1 for r in rows if r.get("unknown"))
+    no_label = sum(1 for r in rows if r.get("labels_above_threshold") == [] and not r["error"])
     warning = layout.random_init_warning(metadata)
-    return PredictionSummary(output, len(rows) - len(failed), failed, runtime_label(model), unknown, warning)
+    return PredictionSummary(output, len(rows) - len(failed), failed, runtime_label(model), unknown, no_label, warning)

@@ -213,7 +213,7 @@ def test_batch_prediction_answers_with_the_labels_above_their_thresholds(multila
     folder.mkdir(exist_ok=True)
     for photo in photos:
         (folder / photo.name).write_bytes(photo.read_bytes())
-    predict_files(metrics["export"], str(folder), tmp / "predictions.csv", runtime="tf")
+    summary = predict_files(metrics["export"], str(folder), tmp / "predictions.csv", runtime="tf")
     rows = list(csv.DictReader((tmp / "predictions.csv").open()))
     served = (
         tf.saved_model.load(metrics["export"])
@@ -225,3 +225,4 @@ def test_batch_prediction_answers_with_the_labels_above_their_thresholds(multila
     expected = ["|".join(c.decode() for c in row if c) for row in served]
     assert [r["labels_above_threshold"] for r in rows] == expected
     assert [r["answer"] for r in rows] == expected  # its labels, not the top one alone ("": none of them)
+    assert summary.no_label == expected.count("") and summary.predicted == 3  # the count the command prints
