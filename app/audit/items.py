@@ -17,9 +17,12 @@ import tensorflow as tf
 
 from app.data import schema
 from app.data.convert import ImageRejected, convert_image
+from app.data.manifest import SeveralLabels
 from app.data.pipeline import dataset_fingerprint, load_dataset_info
 from app.data.sources import scan_source
 from app.errors import UserError
+
+SINGLE_LABEL_ONLY = "the audit reads single-label data only"
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,10 @@ def load_audit_input(data: str | Path) -> AuditInput:
     data = Path(data)
     if (data / schema.METADATA_FILE).is_file():
         return _from_records(data)
-    source = scan_source(data)
+    try:
+        source = scan_source(data)
+    except SeveralLabels as err:
+        raise SeveralLabels(err.where, err.label, advice=f"a multi-label dataset, and {SINGLE_LABEL_ONLY}") from None
     items = [AuditItem(i.relpath, i.split, i.class_name, str(i.path)) for i in source.images]
     unreadable = list(source.skipped)
 
@@ -70,7 +76,7 @@ def _from_records(data: Path) -> AuditInput:
     every JPEG of the dataset in memory."""
     info = load_dataset_info(data)
     if info.multi_label:  # its label checks compare one class per photo
-        raise UserError(f"{data}: a multi-label dataset; the audit reads single-label data only")
+        raise UserError(f"{data}: a multi-label dataset; {SINGLE_LABEL_ONLY}")
     paths = [(split, path) for split in sorted(info.shards) for path in info.shard_paths(split)]
 
     def records():

@@ -77,6 +77,15 @@ def _side_cells(row: list[str], at: list[int], columns: tuple[Column, ...], wher
 Manifest = dict[str, dict[str, list[Path]]]  # {split: {class: paths}}
 
 
+class SeveralLabels(UserError):
+    """A manifest read as single-label whose label cell lists several: a command that reads
+    multi-label data says how; one that does not (the audit) says so instead."""
+
+    def __init__(self, where: str, label: str, advice: str = "pass --multi-label for a multi-label dataset"):
+        self.where, self.label = where, label
+        super().__init__(f"{where}: label '{label}' lists several labels; {advice}")
+
+
 def _label_key(label: str, multi_label: bool, where: str) -> str:
     """A manifest's label cell → the class name it is filed under: itself, or (multi-label) its
     labels sorted and joined by LABEL_SEPARATOR ('' for none). A line break cannot be part of a
@@ -85,9 +94,7 @@ def _label_key(label: str, multi_label: bool, where: str) -> str:
         raise UserError(f"{where}: label {label!r} holds a line break; a label is one line of text")
     if not multi_label:
         if LABEL_SEPARATOR in label:
-            raise UserError(
-                f"{where}: label '{label}' lists several labels; pass --multi-label for a multi-label dataset"
-            )
+            raise SeveralLabels(where, label)
         if not label:
             raise UserError(f"{where}: empty label")
         return label

@@ -261,3 +261,13 @@ def test_the_embeddings_are_the_batches_rows_in_order_scaled_to_length_one():
     assert embeddings.dtype == np.float32 and embeddings.shape == (8, 4)
     np.testing.assert_allclose(embeddings[:7], whole[:7] / np.linalg.norm(whole[:7], axis=1, keepdims=True), rtol=1e-6)
     np.testing.assert_array_equal(embeddings[7], 0.0)  # an all-zero row stays zero, not NaN
+
+
+def test_a_multi_label_manifest_is_refused_saying_the_audit_reads_single_label_data(tmp_path: Path):
+    """convert's advice (pass --multi-label) names a flag the audit does not have."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.jpg")
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("path,label\na.jpg,car|person\n")
+    said = f"^{manifest}:2: label 'car\\|person' lists several labels; a multi-label dataset, and the audit reads"
+    with pytest.raises(UserError, match=said + " single-label data only$"):
+        load_audit_input(manifest)
