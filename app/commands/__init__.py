@@ -9,12 +9,14 @@ scripts/*.py run the same commands through `run_command`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
 
-from app.cli import refuse_unrecognized, run_cli
+from app.cli import run_cli
+from app.config import FIELDS, nearest_keys
 
 COMMANDS = (
     "convert",
@@ -70,3 +72,37 @@ def run_command(name: str, argv: list[str] | None = None) -> None:
     args, extra = parser.parse_known_args(argv)
     refuse_unrecognized(parser, extra)
     run_cli(lambda: module.run(args))
+
+
+# The flags that name where a command writes: a user who types one of them means the command's own.
+OUTPUT_FLAGS = ("--out", "--output", "--report", "--export-dir", "--out-dir", "--output-dir")
+
+
+def refuse_unrecognized(parser: argparse.ArgumentParser, extra: list[str]) -> None:
+    """argparse's error for arguments `parser` does not take, with the command's usage and, for
+    each unknown flag, the flag the user most likely meant (`--out`: audit's `--report`)."""
+    if extra:
+        hints = [hint for arg in extra if arg.startswith("--") and (hint := _flag_hint(parser, arg.split("=")[0]))]
+        parser.error(f"unrecognized arguments: {' '.join(extra)}" + "".join(f"; {hint}" for hint in hints))
+
+
+def _flag_hint(parser: argparse.ArgumentParser, flag: str) -> str | None:
+    """A training setting that has no flag (--dropout: --set dropout=...); else a misspelling's
+    nearest flag (--prot: --port); else the flags sharing a word with it (--epochs: --epochs-head,
+    --epochs-finetune); else the command's output flag for another's (--out: --report); else the
+    settings it may mean (--lr: --set lr_head=... or --set lr_finetune=...)."""
+    known = [o for action in parser._actions for o in action.option_strings if o.startswith("--") and o != "--help"]
+    settings = _settings_meant(flag) if "--set" in known else []
+    if len(settings) == 1 and settings[0] == f"--set {flag[2:].replace('-', '_')}=...":
+        return f"{flag}: did you mean {settings[0]}?"
+    words = {word for word in flag[2:].split("-") if len(word) >= 2}
+    meant = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+    meant = meant or [option for option in known if words & set(option[2:].split("-"))][:3]
+    meant = meant or ([option for option in known if option in OUTPUT_FLAGS] if flag in OUTPUT_FLAGS else [])
+    meant = meant or settings
+    return f"{flag}: did you mean {' or '.join(meant)}?" if meant else None
+
+
+def _settings_meant(flag: str) -> list[str]:
+    key = flag[2:].replace("-", "_")
+    return [f"--set {name}=..." for name in ([key] if key in FIELDS else nearest_keys(key))]
