@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 from PIL import Image
-from tqdm import tqdm
 
 from app.audit.items import AuditInput
 from app.data.preprocess import EVAL_DECODE, eval_decoder
@@ -27,6 +26,7 @@ from app.inference.host_forward import HostForward, expected_precision
 from app.models.backbones import get_backbone
 from app.models.classifier import build_classifier
 from app.models.pretrained import load_pretrained_backbone
+from app.progress import progress_bar
 from app.training.frozen import RowSink, load_or_compute, weights_fingerprint
 
 THUMBNAIL_SIDE = 112
@@ -147,7 +147,7 @@ def _pass(
         embedded(forward(tf.stack(pending).numpy().astype(np.float32)))
         pending.clear()
 
-    with tqdm(total=total, unit="img", desc="Embedding" if embedded else "Reading", dynamic_ncols=True) as bar:
+    with progress_bar(total, "img", "Embedding" if embedded else "Reading") as bar:
         for index, jpeg in audit_input.read():
             pixels = tf.io.decode_jpeg(jpeg, channels=3).numpy()
             digest, std, detail, flat = _describe(pixels)

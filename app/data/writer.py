@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from app import storage
 from app.data import duplicates, schema, side_features
 from app.data.convert import DEFAULT_MAX_PIXELS, ImageRejected, convert_image
@@ -38,6 +36,7 @@ from app.data.sources import (
     scan_source,
 )
 from app.errors import UserError
+from app.progress import progress_bar
 
 DEFAULT_TARGET_SHARD_MB = 150  # big enough to stream efficiently, small enough to parallelise
 # Below this many images a worker process costs more to start (it imports TensorFlow) than it saves.
@@ -178,7 +177,7 @@ def _check_out(out: str, overwrite: bool, part: str | None = None) -> None:
 
 def _run_tasks(tasks: list[ShardTask], directory: str, workers: int) -> list[ShardResult]:
     total = sum(len(t.images) for t in tasks)
-    bar = tqdm(total=total, unit="img", desc="Writing shards", dynamic_ncols=True)
+    bar = progress_bar(total, "img", "Writing shards")
     if workers <= 1:
         results = []
         for task in tasks:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-from tqdm import tqdm
 
 from app import storage
 from app.data import schema
@@ -26,6 +25,7 @@ from app.errors import UserError
 from app.export.layout import read_metadata
 from app.inference.runtime import HostRuntime, TFRuntime, answers_or_reasons
 from app.models import ood
+from app.progress import progress_bar
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ def ood_scores(
     total, images = _encoded(path, split)
     scores: list[float] = []
     skipped: list[dict] = []
-    with tqdm(total=total, unit="img", desc="Other photos", dynamic_ncols=True) as bar:
+    with progress_bar(total, "img", "Other photos") as bar:
         for batch in _batched(images, batch_size):  # streamed: one batch of bytes in memory at a time
             answers = answers_or_reasons(runtime, [data for _, data in batch], limit, tta)
             for (name, _), answer in zip(batch, answers):

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-from tqdm import tqdm
 
 from app import storage
 from app.data import schema, side_features
@@ -29,6 +28,7 @@ from app.data.sources import class_dirs, files_and_broken_links
 from app.errors import UserError
 from app.export import layout
 from app.inference.runtime import HostRuntime, TFRuntime, answers_or_reasons, load_runtime, runtime_label
+from app.progress import progress_bar
 
 # encoded image (or why the file could not be read), dataset label id (multi-label: a tuple of ids),
 # filename, side features ({} if none)
@@ -149,7 +149,7 @@ def predict(
     answers = _Answers(classes, label_mapping(data_classes, classes, label_map), keep_mistakes)
     model = load_runtime(version_dir, runtime, batch=batch_size) if isinstance(runtime, str) else runtime
     limit = layout.read_metadata(version_dir).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
-    with tqdm(total=total, unit="img", desc="Evaluating", dynamic_ncols=True) as bar:
+    with progress_bar(total, "img", "Evaluating") as bar:
         for batch in _batched(_with_side_features(examples, model, tta), batch_size):
             side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
             results = answers_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)

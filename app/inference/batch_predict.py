@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
@@ -27,6 +26,7 @@ from app.errors import UserError
 from app.export import layout
 from app.inference.host_runtimes import above_threshold
 from app.inference.runtime import answers_or_reasons, load_runtime, runtime_label
+from app.progress import progress_bar
 
 FORMATS = ("csv", "jsonl", "json")
 
@@ -222,7 +222,7 @@ def predict_files(
     explainer = _explainer(version, explain)
     root = _common_root(paths, source)
     rows: list[dict] = []
-    with tqdm(total=len(paths), unit="img", desc="Predicting", dynamic_ncols=True) as bar:
+    with progress_bar(len(paths), "img", "Predicting") as bar:
         for batch in read_batches(paths, batch_size):
             batch_rows = _rows(batch, model, classes, top_k, limit, thresholds)
             if explainer is not None:

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from app.data.display import open_photo
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.export import layout
 from app.inference.batch_predict import read_batches
 from app.inference.runtime import answers_or_reasons, load_runtime
+from app.progress import progress_bar
 from app.review.model import check_reviewable
 from app.review.ranking import SIGNATURE_SIDE, diverse_order, priority, signature
 
@@ -54,7 +54,7 @@ def rank_photos(
     kept: list[tuple[Path, dict]] = []
     signatures: list[np.ndarray] = []
     failed: list[dict] = []
-    with tqdm(total=len(paths), unit="img", desc="Ranking", dynamic_ncols=True) as bar:
+    with progress_bar(len(paths), "img", "Ranking") as bar:
         for batch in read_batches(paths, batch_size):
             for (path, data), answer in zip(batch, answers_or_reasons(model, [d for _, d in batch], limit)):
                 if isinstance(answer, str):

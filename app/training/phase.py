@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 import tensorflow as tf
-from tqdm import tqdm
 
 from app import storage
 from app.errors import UserError
+from app.progress import progress_bar
 from app.run_dir import RunDir
 from app.training.history import History
 from app.training.optimizer import averaged_weights, keeps_average
@@ -352,7 +352,7 @@ def _train_epoch(steps: CompiledSteps, iterator: Iterator, spec: PhaseSpec) -> t
     """(mean loss, accuracy) over one epoch of `spec.steps_per_epoch` steps, with a progress bar:
     tqdm's, like every long job here (Keras' Progbar writes colour codes into redirected logs)."""
     totals = tf.zeros([3])
-    with tqdm(total=spec.steps_per_epoch, unit="step", desc="Training", dynamic_ncols=True) as bar:
+    with progress_bar(spec.steps_per_epoch, "step", "Training") as bar:
         while bar.n < spec.steps_per_epoch:
             n = min(spec.steps_per_execution, spec.steps_per_epoch - bar.n)
             totals += steps.train(iterator, n)

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 import keras
 import numpy as np
 import tensorflow as tf
-from tqdm import tqdm
 
 from app.data.keyed import make_keyed_dataset, record_table
 from app.data.preprocess import EVAL_DECODE
 from app.inference.host_forward import Choice, HostForward
+from app.progress import progress_bar
 from app.training.context import Context
 from app.training.frozen.passes import forward_batches, model_outputs, one_stream
 from app.training.frozen.rows import ActivationRows, DiskRows, PartSink, Phase1Features, RowsAt, copy_rows, new_rows
@@ -229,7 +229,7 @@ def _full_pass(
     others = ", ".join(rows.part.split for rows in parts if rows.part.split != "train")
     desc = f"Caching features ({ctx.views_per_image} view(s) of train, {others})"
     sinks = [PartSink(int(w.sum()), keep, on_disk) for w, keep in zip(wanted, keeps)]
-    with tqdm(total=total, unit="img", desc=desc, dynamic_ncols=True) as bar:
+    with progress_bar(total, "img", desc) as bar:
         evaluates = [rows.part.split != "train" for rows in parts]  # val and test judge the model: float32
         exact = lambda keys_and_part: evaluates[int(keys_and_part[1][0])]  # noqa: E731
         for outputs, (keys, part) in forward_batches(forward, one_stream(streams), bar, on_first_batch, exact):
