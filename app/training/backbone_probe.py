@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +36,12 @@ class Candidate:
     @property
     def label(self) -> str:
         return self.backbone if self.weights == "auto" else f"{self.backbone}@{self.weights}"
+
+    @property
+    def short_label(self) -> str:
+        """The label with a weights file's name alone: the table's column (its path is said below it)."""
+        named = self.weights in ("auto", "imagenet", "none")
+        return self.label if named else f"{self.backbone}@{Path(self.weights).name}"
 
 
 @dataclass(frozen=True)
@@ -204,7 +211,7 @@ def format_ranking(results: list[ProbeResult]) -> str:
         rows.append(
             [
                 str(place),
-                r.candidate.label,
+                r.candidate.short_label,
                 str(r.image_size),
                 f"{r.val_accuracy:.4f}",
                 f"{r.val_log_loss:.4f}",
@@ -215,5 +222,5 @@ def format_ranking(results: list[ProbeResult]) -> str:
                 f"{r.images_per_s:.0f}",
             ]
         )
-    weights = "\n".join(f"{r.candidate.label}: weights {r.weights_used}" for r in results)
+    weights = "\n".join(f"{r.candidate.short_label}: weights {r.weights_used}" for r in results)
     return format_table(rows) + "\n\n" + weights

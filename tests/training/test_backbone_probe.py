@@ -3,6 +3,7 @@ with a known answer, the ranking, and real backbones ranked on generated photos.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,17 @@ def test_ranking_is_by_val_accuracy_then_lower_loss_and_the_table_says_so():
     assert lines[2].split()[:3] == ["1", "c", "224"] and "0.9000" in lines[2]  # its test accuracy
     assert lines[4].split()[5] == "-"  # no test split: no test figure
     assert "2.3" in lines[2]  # parameters in millions
+
+
+def test_the_table_names_a_weights_file_by_its_name_and_the_line_below_it_by_its_path():
+    """Two candidates' full paths made the table 180 columns wide."""
+    result = _result("efficientnet_lite0@/data/weights/lite0.npz", 0.9, 0.3)
+    result = dataclasses.replace(result, weights_used="/data/weights/lite0.npz")
+    table, weights = format_ranking([result, _result("mobilenet_v2@imagenet", 0.8, 0.4)]).split("\n\n")
+    assert table.splitlines()[2].split()[:2] == ["1", "efficientnet_lite0@lite0.npz"]
+    assert table.splitlines()[3].split()[:2] == ["2", "mobilenet_v2@imagenet"]
+    assert "/data/weights" not in table
+    assert weights.splitlines()[0] == "efficientnet_lite0@lite0.npz: weights /data/weights/lite0.npz"
 
 
 def test_a_probe_of_the_tiny_backbone_reads_every_split(demo_records: Path, monkeypatch):
