@@ -20,7 +20,7 @@ def _from_list(list_file: Path) -> list[Path]:
     """A .txt (one path per line) or .csv (a `path` column, else the first) of paths, relative
     to the list's own folder unless absolute or at the home folder (~/...)."""
     try:
-        text = list_file.read_text()
+        text = list_file.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV opens with a byte-order mark
     except UnicodeDecodeError:
         raise UserError(f"{list_file}: a list of paths must be UTF-8 text") from None
     if list_file.suffix.lower() == ".csv":

@@ -23,3 +23,5 @@ def test_a_list_s_paths_are_read_from_its_folder_from_home_or_as_absolute(
         tmp_path / "abs.jpg",
     ]
     assert list_inputs(str(lists / "paths.csv")) == [tmp_path / "home/shots/b.jpg", lists / "~no_such_user_9/c.jpg"]
+    (lists / "excel.csv").write_text("path,label\r\nhere.jpg,cat\r\n", encoding="utf-8-sig")  # a spreadsheet's
+    assert list_inputs(str(lists / "excel.csv")) == [lists / "here.jpg"]  # its byte-order mark is not a path's

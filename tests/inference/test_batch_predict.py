@@ -165,6 +165,10 @@ def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
         predict_files(trained_run, str(tmp_path), tmp_path / "p.xml")  # was written as a CSV, silently
     with pytest.raises(UserError, match="^--batch-size must be >= 1, got 0$"):
         predict_files(trained_run, str(tmp_path), tmp_path / "p.csv", batch_size=0)
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "dataset.json").write_text("{}")  # TFRecords, given where photos are asked for
+    with pytest.raises(UserError, match=r"^INPUT .*records: a TFRecord folder \(dataset.json\); predict reads photo"):
+        predict_files(trained_run, str(tmp_path / "records"), tmp_path / "p.csv")
 
 
 def test_one_photo_is_an_input_of_its_own(trained_run: Path, photos: Path, tmp_path: Path):
