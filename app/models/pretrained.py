@@ -16,7 +16,7 @@ from pathlib import Path
 import keras
 
 from app.errors import UserError
-from app.models.backbones import BackboneSpec
+from app.models.backbones import BACKBONES, BackboneSpec
 
 WEIGHTS_ENV = "PHOTOCLF_WEIGHTS"  # path to a local backbone weights file used by `auto`
 
@@ -60,6 +60,16 @@ def _check_size(spec: BackboneSpec, image_size: int) -> None:
         raise UserError(f"--image-size {image_size} is too small for {spec.name} (minimum {spec.min_size})")
 
 
+def _whose_file(path: Path) -> str:
+    """The backbones whose own weights files end as `path` does (an EfficientNet-Lite .npz given
+    with the default backbone): the --backbone the user most likely left out."""
+    owners = sorted(
+        name for name, spec in BACKBONES.items() if spec.weights_file and path.name.endswith(spec.weights_file[0])
+    )
+    named = " or ".join(owners) if len(owners) <= 2 else f"{owners[0]} ... {owners[-1]}"
+    return f"; a {path.suffix} file is for --backbone {named}" if owners else ""
+
+
 def _from_file(spec: BackboneSpec, shape: tuple[int, int, int], path: Path, named_by: str) -> keras.Model:
     if not path.is_file():
         raise UserError(
@@ -70,7 +80,7 @@ def _from_file(spec: BackboneSpec, shape: tuple[int, int, int], path: Path, name
     suffix, loader = spec.weights_file or (".h5", None)
     if not path.name.endswith(".h5") and not path.name.endswith(suffix):
         kinds = ".h5 or .weights.h5" + ("" if suffix == ".h5" else f" or {suffix}")
-        raise UserError(f"{named_by}: {path} is not a {kinds} file")
+        raise UserError(f"{named_by}: {path} is not a {kinds} file{_whose_file(path)}")
     model = spec.build(shape, None)
     try:
         with warnings.catch_warnings():

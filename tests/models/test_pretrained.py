@@ -87,6 +87,16 @@ def test_a_configured_file_that_is_missing_or_does_not_fit_is_an_error_naming_th
         load_pretrained_backbone(get_backbone("mobilenet_v2"), 7, "auto")  # no file fixes a size: no way out offered
 
 
+def test_another_backbones_weights_file_names_the_backbone_it_is_for(tmp_path: Path):
+    lite = tmp_path / "efficientnet_lite0_imagenet.npz"
+    lite.write_bytes(b"PK")  # its suffix is what is read first
+    with pytest.raises(UserError, match=r"is not a .h5 or .weights.h5 file; a .npz file is for --backbone efficient"):
+        load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, str(lite))  # --backbone left at its default
+    (tmp_path / "notes.txt").write_text("no weights")
+    with pytest.raises(UserError, match=r"^--weights: .*notes.txt is not a .h5 or .weights.h5 file$"):
+        load_pretrained_backbone(get_backbone("mobilenet_v2"), SIZE, str(tmp_path / "notes.txt"))
+
+
 def test_offline_auto_without_a_file_starts_from_random_weights_and_says_why(
     offline, builds, monkeypatch: pytest.MonkeyPatch
 ):
