@@ -173,5 +173,6 @@ def test_pretrained_mobilenet_v2_ranks_above_its_random_initialisation(tmp_path:
     assert done.returncode == 0, done.stderr
     table = done.stdout.splitlines()
     first, second = table[2].split(), table[3].split()
-    assert first[1] == f"mobilenet_v2@{pretrained_weights}" and second[1] == "mobilenet_v2@none"
+    assert first[1] == f"mobilenet_v2@{pretrained_weights.name}" and second[1] == "mobilenet_v2@none"
+    assert f"mobilenet_v2@{pretrained_weights.name}: weights {pretrained_weights}" in done.stdout  # the path, below
     assert float(first[3]) > float(second[3])  # the pretrained features separate the classes better
