@@ -21,7 +21,9 @@ import math
 from dataclasses import dataclass
 
 import keras
+from keras import ops
 
+from app.data.side_features import input_width
 from app.errors import UserError
 from app.models.backbones import BackboneSpec, blocks
 from app.models.layers import OutOfDistributionScore, SideFeatureEncoding
@@ -82,6 +84,8 @@ def build_classifier(
         features = fuse([features, dense(encoded), wide(encoded)])
         head_features = fuse([feature_input, dense(head_encoded), wide(head_encoded)])
     logits = logits_layer(dropout_layer(features))
+    if side_features:
+        _start_wide_columns_at_zero(logits_layer, input_width(side_features))
     probabilities = (
         keras.layers.Activation("sigmoid", name="probabilities", dtype="float32")
         if multi_label
@@ -96,6 +100,15 @@ def build_classifier(
         spec=spec,
         side_features=side_features or None,
     )
+
+
+def _start_wide_columns_at_zero(logits_layer: keras.layers.Dense, width: int) -> None:
+    """The logits' weights on the side features' wide columns (the kernel's last `width` rows)
+    start at zero, not random: those columns are scaled by D, so a random start put logits D
+    times a random weight on every photo, and a small run's head never recovered from them (its
+    confidences wrong, its accuracy near chance). From zero they move D times as fast, as meant."""
+    kernel = logits_layer.kernel
+    kernel.assign(ops.concatenate([kernel[:-width], ops.zeros((width, kernel.shape[1]), kernel.dtype)], axis=0))
 
 
 def with_temperature(logits_model: keras.Model, temperature: float) -> keras.Model:

@@ -175,3 +175,6 @@ def test_the_model_sees_the_encoded_side_features_directly_scaled_by_the_image_f
     encode, wide = clf.head_model.get_layer("side_encoding"), clf.head_model.get_layer("side_wide")
     row = wide(encode(np.array([[30.0, 2.0]], np.float32)))
     np.testing.assert_allclose(np.asarray(row), [[24.0, 0.0, 0.0, 24.0]])  # (30 - 20) / 10 = 1 and "leg", x 24
+    kernel = np.asarray(clf.head_model.get_layer("logits").kernel)
+    assert not kernel[-4:].any()  # the wide columns' weights start at zero: D x a random weight swamped every logit
+    assert np.abs(kernel[:-4]).min(axis=1).all()  # every other input starts random, as Keras starts it
