@@ -22,8 +22,8 @@ use_fallback_fonts()
 
 
 def save_figure(fig, path: Path) -> Path:
-    """PNG for charts; a grid of photos as `.jpg` (JPEG), which holds photos in a fifth of PNG's
-    bytes and is written several times faster, in files and the report that inlines them."""
+    """PNG for charts; a grid of photos as `.jpg` (JPEG), which holds photos in far fewer bytes
+    than PNG and is written faster, in its file and in the report that inlines it."""
     photo = {"pil_kwargs": {"quality": 90}} if Path(path).suffix.lower() in (".jpg", ".jpeg") else {}
     with drawing(fig), storage.atomic_path(path) as tmp:
         if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
