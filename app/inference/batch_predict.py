@@ -185,6 +185,23 @@ def _format_of(output: Path) -> str:
     return suffix[1:] or "csv"
 
 
+def _photos_to_predict(source: str, model_dir: str | Path, version: Path, metadata: dict) -> list[Path]:
+    """INPUT's photo files, refused where predict cannot answer them: a model that also takes side
+    features (photo files do not carry them), or TFRecords (evaluate reads those)."""
+    side = [c["name"] for c in metadata.get("side_features", [])]
+    if side:
+        raise UserError(
+            f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
+            " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
+        )
+    if Path(source).is_dir() and (Path(source) / schema.METADATA_FILE).is_file():
+        raise UserError(
+            f"INPUT {source}: a TFRecord folder ({schema.METADATA_FILE}); predict reads photo files (a folder, a glob"
+            f" or a list of paths), evaluate reads TFRecords: photoclf evaluate {model_dir} --data {source}"
+        )
+    return list_inputs(str(source))
+
+
 def predict_files(
     model_dir: str | Path,
     source: str,
@@ -208,18 +225,7 @@ def predict_files(
     _check_explain(explain, source)
     version = layout.resolve_model_dir(model_dir)
     metadata = layout.read_metadata(version)
-    side = [c["name"] for c in metadata.get("side_features", [])]
-    if side:
-        raise UserError(
-            f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
-            " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
-        )
-    if Path(source).is_dir() and (Path(source) / schema.METADATA_FILE).is_file():
-        raise UserError(
-            f"INPUT {source}: a TFRecord folder ({schema.METADATA_FILE}); predict reads photo files (a folder, a glob"
-            f" or a list of paths), evaluate reads TFRecords: photoclf evaluate {model_dir} --data {source}"
-        )
-    paths = list_inputs(str(source))
+    paths = _photos_to_predict(source, model_dir, version, metadata)
     classes = layout.read_classes(version)
     model = load_runtime(version, runtime, batch=min(batch_size, max(len(paths), 1)))  # timed as it will run
     limit = float(metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS))
