@@ -92,17 +92,12 @@ def _flag_hint(parser: argparse.ArgumentParser, flag: str) -> str | None:
     --epochs-finetune); else the command's output flag for another's (--out: --report); else the
     settings it may mean (--lr: --set lr_head=... or --set lr_finetune=...)."""
     known = [o for action in parser._actions for o in action.option_strings if o.startswith("--") and o != "--help"]
-    settings = _settings_meant(flag) if "--set" in known else []
-    if len(settings) == 1 and settings[0] == f"--set {flag[2:].replace('-', '_')}=...":
-        return f"{flag}: did you mean {settings[0]}?"
+    takes_settings, key = "--set" in known, flag[2:].replace("-", "_")
+    if takes_settings and key in FIELDS:
+        return f"{flag}: did you mean --set {key}=...?"
     words = {word for word in flag[2:].split("-") if len(word) >= 2}
     meant = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
     meant = meant or [option for option in known if words & set(option[2:].split("-"))][:3]
     meant = meant or ([option for option in known if option in OUTPUT_FLAGS] if flag in OUTPUT_FLAGS else [])
-    meant = meant or settings
+    meant = meant or ([f"--set {name}=..." for name in nearest_keys(key)] if takes_settings else [])
     return f"{flag}: did you mean {' or '.join(meant)}?" if meant else None
-
-
-def _settings_meant(flag: str) -> list[str]:
-    key = flag[2:].replace("-", "_")
-    return [f"--set {name}=..." for name in ([key] if key in FIELDS else nearest_keys(key))]

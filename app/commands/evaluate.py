@@ -90,6 +90,5 @@ def _data_needed(model_dir: Path, version: Path) -> str:
     except UserError:  # a config this code cannot read: no command to offer
         data = ""
     if data:
-        said += f"; its run trained on {data}, whose test split it never saw: photoclf evaluate {model_dir} --data"
-        said += f" {data} --split test"
-    return said
+        said += f"; its run trained on {data}, whose test split it never saw: photoclf evaluate {model_dir}"
+    return f"{said} --data {data} --split test" if data else said

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import mimetypes
 from pathlib import Path
 
 from app.evaluation.metrics import accuracy_with_interval
@@ -139,8 +140,7 @@ def write_html(metrics: dict, figures: dict[str, Path], path: Path, title: str) 
 
     def img(p: Path) -> str:
         data = base64.b64encode(p.read_bytes()).decode()
-        kind = "jpeg" if p.suffix.lower() in (".jpg", ".jpeg") else "png"
-        return f'<img alt="{html.escape(p.stem)}" src="data:image/{kind};base64,{data}">'
+        return f'<img alt="{html.escape(p.stem)}" src="data:{mimetypes.guess_type(p.name)[0]};base64,{data}">'
 
     sections = "".join(f"<h2>{html.escape(name)}</h2>{img(p)}" for name, p in figures.items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>
