@@ -170,8 +170,19 @@ class FinishedRun:
 
 
 def config_changes(saved: TrainConfig, cfg: TrainConfig) -> list[str]:
-    """Keys that differ, ignoring LOCATION_KEYS."""
-    return sorted(k for k, v in cfg.to_dict().items() if k not in LOCATION_KEYS and saved.to_dict().get(k) != v)
+    """Keys that differ, ignoring LOCATION_KEYS; a data folder named relatively and absolutely is one folder."""
+    before, now = _comparable(saved), _comparable(cfg)
+    return sorted(k for k, v in now.items() if k not in LOCATION_KEYS and before.get(k) != v)
+
+
+def _comparable(cfg: TrainConfig) -> dict:
+    return cfg.to_dict() | {"data": data_place(cfg.data)}
+
+
+def data_place(data: str) -> str:
+    """A local data folder as an absolute path, so that a run dir read from another folder (by
+    export, evaluate or review) still finds its photos; a URL or "" as it is."""
+    return data if not data or storage.is_url(data) else os.path.abspath(data)
 
 
 def completed_run(cfg: TrainConfig) -> RunDir | None:
@@ -209,7 +220,7 @@ def prepare_run_dir(cfg: TrainConfig, overwrite: bool) -> RunDir:
         _let_go(held)  # its inode may be reused by the folder made next
     run.checkpoints.mkdir(parents=True, exist_ok=True)
     hold_run_dir(run.root)  # the folder made now, where --overwrite replaced it
-    save_config(cfg, run.config)
+    save_config(cfg.replace(data=data_place(cfg.data)), run.config)
     return run
 
 

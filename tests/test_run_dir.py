@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from app.config import TrainConfig
 from app.errors import UserError
 from app.export.rebuild import rebuild_served_model
-from app.run_dir import RunDir
+from app.run_dir import RunDir, config_changes, prepare_run_dir, release_run_dirs
 
 
 def test_every_path_of_a_run_is_distinct_and_inside_the_run_dir(tmp_path: Path):
@@ -110,3 +111,20 @@ def test_a_run_without_phase_2_also_leaves_weights_that_rebuild_its_export(tiny_
     exported = tf.saved_model.load(str(run / "export" / "run" / "1")).signatures["predict_images"]
     rebuilt = rebuild_served_model(RunDir(run).load())(x)["probabilities"].numpy()
     np.testing.assert_allclose(rebuilt, exported(images=x)["probabilities"].numpy(), atol=1e-5)
+
+
+def test_a_run_records_its_data_folder_absolute_so_it_is_found_from_any_folder(tmp_path: Path, monkeypatch):
+    """export, evaluate and review read the run's data folder later, maybe from elsewhere; the same
+    train command, with the folder named relatively again, is still the same run."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    cfg = TrainConfig(data="data", out="run")
+    try:
+        run = prepare_run_dir(cfg, overwrite=False)
+    finally:
+        release_run_dirs()
+    saved = run.read_config()
+    assert saved.data == str(tmp_path / "data")
+    assert config_changes(saved, cfg) == []
+    assert config_changes(saved, cfg.replace(data="other")) == ["data"]
+    assert config_changes(saved, cfg.replace(data="gs://bucket/data")) == ["data"]

@@ -1,11 +1,12 @@
 """A model card beside every export: `MODEL_CARD.md` for people, `model_card.json` for tools.
 
 Everything in it is read from what the run and the export measured or recorded (the export's
-metadata, the dataset's dataset.json, the run's config), never written by hand: the classes and
-their photos per split, where the photos came from (dataset.json's SHA-256), the backbone and its
-weights file (with the file's SHA-256 as exported), the training settings, the test figures
-(overall and per class), the calibration, the "none of these" threshold with the share of val
-photos it accepts, and each runtime file's parity check. What was not measured is said to be missing, not filled in.
+metadata, the run's config, the dataset's dataset.json while it is the one trained on), never
+written by hand: the classes and their photos per split, where the photos came from
+(dataset.json's SHA-256 as trained on), the backbone and its weights file (with the file's
+SHA-256 as exported), the training settings, the test figures (overall and per class), the
+calibration, the "none of these" threshold with the share of val photos it accepts, and each
+runtime file's parity check. What was not measured is said to be missing, not filled in.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import storage
-from app.data.pipeline import load_dataset_info
+from app.data.pipeline import dataset_fingerprint, load_dataset_info
 from app.errors import UserError
 from app.export import layout
 from app.export.parity import too_few
@@ -26,9 +27,11 @@ SETTINGS = ("epochs_head", "epochs_finetune", "lr_head", "lr_finetune", "unfreez
 
 def card(metadata: dict, config: dict) -> dict:
     """The card's facts, from the export's `metadata` and the run's `config`."""
+    trained_on = metadata.get("dataset_fingerprint")
+    counts, missing = _counts(config.get("data", ""), trained_on)
     return {
-        "classes": _classes(metadata["classes"], config.get("data", "")),
-        "data": {"dataset_json_sha256": metadata.get("dataset_fingerprint"), "folder": config.get("data") or None},
+        "classes": _classes(metadata["classes"], counts),
+        "data": {"dataset_json_sha256": trained_on, "folder": config.get("data") or None, "counts_missing": missing},
         "backbone": {"name": metadata["backbone"], "input_size": metadata["input_size"],
                      "weights": metadata.get("weights"), "weights_sha256": _weights_digest(metadata.get("weights"))},
         "training": _settings(config, metadata.get("training_metrics") or {}),
@@ -50,12 +53,22 @@ def _settings(config: dict, metrics: dict) -> dict:
     return settings | ({"batch_size": metrics["batch_size"]} if metrics.get("batch_size") else {})  # older runs: None
 
 
-def _classes(classes: list[str], data: str) -> list[dict]:
-    """Each class with its photos per split, from dataset.json (None where it cannot be read)."""
+def _counts(data: str, trained_on: str | None) -> tuple[dict, str | None]:
+    """Photos per split and class from the data folder's dataset.json, and why not where they
+    cannot be read or the file is no longer the one the run trained on."""
     try:
-        counts = load_dataset_info(data).counts if data else {}
-    except (UserError, OSError, KeyError):
-        counts = {}
+        if not data:
+            return {}, "the run names no data folder"
+        counts = load_dataset_info(data).counts
+        if trained_on and trained_on != "unknown" and dataset_fingerprint(data) != trained_on:
+            return {}, f"{data} holds another dataset.json than the one the run trained on"
+        return counts, None
+    except (UserError, OSError, KeyError) as err:
+        return {}, str(err)
+
+
+def _classes(classes: list[str], counts: dict) -> list[dict]:
+    """Each class with its photos per split."""
     return [{"name": c, **{split: counts[split].get(c) for split in ("train", "val", "test") if split in counts}}
             for c in classes]  # fmt: skip
 
@@ -89,7 +102,11 @@ def _section_data(facts: dict) -> list[str]:
     splits = [s for s in ("train", "val", "test") if any(s in c for c in facts["classes"])]
     rows = [f"| {_cell(c['name'])} | " + " | ".join(str(c.get(s, "")) for s in splits) + " |" for c in facts["classes"]]
     data = facts["data"]
-    return ["## Data", "", f"dataset.json SHA-256: `{data['dataset_json_sha256']}`", "",
+    lines = ["## Data", "", f"dataset.json SHA-256: `{data['dataset_json_sha256']}`", ""]
+    if data.get("counts_missing"):
+        classes = ", ".join(_cell(c["name"]) for c in facts["classes"])
+        return [*lines, f"Classes: {classes}.", "", f"Photos per class: not read ({data['counts_missing']}).", ""]
+    return [*lines,
             f"| {'label (photos with it)' if facts.get('thresholds') else 'class'} | " + " | ".join(splits) + " |",
             "| --- |" + " ---: |" * len(splits), *rows, ""]  # fmt: skip
 

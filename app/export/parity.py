@@ -238,6 +238,9 @@ def _runtime_line(runtime: str, what: str, checks: dict) -> str:
     if "missing" in checks:
         return f"{runtime}: {checks['missing']}"
     said, served = [], False
+    unchecked = {parity["missing"] for parity in checks.values() if isinstance(parity, dict) and "missing" in parity}
+    if unchecked and not any(isinstance(parity, dict) and "top1_agreement" in parity for parity in checks.values()):
+        return f"{runtime}: {what} NOT checked ({'; '.join(sorted(unchecked))}); photoclf serve will not run it"
     for precision, parity in checks.items():
         if isinstance(parity, dict) and "top1_agreement" in parity:
             agreed = f"{round(parity['top1_agreement'] * parity['images'])}/{parity['images']}"

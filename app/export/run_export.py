@@ -27,7 +27,7 @@ from app.export.rebuild import rebuild_served_model
 from app.export.saved_model import DEFAULT_TOP_K, check_new_version, export_saved_model
 from app.export.tflite import write_litert
 from app.models.tta import check_tta
-from app.run_dir import FinishedRun, RunDir
+from app.run_dir import DATASET_FACT, FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
 
@@ -47,7 +47,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "weights": run.state.get("weights"),
         "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test", "learning_warning", "batch_size")},
         "calibration": metrics.get("calibration"),  # served probabilities are softmax(logits / temperature)
-        "dataset_fingerprint": dataset_fingerprint(run.config.data),
+        "dataset_fingerprint": run.state.get(DATASET_FACT) or dataset_fingerprint(run.config.data),  # as trained
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "package_version": app.__version__,
         "input": "0..255 RGB; serving_default takes encoded image bytes",

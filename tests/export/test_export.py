@@ -174,6 +174,37 @@ def test_every_export_has_a_model_card_with_only_what_the_run_measured_or_record
     assert not unmeasured, unmeasured
 
 
+def test_a_model_card_reads_photo_counts_only_from_the_dataset_json_the_run_trained_on(trained_run: Path, tmp_path):
+    """The data folder is gone, or holds another dataset.json, by the time of an export: the card
+    says why it gives no counts (no table of blanks), and the digest is still the one trained on."""
+    from app.export.model_card import card, markdown
+
+    version = trained_run / "export" / "shapes" / "1"
+    meta = json.loads((version / "assets" / "metadata.json").read_text())
+    config = json.loads((trained_run / "config.json").read_text())
+    assert meta["dataset_fingerprint"] == json.loads((trained_run / "run_state.json").read_text())["dataset"]
+    changed = tmp_path / "changed"
+    shutil.copytree(config["data"], changed)
+    info = json.loads((changed / schema.METADATA_FILE).read_text())
+    (changed / schema.METADATA_FILE).write_text(json.dumps({**info, "note": "converted again"}))
+    for data, why in [(str(tmp_path / "gone"), "no dataset.json"), (str(changed), "another dataset.json than")]:
+        facts = card(meta, {**config, "data": data})
+        assert facts["data"]["dataset_json_sha256"] == meta["dataset_fingerprint"]
+        assert why in facts["data"]["counts_missing"] and facts["classes"] == [{"name": c} for c in meta["classes"]]
+        lines = markdown(facts, "m").splitlines()
+        data_section = lines[lines.index("## Data") : lines.index("## Backbone and training")]
+        assert f"Classes: {', '.join(meta['classes'])}." in data_section
+        assert not any(line.startswith("|") for line in data_section)
+
+
+def test_runtime_files_the_export_could_not_check_are_said_unchecked(trained_run: Path):
+    metrics = json.loads((trained_run / "metrics.json").read_text())
+    missing = {"passed": False, "missing": "no validation data to check against: data/x: no dataset.json"}
+    unchecked = {**metrics, "openvino": {"file": "openvino/model.xml", "float32": missing, "bfloat16": missing}}
+    said = "openvino: IR NOT checked (no validation data to check against: data/x: no dataset.json); photoclf serve"
+    assert said in format_result(unchecked)
+
+
 def test_a_class_name_with_a_pipe_keeps_its_model_card_rows_whole(trained_run: Path):
     """A folder may be named "cats|dogs": unescaped, its '|' split the class's table rows."""
     from app.export.model_card import markdown
