@@ -68,10 +68,10 @@ def run(args: argparse.Namespace) -> None:
     if not args.top:
         check_bindable(args.host, args.port)
     check_reviewable(version)
+    listed = list_inputs(args.unlabelled, "UNLABELLED", "review ranks photos not labelled yet")
     run_dir = RunDir.of_export(version)
     answers = _answers(args, run_dir)
     reviewed = answers.reviewed()
-    listed = list_inputs(args.unlabelled, "UNLABELLED")
     photos = [p for p in listed if p.resolve() not in reviewed]
     copies = answers.copies(photos)
     photos = [p for p in photos if p not in copies]

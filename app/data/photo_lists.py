@@ -12,6 +12,7 @@ import io
 import os
 from pathlib import Path
 
+from app.data.folder_names import METADATA_FILE
 from app.data.sources import files_and_broken_links
 from app.errors import UserError
 
@@ -45,10 +46,16 @@ def read_or_reason(path: Path) -> bytes | str:
         return f"cannot read: {err.strerror or err}"
 
 
-def list_inputs(source: str, flag: str = "INPUT") -> list[Path]:
+def list_inputs(source: str, flag: str = "INPUT", tfrecords_hint: str = "") -> list[Path]:
     """A folder (recursively, hidden files skipped), a glob pattern, a .txt/.csv list of paths, or
-    one photo; none is an error naming `flag`."""
+    one photo; none is an error naming `flag`, and so is a TFRecord folder (its shards are no
+    photos: said before a model is loaded, with `tfrecords_hint` on what reads them)."""
     path = Path(source)
+    if path.is_dir() and (path / METADATA_FILE).is_file():
+        raise UserError(
+            f"{flag} {source}: a TFRecord folder ({METADATA_FILE}), not photo files (a folder of photos, a glob"
+            f" or a list of paths){'; ' + tfrecords_hint if tfrecords_hint else ''}"
+        )
     if path.is_dir():  # a broken link gets its row ("cannot read"), as a missing file in a list does
         found, broken = files_and_broken_links(path)
         files = sorted(found + broken)

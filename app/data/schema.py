@@ -12,10 +12,10 @@ from pathlib import Path
 import tensorflow as tf
 
 from app import storage
+from app.data.folder_names import METADATA_FILE as METADATA_FILE  # named beside the format's other names
 from app.errors import UserError
 
 SCHEMA_VERSION = 1
-METADATA_FILE = "dataset.json"
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app import storage
+from app.data.folder_names import METADATA_FILE
 from app.data.manifest import KEEP_COLUMN, LABEL_SEPARATOR, SPLITS, Manifest, read_manifest
 from app.data.side_features import Column
 from app.errors import UserError
@@ -311,8 +312,6 @@ def _folder_splits(
 def _no_class_folders(src: Path) -> str:
     """What to say of a folder with no class folders in it: a TFRecord folder given again, photos
     not yet sorted into classes, or nothing at all."""
-    from app.data.schema import METADATA_FILE  # here: the schema's module imports TensorFlow
-
     if (src / METADATA_FILE).is_file():
         return f"{src}: a TFRecord folder ({METADATA_FILE}), converted already: photoclf train --data {src}"
     photos = list_files(src)

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from app import storage
-from app.data import schema
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
 from app.data.photo_lists import list_inputs, read_or_reason
 from app.data.sources import check_out_beside_src
@@ -194,12 +193,9 @@ def _photos_to_predict(source: str, model_dir: str | Path, version: Path, metada
             f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
             " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
         )
-    if Path(source).is_dir() and (Path(source) / schema.METADATA_FILE).is_file():
-        raise UserError(
-            f"INPUT {source}: a TFRecord folder ({schema.METADATA_FILE}); predict reads photo files (a folder, a glob"
-            f" or a list of paths), evaluate reads TFRecords: photoclf evaluate {model_dir} --data {source}"
-        )
-    return list_inputs(str(source))
+    return list_inputs(
+        str(source), tfrecords_hint=f"evaluate reads TFRecords: photoclf evaluate {model_dir} --data {source}"
+    )
 
 
 def predict_files(

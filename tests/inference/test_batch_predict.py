@@ -167,7 +167,9 @@ def test_bad_arguments_fail_before_any_work(trained_run: Path, tmp_path: Path):
         predict_files(trained_run, str(tmp_path), tmp_path / "p.csv", batch_size=0)
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "dataset.json").write_text("{}")  # TFRecords, given where photos are asked for
-    with pytest.raises(UserError, match=r"^INPUT .*records: a TFRecord folder \(dataset.json\); predict reads photo"):
+    with pytest.raises(
+        UserError, match=r"^INPUT .*records: a TFRecord folder \(dataset.json\), not photo files .*; evaluate reads"
+    ):
         predict_files(trained_run, str(tmp_path / "records"), tmp_path / "p.csv")
 
 

@@ -128,6 +128,7 @@ main(sys.argv[1:])
         (["{tmp}/m/1", "{tmp}/photos", "--manifest", "{tmp}/done.csv"], "{tmp}/photos: every photo is already in"),
         (["{tmp}/multi/1", "{tmp}/photos"], "{tmp}/multi/1: a multi-label model"),
         (["{tmp}/m/1", "{tmp}/photos", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        (["{tmp}/m/1", "{tmp}/records"], "UNLABELLED {tmp}/records: a TFRecord folder (dataset.json), not photo"),
     ],
 )
 def test_bad_input_is_one_line_before_tensorflow(tmp_path: Path, args: list[str], message: str):
@@ -138,6 +139,8 @@ def test_bad_input_is_one_line_before_tensorflow(tmp_path: Path, args: list[str]
         metadata_path(tmp_path / name / "1").write_text(json.dumps(metadata))
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "a.jpg").write_bytes(b"\xff\xd8")
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "dataset.json").write_text("{}")  # what convert wrote: its shards are no photos
     (tmp_path / "bad.csv").write_text("file,class\n")
     (tmp_path / "done.csv").write_text("path,label\nphotos/a.jpg,cat\n")
     filled = [a.format(tmp=tmp_path) for a in ["review", *args, "--top", "3"]]
