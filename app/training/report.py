@@ -34,7 +34,8 @@ def majority_warning(val_counts: dict[str, int], val_accuracy: float) -> str | N
 
 
 def format_result(metrics: dict) -> str:
-    rows = [["", "epochs", "val_accuracy", "val_loss", "seconds", "images/s"]]
+    multi_label = "thresholds" in metrics  # its "accuracy" is the exact-match ratio: the header says so
+    rows = [["", "epochs", "val_exact_match" if multi_label else "val_accuracy", "val_loss", "seconds", "images/s"]]
     for phase in ("phase1", "phase2"):
         r = metrics.get(phase)
         if r:
@@ -53,7 +54,7 @@ def format_result(metrics: dict) -> str:
         rows.append(["test", "", f"{test['accuracy']:.4f}", "", "", ""])
     lines = ["", format_table(rows), "", f"weights: {metrics['weights']}"]
     if test:
-        lines.append(_test_line(test, multi_label="thresholds" in metrics))
+        lines.append(_test_line(test, multi_label))
     if metrics.get("calibration", {}).get("not_fitted"):
         lines.append(f"calibration: temperature 1, {metrics['calibration']['not_fitted']}")
     elif metrics.get("calibration"):

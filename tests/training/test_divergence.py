@@ -78,10 +78,13 @@ def test_the_result_table_keeps_the_smoothed_val_loss_apart_from_the_test_log_lo
     assert "test accuracy: 0.9487 on 39 photos (95% interval 0.831-0.986); log loss 0.260" in lines
 
 
-def test_a_multi_label_runs_test_line_says_its_accuracy_is_the_exact_match_ratio():
+def test_a_multi_label_runs_table_and_test_line_say_its_accuracy_is_the_exact_match_ratio():
     test = {"accuracy": 0.75, "loss": 0.3026, "count": 20}
-    metrics = {"weights": "none", "test": test, "thresholds": {"chicken": 0.45, "rice": 0.21}, "export": "x/1"}
+    phase = {"epochs": 3, "val_accuracy": 0.7, "val_loss": 0.31, "seconds": 12.0, "images_per_s": 80.0}
+    metrics = {"weights": "none", "phase1": phase, "test": test, "thresholds": {"chicken": 0.45, "rice": 0.21},
+               "export": "x/1"}  # fmt: skip
     lines = format_result(metrics).splitlines()
+    assert lines[1].split() == ["epochs", "val_exact_match", "val_loss", "seconds", "images/s"]
     assert (
         "test exact match (every label right): 0.7500 on 20 photos; binary log loss 0.303;"
         " each label's figures and mAP: photoclf evaluate"
