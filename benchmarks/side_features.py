@@ -22,12 +22,18 @@ training rows and stopped on validation loss. Validation chose every kept epoch;
 The ceiling is the image-only model's accuracy on the shape alone (a prediction counts when it
 names the right shape, whatever its level): with `task="threshold"` the level is exactly the
 sign of one column, so a fused model that learnt the threshold reaches it.
+
+With `--photos DIR` (a real photo set split into train/, val/ and test/ class folders) the
+photos are real and the side features carry nothing: two numeric columns drawn from N(0, 1) and
+one categorical column of five values, drawn once per photo and independent of its class. A
+side path that costs accuracy there costs it on every dataset whose columns say little.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import logging
 import sys
@@ -53,6 +59,37 @@ def _records(tmp: Path, per_class: int, noise: float, task: str) -> tuple[Path, 
     fused, image_only = tmp / "records-fused", tmp / "records-image-only"
     for out, columns in ((fused, FEATURE_COLUMNS), (image_only, None)):
         write_tfrecords(manifest, out, val_fraction=0.2, test_fraction=0.2, num_shards=2, feature_columns=columns)
+    return fused, image_only
+
+
+NOISE_COLUMNS = "n1,n2,site:categorical"
+
+
+def noise_manifest(photos: Path, manifest: Path, train_per_class: int, seed: int = 0) -> Path:
+    """A manifest of `photos` (train/, val/, test/ of class folders; the first `train_per_class`
+    training photos of each class, sorted by name) with columns that carry nothing: n1 and n2
+    from N(0, 1), site one of five values, drawn per photo from `seed` alone."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for split in ("train", "val", "test"):
+        for folder in sorted(p for p in (photos / split).iterdir() if p.is_dir()):
+            files = sorted(f for f in folder.iterdir() if f.is_file())
+            for f in files[:train_per_class] if split == "train" else files:
+                n1, n2 = rng.normal(size=2)
+                rows.append([str(f.resolve()), folder.name, split, f"{n1:.4f}", f"{n2:.4f}", "abcde"[rng.integers(5)]])
+    with manifest.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerows([["path", "label", "split", "n1", "n2", "site"], *rows])
+    return manifest
+
+
+def _photo_records(tmp: Path, photos: Path, train_per_class: int) -> tuple[Path, Path]:
+    from app.data.writer import write_tfrecords
+
+    manifest = noise_manifest(photos, tmp / "noise.csv", train_per_class)
+    fused, image_only = tmp / "records-fused", tmp / "records-image-only"
+    for out, columns in ((fused, NOISE_COLUMNS), (image_only, None)):
+        write_tfrecords(manifest, out, num_shards=2, feature_columns=columns)
     return fused, image_only
 
 
@@ -118,15 +155,18 @@ def run_side_benchmark(
     per_class: int = 100,
     noise: float = 0.6,
     task: str = "levels",
+    photos: Path | None = None,
     log: Callable[[str], None] = print,
     **fixed: object,
 ) -> list[dict]:
-    """One row per (model, seed), the three models alternating within each seed, and the ceiling."""
+    """One row per (model, seed), the three models alternating within each seed, and the ceiling
+    (generated shapes only). `photos`: real photos with columns that carry nothing instead, the
+    first `per_class` training photos of each class."""
     load_config(None, {"weights": weights, **fixed})  # a bad key or value fails now
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        fused, image_only = _records(tmp, per_class, noise, task)
+        fused, image_only = _photo_records(tmp, photos, per_class) if photos else _records(tmp, per_class, noise, task)
         for seed in seeds:
             for model in MODELS:
                 if model == "side features only":
@@ -134,7 +174,7 @@ def run_side_benchmark(
                 else:
                     data = fused if model == "fused" else image_only
                     val, test, shape = _trained_test_accuracy(data, tmp / "run", seed, weights, fixed)
-                    if model == "image only":
+                    if model == "image only" and not photos:
                         rows.append({"model": CEILING, "seed": seed, "val_accuracy": None, "test_accuracy": shape})
                 rows.append({"model": model, "seed": seed, "val_accuracy": val, "test_accuracy": test})
                 log(f"{model}, seed {seed}: val {val:.3f}, test {test:.3f}")
@@ -171,7 +211,17 @@ def format_summary(summary: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_weights_and_seeds(p)
-    p.add_argument("--per-class", type=int, default=100, help="generated photos per class, 4 classes (default 100)")
+    p.add_argument(
+        "--per-class",
+        type=int,
+        default=100,
+        help="generated photos per class, 4 classes; with --photos, training photos per class (default 100)",
+    )
+    p.add_argument(
+        "--photos",
+        type=Path,
+        help="real photos (train/, val/, test/ of class folders) with side features that carry nothing",
+    )
     p.add_argument(
         "--noise", type=float, default=0.6, help="sd of `reading` around its level's mean of ±1 (default 0.6)"
     )
@@ -202,6 +252,7 @@ def main() -> None:
         per_class=args.per_class,
         noise=args.noise,
         task=args.task,
+        photos=args.photos,
         log=lambda m: print(m, file=sys.stderr),
         **{
             "image_size": args.image_size,

@@ -37,6 +37,7 @@ def card(metadata: dict, config: dict) -> dict:
         "training": _settings(config, metadata.get("training_metrics") or {}),
         "test": (metadata.get("training_metrics") or {}).get("test"),
         "learning_warning": (metadata.get("training_metrics") or {}).get("learning_warning"),
+        "side_features_warning": (metadata.get("training_metrics") or {}).get("side_features_warning"),
         "calibration": metadata.get("calibration"),
         "none_of_these": _none_of_these(metadata.get("ood")),
         "thresholds": dict(zip(metadata["classes"], metadata["thresholds"])) if metadata.get("thresholds") else None,
@@ -89,7 +90,8 @@ def markdown(facts: dict, name: str) -> str:
     """The card as a page: each section from `facts`, a figure only where it was measured."""
     lines = [f"# Model card: {name}", "", f"Created {facts['created']} by photoclf {facts['package_version']}.", ""]
     lines += _section_data(facts) + _section_backbone(facts) + _section_results(facts) + _section_runtimes(facts)
-    lines += ["## Known limits", "", *([f"- **{facts['learning_warning']}**"] if facts.get("learning_warning") else []),
+    warned = [f"- **{facts[key]}**" for key in ("learning_warning", "side_features_warning") if facts.get(key)]
+    lines += ["## Known limits", "", *warned,
               "- Measured on this dataset's own val and test photos only; photos unlike them (other cameras,"
               " places, classes) may score lower."]  # fmt: skip
     if facts["none_of_these"]:

@@ -31,6 +31,9 @@ from app.run_dir import DATASET_FACT, FinishedRun, RunDir
 
 TFLITE_MODES = ("none", "float16", "int8")
 
+# what the export's metadata keeps of metrics.json (the model card reads it there)
+TRAINING_METRICS = ("phase1", "phase2", "test", "learning_warning", "side_features_warning", "batch_size")
+
 
 def _thresholds(run: FinishedRun, metrics: dict) -> list[float] | None:
     """A multi-label run's per-label decision thresholds (0.5 each if the run chose none)."""
@@ -45,7 +48,7 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "input_size": run.image_size,
         "classes": run.classes,
         "weights": run.state.get("weights"),
-        "training_metrics": {k: metrics.get(k) for k in ("phase1", "phase2", "test", "learning_warning", "batch_size")},
+        "training_metrics": {k: metrics.get(k) for k in TRAINING_METRICS},
         "calibration": metrics.get("calibration"),  # served probabilities are softmax(logits / temperature)
         "dataset_fingerprint": run.state.get(DATASET_FACT) or dataset_fingerprint(run.config.data),  # as trained
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -71,7 +71,7 @@ def format_result(metrics: dict) -> str:
             f" ({100 * o['accept']:.0f}% of val accepted)"
         )
     warnings = [metrics.get("weights_warning"), (metrics.get("init_from") or {}).get("warning"),
-                metrics.get("learning_warning")]  # fmt: skip
+                metrics.get("learning_warning"), metrics.get("side_features_warning")]  # fmt: skip
     lines += [f"WARNING: {warning}" for warning in warnings if warning]
     lines.append(f"model: {metrics['export']}" if metrics.get("export") else "model: exported by the chief worker")
     return "\n".join(lines + parity_lines(metrics))

@@ -30,6 +30,7 @@ from app.training.ood_fit import fit_and_record
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase
 from app.training.phase_weights import save_weights_atomic
 from app.training.report import majority_warning, print_model_summary
+from app.training.side_check import image_only_val_accuracy, side_features_warning
 from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
 
@@ -149,9 +150,7 @@ def _train(ctx: Context) -> dict:
         metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
     kept_phase = phase2 or phase1
     if kept_phase and not ctx.info.multi_label:
-        metrics["learning_warning"] = majority_warning(ctx.info.counts.get("val", {}), kept_phase.val_accuracy)
-        if metrics["learning_warning"]:
-            log.warning("WARNING: %s", metrics["learning_warning"])
+        metrics |= _warnings(ctx, frozen, kept_phase.val_accuracy)
     # 4. Test: read once, by the kept weights; it chose nothing.
     confusion = _test(ctx, metrics, kept_phase, frozen)
     if ctx.chief:
@@ -171,6 +170,19 @@ def _train(ctx: Context) -> dict:
         _finish(ctx, metrics, confusion, epochs=epochs, kept=kept, ood_score=ood_score)
     barrier(ctx.strategy)  # no worker leaves the cluster while the chief is still exporting
     return metrics
+
+
+def _warnings(ctx: Context, frozen: FrozenBackbone, val_accuracy: float) -> dict[str, str | None]:
+    """What the user must hear of the kept weights, logged and for metrics.json: no better than
+    always answering the most common class; side features that cost val accuracy."""
+    warnings = {"learning_warning": majority_warning(ctx.info.counts.get("val", {}), val_accuracy)}
+    features = frozen.gathered_phase1
+    if ctx.info.side_features and features is not None:
+        image_only = image_only_val_accuracy(features, len(ctx.info.classes))
+        warnings["side_features_warning"] = side_features_warning(val_accuracy, image_only, len(features.val_labels))
+    for warning in filter(None, warnings.values()):
+        log.warning("WARNING: %s", warning)
+    return warnings
 
 
 def _log_setup(ctx: Context, frozen: FrozenBackbone) -> None:

@@ -69,6 +69,12 @@ class FrozenBackbone:
         return self.decision.cut
 
     @property
+    def gathered_phase1(self) -> Phase1Features | None:
+        """Phase 1's features where this door gathered them; None otherwise (a resume past phase 1
+        does not gather them again for a check)."""
+        return self._phase1
+
+    @property
     def phase2_on_activations(self) -> bool:
         """Phase 2 trains only the layers above the cut (`cut.tail`), on activations there."""
         return self.decision.phase2_on_activations

@@ -1,0 +1,74 @@
+"""A run with side features says when they cost val accuracy against its image features alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from app.training.frozen import Phase1Features
+from app.training.side_check import image_only_val_accuracy, side_features_warning
+
+
+@pytest.mark.parametrize(
+    "with_side,image_only,val_photos,warned",
+    [
+        (0.560, 0.647, 150, True),  # 13 photos worse: columns of noise on 20 photos a class
+        (0.640, 0.647, 150, False),  # one photo: the seeds' spread, not a cost
+        (0.500, 0.600, 20, False),  # 10 points, but 2 photos of 20
+        (0.450, 0.600, 20, True),  # 3 photos
+        (0.990, 0.500, 150, False),  # columns that carry the class
+    ],
+)
+def test_the_warning_needs_a_gap_of_several_points_and_several_photos(with_side, image_only, val_photos, warned):
+    said = side_features_warning(with_side, image_only, val_photos)
+    assert (said is not None) == warned
+    if warned:
+        assert said.startswith(f"the side features cost val accuracy: {with_side:.4f} with them, {image_only:.4f} for")
+        assert "compare a run converted without --feature-columns" in said
+
+
+def test_the_image_only_probe_reads_the_image_features_and_leaves_the_side_features_out():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), 40)
+    centres = rng.normal(size=(3, 16)) * 4
+    features = (centres[labels] + rng.normal(size=(120, 16))).astype(np.float32)
+    side = np.repeat(np.arange(3), 40)[:, None].astype(np.float32)  # a perfect side column, which it must not see
+    train, val = slice(0, 120, 2), slice(1, 120, 2)
+    separable = Phase1Features(features[train], labels[train], features[val], labels[val], side[train], side[val])
+    assert image_only_val_accuracy(separable, 3) == 1.0
+    noise = rng.normal(size=(120, 16)).astype(np.float32)
+    blind = Phase1Features(noise[train], labels[train], noise[val], labels[val], side[train], side[val])
+    assert image_only_val_accuracy(blind, 3) < 0.6  # chance is 1/3: the side column did not leak in
+
+
+@pytest.mark.slow  # a whole run and its export
+def test_a_run_whose_side_features_cost_val_accuracy_says_so_in_its_metrics_summary_and_model_card(
+    tiny_config, tmp_path: Path
+):
+    from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
+    from app.data.writer import write_tfrecords
+    from app.export.layout import read_metadata
+    from app.export.model_card import card, markdown
+    from app.training.report import format_result
+    from app.training.train import train
+
+    manifest = generate_side_feature_dataset(tmp_path / "photos", per_class=8, image_size=32)
+    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
+                    test_fraction=0.0, num_shards=1)  # fmt: skip
+    cfg = tiny_config.replace(data=str(tmp_path / "records"), out=str(tmp_path / "run"), image_size=32, batch_size=4,
+                              epochs_finetune=0, feature_views="1")  # fmt: skip
+    with mock.patch("app.training.train.image_only_val_accuracy", return_value=1.0) as probe:
+        metrics = train(cfg)
+    probe.assert_called_once()
+    val_accuracy = metrics["phase1"]["val_accuracy"]
+    assert metrics["side_features_warning"] == side_features_warning(val_accuracy, 1.0, 8)  # 8 val photos
+    assert f"WARNING: {metrics['side_features_warning']}" in format_result(metrics).splitlines()
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["side_features_warning"]
+    metadata = read_metadata(Path(metrics["export"]))  # what the model card is written from
+    assert metadata["training_metrics"]["side_features_warning"] == metrics["side_features_warning"]
+    page = markdown(card(metadata, cfg.to_dict()), "m")
+    assert f"- **{metrics['side_features_warning']}**" in page.split("## Known limits")[1].splitlines()
