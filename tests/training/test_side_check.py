@@ -72,3 +72,22 @@ def test_a_run_whose_side_features_cost_val_accuracy_says_so_in_its_metrics_summ
     assert metadata["training_metrics"]["side_features_warning"] == metrics["side_features_warning"]
     page = markdown(card(metadata, cfg.to_dict()), "m")
     assert f"- **{metrics['side_features_warning']}**" in page.split("## Known limits")[1].splitlines()
+
+
+def test_a_large_sets_views_are_sampled_so_the_probe_reads_a_bounded_number_of_rows(monkeypatch):
+    import app.training.side_check as side_check
+
+    class Rows(np.ndarray):  # an array that records how many rows each read asked for, as DiskRows is read
+        reads: list[int] = []
+
+        def __getitem__(self, index):
+            Rows.reads.append(len(np.arange(len(self))[index]))
+            return np.asarray(self).__getitem__(index)
+
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(2), 100)
+    features = (labels[:, None] * 3 + rng.normal(size=(200, 8))).astype(np.float32)
+    monkeypatch.setattr(side_check, "MAX_TRAIN_ROWS", 50)
+    sampled = Phase1Features(features.view(Rows), labels, features[:20], labels[:20])
+    assert image_only_val_accuracy(sampled, 2) == 1.0
+    assert Rows.reads == [50]  # one read of 50 of the 200 training rows
