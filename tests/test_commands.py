@@ -100,6 +100,8 @@ main(sys.argv[1:])
             ["predict", "{tmp}/alone/shapes/1", "{tmp}", "--explain", "{tmp}/why"],
             "--explain: {tmp}/alone/shapes/1 is not inside its run dir",
         ),
+        (["predict", "{tmp}/alone/shapes/1", "{tmp}/nowhere"], "INPUT {tmp}/nowhere: no such folder, list file or"),
+        (["predict", "{tmp}/alone/shapes/1", "{tmp}/records"], "INPUT {tmp}/records: a TFRecord folder (dataset.json)"),
     ],
 )
 def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(
@@ -108,6 +110,8 @@ def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(
     filled = [a.format(tmp=tmp_path) for a in args]
     (tmp_path / "alone" / "shapes" / "1").mkdir(parents=True)  # an export's version folder, outside any run dir
     (tmp_path / "alone" / "shapes" / "1" / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "dataset.json").write_text("{}")  # what convert wrote: its shards are no photos
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_TENSORFLOW, *filled], cwd=ROOT, capture_output=True, text=True, timeout=60
     )

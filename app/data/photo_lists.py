@@ -46,6 +46,11 @@ def read_or_reason(path: Path) -> bytes | str:
         return f"cannot read: {err.strerror or err}"
 
 
+def evaluate_instead(model_dir: str | Path, source: str) -> str:
+    """predict's hint for a TFRecord folder given as INPUT."""
+    return f"evaluate reads TFRecords: photoclf evaluate {model_dir} --data {source}"
+
+
 def list_inputs(source: str, flag: str = "INPUT", tfrecords_hint: str = "") -> list[Path]:
     """A folder (recursively, hidden files skipped), a glob pattern, a .txt/.csv list of paths, or
     one photo; none is an error naming `flag`, and so is a TFRecord folder (its shards are no

@@ -20,7 +20,7 @@ import numpy as np
 
 from app import storage
 from app.data.image_header import DEFAULT_MAX_MEGAPIXELS
-from app.data.photo_lists import list_inputs, read_or_reason
+from app.data.photo_lists import evaluate_instead, list_inputs, read_or_reason
 from app.data.sources import check_out_beside_src
 from app.errors import UserError
 from app.export import layout
@@ -193,9 +193,7 @@ def _photos_to_predict(source: str, model_dir: str | Path, version: Path, metada
             f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
             " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
         )
-    return list_inputs(
-        str(source), tfrecords_hint=f"evaluate reads TFRecords: photoclf evaluate {model_dir} --data {source}"
-    )
+    return list_inputs(str(source), tfrecords_hint=evaluate_instead(model_dir, source))
 
 
 def predict_files(
