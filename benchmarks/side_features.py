@@ -53,12 +53,18 @@ CEILING = "ceiling (image only, shape)"
 
 def _records(tmp: Path, per_class: int, noise: float, task: str) -> tuple[Path, Path]:
     from app.data.side_demo import FEATURE_COLUMNS, generate_side_feature_dataset
-    from app.data.writer import write_tfrecords
 
     manifest = generate_side_feature_dataset(tmp / "photos", per_class=per_class, noise=noise, task=task)
+    return _written_twice(manifest, tmp, FEATURE_COLUMNS, val_fraction=0.2, test_fraction=0.2)
+
+
+def _written_twice(manifest: Path, tmp: Path, columns: str, **split: float) -> tuple[Path, Path]:
+    """The manifest's photos as TFRecords with its side-feature `columns` and without, in one split."""
+    from app.data.writer import write_tfrecords
+
     fused, image_only = tmp / "records-fused", tmp / "records-image-only"
-    for out, columns in ((fused, FEATURE_COLUMNS), (image_only, None)):
-        write_tfrecords(manifest, out, val_fraction=0.2, test_fraction=0.2, num_shards=2, feature_columns=columns)
+    for out, written in ((fused, columns), (image_only, None)):
+        write_tfrecords(manifest, out, num_shards=2, feature_columns=written, **split)
     return fused, image_only
 
 
@@ -69,11 +75,13 @@ def noise_manifest(photos: Path, manifest: Path, train_per_class: int, seed: int
     """A manifest of `photos` (train/, val/, test/ of class folders; the first `train_per_class`
     training photos of each class, sorted by name) with columns that carry nothing: n1 and n2
     from N(0, 1), site one of five values, drawn per photo from `seed` alone."""
+    from app.data.sources import class_dirs, list_files
+
     rng = np.random.default_rng(seed)
     rows = []
     for split in ("train", "val", "test"):
-        for folder in sorted(p for p in (photos / split).iterdir() if p.is_dir()):
-            files = sorted(f for f in folder.iterdir() if f.is_file())
+        for folder in class_dirs(photos / split):
+            files = list_files(folder)
             for f in files[:train_per_class] if split == "train" else files:
                 n1, n2 = rng.normal(size=2)
                 rows.append([str(f.resolve()), folder.name, split, f"{n1:.4f}", f"{n2:.4f}", "abcde"[rng.integers(5)]])
@@ -84,13 +92,7 @@ def noise_manifest(photos: Path, manifest: Path, train_per_class: int, seed: int
 
 
 def _photo_records(tmp: Path, photos: Path, train_per_class: int) -> tuple[Path, Path]:
-    from app.data.writer import write_tfrecords
-
-    manifest = noise_manifest(photos, tmp / "noise.csv", train_per_class)
-    fused, image_only = tmp / "records-fused", tmp / "records-image-only"
-    for out, columns in ((fused, NOISE_COLUMNS), (image_only, None)):
-        write_tfrecords(manifest, out, num_shards=2, feature_columns=columns)
-    return fused, image_only
+    return _written_twice(noise_manifest(photos, tmp / "noise.csv", train_per_class), tmp, NOISE_COLUMNS)
 
 
 def shape_accuracy(confusion: np.ndarray, classes: list[str]) -> float:

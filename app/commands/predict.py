@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 
 from app.cli import add_export_run_flags, lasting_imports
-from app.data.photo_lists import evaluate_instead, list_inputs
+from app.data.photo_lists import check_input, evaluate_instead
 from app.errors import UserError
 from app.export.layout import resolve_model_dir
 from app.run_dir import RunDir
@@ -57,8 +57,7 @@ def run(args: argparse.Namespace) -> None:
     version = resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
     if args.explain is not None and RunDir.of_export(version) is None:
         raise UserError(f"--explain: {version} is not inside its run dir; Grad-CAM needs the run's weights")
-    # a wrong INPUT (no such folder, a TFRecord folder): said before TensorFlow's seconds of import too
-    list_inputs(args.input, tfrecords_hint=evaluate_instead(args.model_dir, args.input))
+    check_input(args.input, tfrecords_hint=evaluate_instead(args.model_dir, args.input))  # before the import, too
     with lasting_imports():
         from app.inference.batch_predict import predict_files
 

@@ -51,25 +51,31 @@ def evaluate_instead(model_dir: str | Path, source: str) -> str:
     return f"evaluate reads TFRecords: photoclf evaluate {model_dir} --data {source}"
 
 
-def list_inputs(source: str, flag: str = "INPUT", tfrecords_hint: str = "") -> list[Path]:
-    """A folder (recursively, hidden files skipped), a glob pattern, a .txt/.csv list of paths, or
-    one photo; none is an error naming `flag`, and so is a TFRecord folder (its shards are no
-    photos: said before a model is loaded, with `tfrecords_hint` on what reads them)."""
+def check_input(source: str, flag: str = "INPUT", tfrecords_hint: str = "") -> None:
+    """Refuse, without listing anything, a `source` that is neither a folder, a file nor a glob,
+    and a TFRecord folder (its shards are no photos; `tfrecords_hint` says what reads them)."""
     path = Path(source)
     if path.is_dir() and (path / METADATA_FILE).is_file():
         raise UserError(
             f"{flag} {source}: a TFRecord folder ({METADATA_FILE}), not photo files (a folder of photos, a glob"
             f" or a list of paths){'; ' + tfrecords_hint if tfrecords_hint else ''}"
         )
+    if not path.is_dir() and not path.is_file() and not glob.has_magic(source):
+        raise UserError(f"{flag} {source}: no such folder, list file or matching glob")
+
+
+def list_inputs(source: str, flag: str = "INPUT", tfrecords_hint: str = "") -> list[Path]:
+    """A folder (recursively, hidden files skipped), a glob pattern, a .txt/.csv list of paths, or
+    one photo; none is an error naming `flag`, and so is a TFRecord folder (`check_input`)."""
+    check_input(source, flag, tfrecords_hint)
+    path = Path(source)
     if path.is_dir():  # a broken link gets its row ("cannot read"), as a missing file in a list does
         found, broken = files_and_broken_links(path)
         files = sorted(found + broken)
     elif path.is_file():
         files = _from_list(path) if path.suffix.lower() in LIST_SUFFIXES else [path]
-    elif glob.has_magic(source):
+    else:  # a glob: check_input refused anything else
         files = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
-    else:
-        raise UserError(f"{flag} {source}: no such folder, list file or matching glob")
     if not files:
         said = "matches no files" if glob.has_magic(source) and not path.exists() else "no files in it"
         raise UserError(f"{flag} {source}: {said}")
