@@ -107,6 +107,15 @@ def _label_key(label: str, multi_label: bool, where: str) -> str:
     return LABEL_SEPARATOR.join(names)
 
 
+def _expanded(cell: str) -> str:
+    """~/a.jpg as a shell reads it; ~nobody stays. A name no file can have ("~a" with a NUL byte,
+    on which the user lookup fails) stays as it is, for `_is_file` to pass over."""
+    try:
+        return os.path.expanduser(cell)
+    except ValueError:
+        return cell
+
+
 def _is_file(path: Path) -> bool:
     """False, not an error, for a name no file can have (a NUL byte, too long for the system)."""
     try:
@@ -198,7 +207,7 @@ def read_manifest(
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
-        named = csv_path.parent / os.path.expanduser(row[0].strip())  # ~/a.jpg as a shell reads it; ~nobody stays
+        named = csv_path.parent / _expanded(row[0].strip())
         label = _label_key(row[1].strip(), multi_label, f"{csv_path}:{line_no}")
         split = row[2].strip() if has_split else ""
         if has_split and split not in SPLITS:

@@ -24,10 +24,10 @@ from fuzz.targets import SCRATCH_ENV, TARGETS, image_seeds
 from tests.structures import BUDGETS, JSON_VALUES, budget, nested
 
 # Cells a spreadsheet or a hostile user may put in a manifest: separators, quotes, line breaks,
-# NUL, a byte-order mark, lengths at and past the cell limit.
+# NUL, a byte-order mark, a home folder's ~, lengths at and past the cell limit.
 HOSTILE_CELLS = st.one_of(
     st.sampled_from(["a.jpg", "b.png", "cat", "dog", "train", "val", "test", "", "true", "false", "3.5", "nan"]),
-    st.text(alphabet=st.sampled_from(list(',"\n\r\x00\ufeff|;/ .ab\\')), max_size=8),
+    st.text(alphabet=st.sampled_from(list(',"\n\r\x00\ufeff|;/ .ab\\~')), max_size=8),
     st.sampled_from([4096, 4097]).map(lambda n: "a" * n),
 )
 
@@ -156,3 +156,12 @@ def test_the_pixel_limit_holds_at_the_limit_and_refuses_one_past_it():
     with pytest.raises(ImageRejected, match="the limit is 1 megapixels") as refused:
         check_size(_png(limit + 1, 1), 1.0)
     assert refused.value.status == 413
+
+
+def test_a_path_cell_naming_a_home_folder_with_a_nul_byte_is_a_missing_file_not_a_crash(tmp_path: Path):
+    """ "~a\0b" made the home-folder lookup raise ValueError (found by `python -m fuzz manifest`)."""
+    photos = _photos_and_manifest(tmp_path, [["path", "label"], ["~a\x00b", "cat"], ["a.jpg", "cat"]])
+    skipped: list[dict[str, str]] = []
+    by_split, _, _ = manifest_csv.read_manifest(photos, skipped, lambda path: True)
+    assert [p.name for p in by_split[""]["cat"]] == ["a.jpg"]
+    assert skipped == [{"path": "~a\x00b", "reason": "no such file (line 2 of the manifest)"}]
