@@ -102,6 +102,7 @@ main(sys.argv[1:])
         ),
         (["predict", "{tmp}/alone/shapes/1", "{tmp}/nowhere"], "INPUT {tmp}/nowhere: no such folder, list file or"),
         (["predict", "{tmp}/alone/shapes/1", "{tmp}/records"], "INPUT {tmp}/records: a TFRecord folder (dataset.json)"),
+        (["predict", "{tmp}/fused/1", "{tmp}"], "{tmp}/fused/1 also takes side features (age), which image files do"),
     ],
 )
 def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(
@@ -110,6 +111,9 @@ def test_photoclf_refuses_a_wrong_path_or_flag_in_one_line_before_tensorflow(
     filled = [a.format(tmp=tmp_path) for a in args]
     (tmp_path / "alone" / "shapes" / "1").mkdir(parents=True)  # an export's version folder, outside any run dir
     (tmp_path / "alone" / "shapes" / "1" / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "fused" / "1" / "assets").mkdir(parents=True)  # an export of a model with side features
+    (tmp_path / "fused" / "1" / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "fused" / "1" / "assets" / "metadata.json").write_text('{"side_features": [{"name": "age"}]}')
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "dataset.json").write_text("{}")  # what convert wrote: its shards are no photos
     done = subprocess.run(

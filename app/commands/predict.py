@@ -21,7 +21,7 @@ from pathlib import Path
 from app.cli import add_export_run_flags, lasting_imports
 from app.data.photo_lists import check_input, evaluate_instead
 from app.errors import UserError
-from app.export.layout import resolve_model_dir
+from app.export.layout import check_takes_photos_alone, resolve_model_dir
 from app.run_dir import RunDir
 
 SHOW_FAILED = 10
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> None:
     version = resolve_model_dir(args.model_dir)  # no model there: said before TensorFlow's seconds of import
     if args.explain is not None and RunDir.of_export(version) is None:
         raise UserError(f"--explain: {version} is not inside its run dir; Grad-CAM needs the run's weights")
-    check_input(args.input, tfrecords_hint=evaluate_instead(args.model_dir, args.input))  # before the import, too
+    check_takes_photos_alone(version)  # before the import, too
+    check_input(args.input, tfrecords_hint=evaluate_instead(args.model_dir, args.input))
     with lasting_imports():
         from app.inference.batch_predict import predict_files
 

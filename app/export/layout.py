@@ -181,6 +181,17 @@ def read_metadata(version: Path) -> dict:
     return storage.read_json_object(path) if path.exists() else {}
 
 
+def check_takes_photos_alone(version: Path, metadata: dict | None = None) -> None:
+    """Refuse photo files for a model that also takes side features (files do not carry them):
+    read from metadata.json, so a command says so before TensorFlow's import."""
+    side = [c["name"] for c in (read_metadata(version) if metadata is None else metadata).get("side_features", [])]
+    if side:
+        raise UserError(
+            f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
+            " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
+        )
+
+
 def file_digests(version: Path) -> dict[str, dict]:
     """{relative path: {"bytes", "sha256"}} of every file of a version but its metadata.json (which
     holds this list): what a server checks before it swaps a version in."""

@@ -187,12 +187,7 @@ def _format_of(output: Path) -> str:
 def _photos_to_predict(source: str, model_dir: str | Path, version: Path, metadata: dict) -> list[Path]:
     """INPUT's photo files, refused where predict cannot answer them: a model that also takes side
     features (photo files do not carry them), or TFRecords (evaluate reads those)."""
-    side = [c["name"] for c in metadata.get("side_features", [])]
-    if side:
-        raise UserError(
-            f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
-            " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
-        )
+    layout.check_takes_photos_alone(version, metadata)
     return list_inputs(str(source), tfrecords_hint=evaluate_instead(model_dir, source))
 
 
