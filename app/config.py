@@ -119,6 +119,12 @@ class TrainConfig:
         " smoothing caps the logits' margins, and a threshold on one column stayed"
         " blurred under it (docs/side-features.md)",
     )
+    side_path: str = _key(
+        "auto",
+        "whether side features reach the head: auto (left out where a logistic regression on"
+        " phase 1's features does not gain from them; docs/side-features.md) | on",
+        choices=("auto", "on"),
+    )
     class_weights: bool = _key(False, "weight the loss by inverse class frequency from dataset.json")
     early_stopping_patience: int = _key(3, "epochs without improvement of select_by before a phase stops")
     select_by: str = _key(

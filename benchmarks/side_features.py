@@ -101,21 +101,27 @@ def shape_accuracy(confusion: np.ndarray, classes: list[str]) -> float:
     return float(confusion[shapes[:, None] == shapes[None, :]].sum() / confusion.sum())
 
 
-def _trained_test_accuracy(data: Path, out: Path, seed: int, weights: str, fixed: dict) -> tuple[float, float, float]:
-    """(val, test, test shape) accuracy of fine_tune.py's phases (no export) on `data`."""
+def _trained_test_accuracy(
+    data: Path, out: Path, seed: int, weights: str, fixed: dict
+) -> tuple[float, float, float, bool | None]:
+    """(val, test, test shape) accuracy of fine_tune.py's phases (no export) on `data`, and
+    whether the side features stayed in the model (None without them)."""
     from app.training.context import setup
+    from app.training.side_check import SidePath
     from app.training.train import evaluate_split, run_phase1, run_phase2
 
     cfg = load_config(
         None, {"data": str(data), "out": str(out), "weights": weights, "seed": seed, "calibrate": False, **fixed}
     )
     ctx = setup(cfg, overwrite=True)
+    side_path = SidePath.of_run(ctx)
     with contextlib.redirect_stdout(sys.stderr):  # progress bars; stdout is for the result
-        kept = run_phase1(ctx)
+        kept = run_phase1(ctx, side_path=side_path)
         if cfg.epochs_finetune:
             kept = run_phase2(ctx, kept)
         test = evaluate_split(ctx, "test")
-        return kept.val_accuracy, test.accuracy, shape_accuracy(test.confusion_matrix, ctx.info.classes)
+        side_kept = side_path.open if side_path else None
+        return kept.val_accuracy, test.accuracy, shape_accuracy(test.confusion_matrix, ctx.info.classes), side_kept
 
 
 def _side_rows(data: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -171,15 +177,17 @@ def run_side_benchmark(
         fused, image_only = _photo_records(tmp, photos, per_class) if photos else _records(tmp, per_class, noise, task)
         for seed in seeds:
             for model in MODELS:
+                side_kept = None
                 if model == "side features only":
                     val, test = _side_only_accuracy(fused, seed)
                 else:
                     data = fused if model == "fused" else image_only
-                    val, test, shape = _trained_test_accuracy(data, tmp / "run", seed, weights, fixed)
+                    val, test, shape, side_kept = _trained_test_accuracy(data, tmp / "run", seed, weights, fixed)
                     if model == "image only" and not photos:
                         rows.append({"model": CEILING, "seed": seed, "val_accuracy": None, "test_accuracy": shape})
                 rows.append({"model": model, "seed": seed, "val_accuracy": val, "test_accuracy": test})
-                log(f"{model}, seed {seed}: val {val:.3f}, test {test:.3f}")
+                said = "" if side_kept is None else f" (side features {'kept' if side_kept else 'left out'})"
+                log(f"{model}, seed {seed}: val {val:.3f}, test {test:.3f}{said}")
     return rows
 
 

@@ -34,11 +34,21 @@ class SideFeatureEncoding(keras.layers.Layer):
     branch takes: numbers standardised with the training split's mean and std (a missing
     number, NaN, becomes 0: the training mean), categories one-hot (index 0: missing or not seen
     in training; any index out of range counts as that). Inside the model, so serving needs
-    nothing but the raw values."""
+    nothing but the raw values.
+
+    Its `gate` (a non-trainable weight, 1) multiplies the encoding: a run whose side features do
+    not pay closes it (app/training/side_check.py), and the weights files carry that decision to
+    phase 2, a resume and the export without changing the model's inputs."""
 
     def __init__(self, columns: list[dict], **kwargs):
         super().__init__(**kwargs)
         self.columns = [dict(c) for c in columns]
+        self.gate = self.add_weight(shape=(), initializer="ones", trainable=False, name="gate", dtype="float32")
+
+    def load_own_variables(self, store) -> None:
+        """Weights saved before the layer had its gate hold no variable for it: the gate stays open."""
+        if len(store.keys()):
+            super().load_own_variables(store)
 
     def call(self, values):
         values = ops.cast(values, "float32")
@@ -53,7 +63,7 @@ class SideFeatureEncoding(keras.layers.Layer):
                 index = ops.cast(ops.where(ops.isnan(x), ops.zeros_like(x), x), "int32")
                 index = ops.where((index < 0) | (index >= depth), ops.zeros_like(index), index)
                 parts.append(ops.one_hot(index, depth))
-        return ops.cast(ops.concatenate(parts, axis=-1), self.compute_dtype)
+        return ops.cast(ops.concatenate(parts, axis=-1) * self.gate, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_width(self.columns))

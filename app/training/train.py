@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from app.training.ood_fit import fit_and_record
 from app.training.phase import KeptPhases, Phase, PhaseResult, PhaseSpec, run_phase
 from app.training.phase_weights import save_weights_atomic
 from app.training.report import majority_warning, print_model_summary
-from app.training.side_check import image_only_val_accuracy, side_features_warning
+from app.training.side_check import SidePath, side_features_warning, val_probe
 from app.training.steps import CompiledSteps, Evaluation
 from app.training.strategy import barrier
 
@@ -85,9 +86,16 @@ def build_phase(
     )
 
 
-def run_phase1(ctx: Context, frozen: FrozenBackbone | None = None) -> PhaseResult:
+def run_phase1(ctx: Context, frozen: FrozenBackbone | None = None, side_path: SidePath | None = None) -> PhaseResult:
+    """Phase 1; with side features on cached features, `side_path` (the run's, by default) is
+    judged before its first step."""
     freeze_backbone(ctx.clf)
-    return run_phase(build_phase(ctx, 1, frozen=frozen))
+    frozen = frozen or FrozenBackbone(ctx)
+    phase = build_phase(ctx, 1, frozen=frozen)
+    side_path = side_path or SidePath.of_run(ctx)
+    if side_path and frozen.decision.phase1_cached:
+        phase = replace(phase, inputs=side_path.judging(frozen.phase1_features, phase.inputs))
+    return run_phase(phase)
 
 
 def run_phase2(ctx: Context, phase1: PhaseResult | None, frozen: FrozenBackbone | None = None) -> PhaseResult:
@@ -136,7 +144,8 @@ def _train(ctx: Context) -> dict:
     _log_setup(ctx, frozen)
     metrics = _run_facts(ctx, frozen)
     # 2. Phase 1: the new head on the frozen backbone.
-    phase1 = run_phase1(ctx, frozen) if cfg.epochs_head else None
+    side_path = SidePath.of_run(ctx)
+    phase1 = run_phase1(ctx, frozen, side_path) if cfg.epochs_head else None
     metrics["phase1"] = phase1.to_dict() if phase1 else None
     metrics["forward_runtime"] = frozen.forward.as_dict() if frozen.forward else None
     # 3. Phase 2: the top of the backbone, as planned from the settings (app/training/plan.py).
@@ -149,8 +158,10 @@ def _train(ctx: Context) -> dict:
     if "auto" in (cfg.lr_head, cfg.lr_finetune):
         metrics["lr_find"] = lr_find_record(cfg, read_suggestions(ctx.run.root))
     kept_phase = phase2 or phase1
+    if side_path:
+        metrics["side_path"] = side_path.record()
     if kept_phase and not ctx.info.multi_label:
-        metrics |= _warnings(ctx, frozen, kept_phase.val_accuracy)
+        metrics |= _warnings(ctx, frozen, kept_phase.val_accuracy, side_path)
     # 4. Test: read once, by the kept weights; it chose nothing.
     confusion = _test(ctx, metrics, kept_phase, frozen)
     if ctx.chief:
@@ -172,17 +183,29 @@ def _train(ctx: Context) -> dict:
     return metrics
 
 
-def _warnings(ctx: Context, frozen: FrozenBackbone, val_accuracy: float) -> dict[str, str | None]:
+def _warnings(
+    ctx: Context, frozen: FrozenBackbone, val_accuracy: float, side_path: SidePath | None
+) -> dict[str, str | None]:
     """What the user must hear of the kept weights, logged and for metrics.json: no better than
-    always answering the most common class; side features that cost val accuracy."""
-    warnings = {"learning_warning": majority_warning(ctx.info.counts.get("val", {}), val_accuracy)}
-    features = frozen.gathered_phase1
-    if ctx.info.side_features and features is not None:
-        image_only = image_only_val_accuracy(features, len(ctx.info.classes))
-        warnings["side_features_warning"] = side_features_warning(val_accuracy, image_only, len(features.val_labels))
+    always answering the most common class; side features left out, or kept and costing val accuracy."""
+    warnings = {
+        "learning_warning": majority_warning(ctx.info.counts.get("val", {}), val_accuracy),
+        "side_features_warning": _side_warning(ctx, frozen, val_accuracy, side_path),
+    }
     for warning in filter(None, warnings.values()):
         log.warning("WARNING: %s", warning)
     return warnings
+
+
+def _side_warning(ctx: Context, frozen: FrozenBackbone, val_accuracy: float, side_path: SidePath | None) -> str | None:
+    """Side features left out before phase 1; else kept ones that cost val accuracy (phase 1 gathered features)."""
+    if side_path and side_path.probes and not side_path.open:
+        return side_path.left_out()
+    features = frozen.gathered_phase1
+    if not ctx.info.side_features or features is None:
+        return None
+    image_only = val_probe(features, len(ctx.info.classes))[0]
+    return side_features_warning(val_accuracy, image_only, len(features.val_labels))
 
 
 def _log_setup(ctx: Context, frozen: FrozenBackbone) -> None:

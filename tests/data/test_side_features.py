@@ -178,3 +178,52 @@ def test_the_model_sees_the_encoded_side_features_directly_scaled_by_the_image_f
     kernel = np.asarray(clf.head_model.get_layer("logits").kernel)
     assert not kernel[-4:].any()  # the wide columns' weights start at zero: D x a random weight swamped every logit
     assert np.abs(kernel[:-4]).min(axis=1).all()  # every other input starts random, as Keras starts it
+
+
+def test_a_closed_gate_zeroes_the_encoding_and_the_weights_file_carries_it(tmp_path: Path):
+    """The run's decision that its side features do not pay lives in a weight: phase 2, a resume
+    and the export read it from the weights files, and the model's inputs stay the same."""
+    import keras
+
+    from app.models.layers import SideFeatureEncoding
+
+    columns = [{"name": "age", "kind": "numeric", "mean": 20.0, "std": 10.0}]
+
+    def model() -> keras.Model:
+        side = keras.Input((1,), name="side")
+        return keras.Model(side, SideFeatureEncoding(columns, name="side_encoding")(side))
+
+    closed = model()
+    closed.get_layer("side_encoding").gate.assign(0.0)
+    assert not np.asarray(closed(np.array([[30.0]], np.float32))).any()
+    closed.save_weights(tmp_path / "closed.weights.h5")
+    reloaded = model()
+    np.testing.assert_allclose(np.asarray(reloaded(np.array([[30.0]], np.float32))), [[1.0]])  # a new layer: open
+    reloaded.load_weights(tmp_path / "closed.weights.h5")
+    assert float(reloaded.get_layer("side_encoding").gate) == 0.0
+
+
+def test_weights_saved_before_the_gate_existed_load_with_the_gate_open(tmp_path: Path):
+    import h5py
+    import keras
+
+    from app.models.layers import SideFeatureEncoding
+
+    side = keras.Input((1,), name="side")
+    build = lambda: keras.Model(side, SideFeatureEncoding([{"name": "age", "kind": "numeric", "mean": 0.0, "std": 1.0}],  # noqa: E731
+                                                          name="side_encoding")(side))  # fmt: skip
+    build().save_weights(tmp_path / "old.weights.h5")
+    with h5py.File(tmp_path / "old.weights.h5", "r+") as weights:  # the layout of a file saved before: no variable
+        gate_vars = [name for name in _h5_names(weights) if "encoding" in name and name.endswith("vars/0")]
+        assert gate_vars, "the test must find the gate's variable to remove it"
+        del weights[gate_vars[0]]
+    loaded = build()
+    loaded.get_layer("side_encoding").gate.assign(0.5)
+    loaded.load_weights(tmp_path / "old.weights.h5")
+    assert float(loaded.get_layer("side_encoding").gate) == 0.5  # untouched: nothing in the file to load
+
+
+def _h5_names(group) -> list[str]:
+    names: list[str] = []
+    group.visit(names.append)
+    return names

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import csv
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ def side_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         max_steps_per_epoch=2,
         feature_views="2",
         phase2_mode="images",
+        side_path="on",  # these tests follow the side features through the model: kept whatever the probe says
     )
     return tmp, train(cfg)
 
@@ -320,3 +322,44 @@ def test_a_resume_refuses_data_whose_side_features_changed(tmp_path: Path):
     )
     with pytest.raises(UserError, match="checkpoint was trained with side_features="):
         train(cfg)
+
+
+def _noise_columns(manifest: Path) -> Path:
+    """The same photos labelled by their shape alone, their columns drawn apart from it."""
+    rng = np.random.default_rng(0)
+    rows = list(csv.reader(manifest.open()))
+    rows[1:] = [[path, label.split("_")[0], f"{rng.normal():.4f}", str(rng.choice(["north", "east"]))]
+                for path, label, _, _ in rows[1:]]  # fmt: skip
+    with manifest.open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return manifest
+
+
+@pytest.mark.slow  # a run and its export
+def test_side_features_that_carry_nothing_are_left_out_and_the_export_ignores_them(tmp_path: Path):
+    """Columns drawn apart from the class do not lower the probe's val log loss: the gate closes
+    before phase 1, and the export (every runtime file, checked) still takes them and ignores them."""
+    from app.config import TrainConfig
+    from app.training.train import train
+
+    manifest = _noise_columns(generate_side_feature_dataset(tmp_path / "photos", per_class=12, image_size=48))
+    write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
+                    test_fraction=0.0, num_shards=1)  # fmt: skip
+    cfg = TrainConfig(data=str(tmp_path / "records"), out=str(tmp_path / "run"), backbone=TINY_BACKBONE,
+                      weights="none", image_size=32, batch_size=4, epochs_head=2, epochs_finetune=1,
+                      max_steps_per_epoch=2, feature_views="2")  # fmt: skip
+    metrics = train(cfg)
+    path = metrics["side_path"]
+    assert not path["open"] and path["with_side"]["val_log_loss"] > 0.98 * path["image_only"]["val_log_loss"]
+    assert metrics["side_features_warning"].startswith("the side features were left out of the model")
+    meta = read_metadata(Path(metrics["export"]))
+    assert meta["training_metrics"]["side_features_warning"] == metrics["side_features_warning"]
+    for runtime in ("litert", "openvino", "onnx"):  # the closed gate converts like the rest
+        assert meta[runtime]["float32"]["passed"]
+    serve = tf.saved_model.load(metrics["export"]).signatures["serving_default"]
+
+    def answer(reading: float, site: str) -> np.ndarray:
+        inputs = {"image_bytes": tf.constant([jpeg()]), "reading": tf.constant([reading]), "site": tf.constant([site])}
+        return serve(**inputs)["probabilities"].numpy()
+
+    np.testing.assert_array_equal(answer(-3.0, "north"), answer(3.0, "east"))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.training.frozen import Phase1Features
-from app.training.side_check import image_only_val_accuracy, side_features_warning
+from app.training.side_check import side_features_warning, val_probe
 
 
 @pytest.mark.parametrize(
@@ -39,10 +39,10 @@ def test_the_image_only_probe_reads_the_image_features_and_leaves_the_side_featu
     side = np.repeat(np.arange(3), 40)[:, None].astype(np.float32)  # a perfect side column, which it must not see
     train, val = slice(0, 120, 2), slice(1, 120, 2)
     separable = Phase1Features(features[train], labels[train], features[val], labels[val], side[train], side[val])
-    assert image_only_val_accuracy(separable, 3) == 1.0
+    assert val_probe(separable, 3)[0] == 1.0
     noise = rng.normal(size=(120, 16)).astype(np.float32)
     blind = Phase1Features(noise[train], labels[train], noise[val], labels[val], side[train], side[val])
-    assert image_only_val_accuracy(blind, 3) < 0.6  # chance is 1/3: the side column did not leak in
+    assert val_probe(blind, 3)[0] < 0.6  # chance is 1/3: the side column did not leak in
 
 
 @pytest.mark.slow  # a whole run and its export
@@ -60,8 +60,8 @@ def test_a_run_whose_side_features_cost_val_accuracy_says_so_in_its_metrics_summ
     write_tfrecords(manifest, tmp_path / "records", feature_columns=FEATURE_COLUMNS, val_fraction=0.25,
                     test_fraction=0.0, num_shards=1)  # fmt: skip
     cfg = tiny_config.replace(data=str(tmp_path / "records"), out=str(tmp_path / "run"), image_size=32, batch_size=4,
-                              epochs_finetune=0, feature_views="1")  # fmt: skip
-    with mock.patch("app.training.train.image_only_val_accuracy", return_value=1.0) as probe:
+                              epochs_finetune=0, feature_views="1", side_path="on")  # fmt: skip
+    with mock.patch("app.training.train.val_probe", return_value=(1.0, 0.1)) as probe:
         metrics = train(cfg)
     probe.assert_called_once()
     val_accuracy = metrics["phase1"]["val_accuracy"]
@@ -89,5 +89,51 @@ def test_a_large_sets_views_are_sampled_so_the_probe_reads_a_bounded_number_of_r
     features = (labels[:, None] * 3 + rng.normal(size=(200, 8))).astype(np.float32)
     monkeypatch.setattr(side_check, "MAX_TRAIN_ROWS", 50)
     sampled = Phase1Features(features.view(Rows), labels, features[:20], labels[:20])
-    assert image_only_val_accuracy(sampled, 2) == 1.0
+    assert val_probe(sampled, 2)[0] == 1.0
     assert Rows.reads == [50]  # one read of 50 of the 200 training rows
+
+
+def _features_with_side(side_carries_the_class: bool, seed: int = 0) -> Phase1Features:
+    """Image features that tell 3 classes apart about two times in three, and one numeric side column."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(3), 60)
+    features = (rng.normal(size=(3, 16))[labels] + rng.normal(size=(180, 16)) * 2.5).astype(np.float32)
+    side = (labels * 2.0 if side_carries_the_class else rng.normal(size=180))[:, None].astype(np.float32)
+    train, val = slice(0, 180, 2), slice(1, 180, 2)
+    return Phase1Features(features[train], labels[train], features[val], labels[val], side[train], side[val])
+
+
+@pytest.mark.parametrize("carries, kept", [(True, True), (False, False)])
+def test_the_side_path_stays_open_only_where_the_side_features_lower_the_probes_val_log_loss(carries, kept):
+    from app.models.layers import SideFeatureEncoding
+    from app.training.side_check import SidePath
+
+    encoding = SideFeatureEncoding([{"name": "reading", "kind": "numeric", "mean": 2.0, "std": 1.6}])
+    path = SidePath(encoding, 3)
+    path.judge(_features_with_side(carries))
+    (acc_without, without), (acc_with, with_side) = path.probes["image_only"], path.probes["with_side"]
+    assert path.open == kept and float(encoding.gate) == float(kept)
+    if kept:
+        assert acc_with > acc_without + 0.2 and with_side < without / 2
+    else:  # the noise column did not lower the log loss by the 2% the side path must earn
+        assert with_side > without * 0.98
+        said = path.left_out()
+        assert said.startswith("the side features were left out of the model (the served model still takes them)")
+        assert f"val log loss {without:.4f} (accuracy {acc_without:.4f}) without them and {with_side:.4f}" in said
+    assert path.record() == {
+        "open": kept,
+        "image_only": {"val_accuracy": acc_without, "val_log_loss": without},
+        "with_side": {"val_accuracy": acc_with, "val_log_loss": with_side},
+    }
+
+
+def test_a_resume_judges_with_the_gate_it_restored_set_aside():
+    """A resume restores a closed gate before judging again: the probes still see the side features."""
+    from app.models.layers import SideFeatureEncoding
+    from app.training.side_check import SidePath
+
+    encoding = SideFeatureEncoding([{"name": "reading", "kind": "numeric", "mean": 2.0, "std": 1.6}])
+    encoding.gate.assign(0.0)
+    path = SidePath(encoding, 3)
+    path.judge(_features_with_side(True))
+    assert path.open
