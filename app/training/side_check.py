@@ -69,7 +69,6 @@ class SidePath:
     def __init__(self, encoding: SideFeatureEncoding, num_classes: int) -> None:
         self.encoding, self.num_classes = encoding, num_classes
         self.probes: dict[str, tuple] | None = None  # {"image_only", "with_side"}: (val accuracy, val log loss)
-        self.open = True  # the gate, as judged in this process
 
     @classmethod
     def of_run(cls, ctx: Context) -> SidePath | None:
@@ -99,24 +98,29 @@ class SidePath:
         self.probes = {"image_only": val_probe(features, self.num_classes),
                        "with_side": val_probe(features, self.num_classes, encode)}  # fmt: skip
         without, with_side = self.probes["image_only"][1], self.probes["with_side"][1]
-        self.open = with_side <= without * (1 - MIN_LOG_LOSS_GAIN)
-        self.encoding.gate.assign(1.0 if self.open else 0.0)
+        self.encoding.gate.assign(1.0 if with_side <= without * (1 - MIN_LOG_LOSS_GAIN) else 0.0)
         log.info("side features %s (logistic regressions on phase 1's features, val log loss: %.4f without them, %.4f"
                  " with them)", "kept" if self.open else "left out", without, with_side)  # fmt: skip
 
+    @property
+    def open(self) -> bool:
+        """The gate as the weights hold it: judged in this process, or restored by a resume past phase 1."""
+        return float(self.encoding.gate.numpy()) > 0.0  # .numpy(): a distributed variable has no float()
+
     def left_out(self) -> str:
         """What to say of side features the run left out."""
-        (acc_without, without), (acc_with, with_side) = self.probes["image_only"], self.probes["with_side"]
+        why = "judged before phase 1 of this run, which resumed past it"
+        if self.probes:
+            (acc_without, without), (acc_with, with_side) = self.probes["image_only"], self.probes["with_side"]
+            why = (f"a logistic regression on phase 1's image features reached val log loss {without:.4f} (accuracy"
+                   f" {acc_without:.4f}) without them and {with_side:.4f} ({acc_with:.4f}) with them, not"
+                   f" {MIN_LOG_LOSS_GAIN:.0%} lower")  # fmt: skip
         return (
-            f"the side features were left out of the model (the served model still takes them): a logistic regression"
-            f" on phase 1's image features reached val log loss {without:.4f} (accuracy {acc_without:.4f}) without"
-            f" them and {with_side:.4f} ({acc_with:.4f}) with them, not {MIN_LOG_LOSS_GAIN:.0%} lower;"
+            f"the side features were left out of the model (the served model still takes them): {why};"
             " side_path = on keeps them (docs/side-features.md)"
         )
 
-    def record(self) -> dict | None:
-        """metrics.json's `side_path`, where this process judged it."""
-        if self.probes is None:
-            return None
+    def record(self) -> dict:
+        """metrics.json's `side_path`: open or not, and the probes where this process judged them."""
         names = ("val_accuracy", "val_log_loss")
-        return {"open": self.open, **{k: dict(zip(names, v, strict=True)) for k, v in self.probes.items()}}
+        return {"open": self.open, **{k: dict(zip(names, v, strict=True)) for k, v in (self.probes or {}).items()}}

@@ -199,7 +199,7 @@ def _warnings(
 
 def _side_warning(ctx: Context, frozen: FrozenBackbone, val_accuracy: float, side_path: SidePath | None) -> str | None:
     """Side features left out before phase 1; else kept ones that cost val accuracy (phase 1 gathered features)."""
-    if side_path and side_path.probes and not side_path.open:
+    if side_path and not side_path.open:
         return side_path.left_out()
     features = frozen.gathered_phase1
     if not ctx.info.side_features or features is None:

@@ -137,3 +137,17 @@ def test_a_resume_judges_with_the_gate_it_restored_set_aside():
     path = SidePath(encoding, 3)
     path.judge(_features_with_side(True))
     assert path.open
+
+
+def test_a_run_resumed_past_phase_1_reads_the_decision_from_the_gate_its_weights_restored():
+    from app.models.layers import SideFeatureEncoding
+    from app.training.side_check import SidePath
+
+    encoding = SideFeatureEncoding([{"name": "reading", "kind": "numeric", "mean": 2.0, "std": 1.6}])
+    encoding.gate.assign(0.0)  # as phase 1's kept weights left it
+    path = SidePath(encoding, 3)  # nothing judged in this process
+    assert not path.open and path.record() == {"open": False}
+    assert path.left_out() == (
+        "the side features were left out of the model (the served model still takes them): judged before phase 1 of"
+        " this run, which resumed past it; side_path = on keeps them (docs/side-features.md)"
+    )
