@@ -92,7 +92,7 @@ class SidePath:
         return PhaseInputs(train_iterator=train_iterator, val_dataset=inputs.val_dataset)
 
     def judge(self, features: Phase1Features) -> None:
-        """Open or close the gate from the probes on `features`; say so where it closes."""
+        """Open or close the gate from the probes on `features`, and log which."""
         fresh = SideFeatureEncoding(self.encoding.columns, dtype="float32")  # its gate open, whatever a resume restored
         encode = lambda rows: np.asarray(fresh(rows))  # noqa: E731
         self.probes = {"image_only": val_probe(features, self.num_classes),
