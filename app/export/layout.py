@@ -182,10 +182,12 @@ def read_metadata(version: Path) -> dict:
 
 
 def check_takes_photos_alone(version: Path, metadata: dict | None = None) -> None:
-    """Refuse photo files for a model that also takes side features (files do not carry them):
-    read from metadata.json, so a command says so before TensorFlow's import."""
-    side = [c["name"] for c in (read_metadata(version) if metadata is None else metadata).get("side_features", [])]
-    if side:
+    """Refuse photo files for a model whose answers use side features (files do not carry them; a
+    run that left its side features out answers without them): read from metadata.json, so a
+    command says so before TensorFlow's import."""
+    metadata = read_metadata(version) if metadata is None else metadata
+    side = [c["name"] for c in metadata.get("side_features", [])]
+    if side and metadata.get("side_features_used", True):
         raise UserError(
             f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
             " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"

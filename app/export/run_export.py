@@ -54,9 +54,18 @@ def build_metadata(run: FinishedRun, metrics: dict) -> dict:
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "package_version": app.__version__,
         "input": "0..255 RGB; serving_default takes encoded image bytes",
-        **({"side_features": run.side_features} if run.side_features else {}),
+        **(_side_features(run, metrics) if run.side_features else {}),
         **({"task": "multi_label", "thresholds": _thresholds(run, metrics)} if run.multi_label else {}),
         **({"ood": metrics["ood"]} if metrics.get("ood") and not run.multi_label else {}),
+    }
+
+
+def _side_features(run: FinishedRun, metrics: dict) -> dict:
+    """The side-feature columns the model takes, and whether they reach its answers: a run that
+    left them out (app/training/side_check.py) answers photo files without them."""
+    return {
+        "side_features": run.side_features,
+        "side_features_used": (metrics.get("side_path") or {}).get("open", True),
     }
 
 

@@ -113,9 +113,11 @@ ANSWER_KEYS = ("probabilities", "ood_score", "unknown")  # what offline work kee
 def _answers(
     runtime: TFRuntime | HostRuntime, images: list[bytes], tta: str, side: dict[str, list] | None = None
 ) -> Outputs:
-    """The batch's probabilities (and, where the export has them, ood_score and unknown)."""
+    """The batch's probabilities (and, where the export has them, ood_score and unknown); side
+    feature columns not in `side` are given as missing."""
     if tta == "none":
-        inputs = {"image_bytes": np.array(images, dtype=object), **side_arrays(runtime, side or {})}
+        given = side_arrays(runtime, side or {})
+        inputs = {"image_bytes": np.array(images, dtype=object), **missing_side_inputs(runtime, len(images)), **given}
         outputs = runtime.run("serving_default", inputs)
         return {k: outputs[k] for k in ANSWER_KEYS if k in outputs}
     pixels = runtime.decode(np.array(images, dtype=object)).astype(np.float32)

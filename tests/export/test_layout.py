@@ -65,3 +65,22 @@ def test_an_export_dir_of_one_model_is_that_model_and_of_several_names_them(tmp_
         resolve_model_dir(run / "export")
     with pytest.raises(UserError, match=f"^{tmp_path / 'nowhere'}: no such run dir or export$"):
         resolve_model_dir(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    "metadata, refused",
+    [
+        ({}, False),  # images only
+        ({"side_features": [{"name": "age"}]}, True),  # exported before side_features_used existed: they are used
+        ({"side_features": [{"name": "age"}], "side_features_used": True}, True),
+        ({"side_features": [{"name": "age"}], "side_features_used": False}, False),  # left out: photos alone will do
+    ],
+)
+def test_photo_files_are_refused_only_by_a_model_whose_answers_use_side_features(tmp_path: Path, metadata, refused):
+    from app.export.layout import check_takes_photos_alone
+
+    if refused:
+        with pytest.raises(UserError, match=r"also takes side features \(age\), which image files do not carry"):
+            check_takes_photos_alone(tmp_path, metadata)
+    else:
+        check_takes_photos_alone(tmp_path, metadata)

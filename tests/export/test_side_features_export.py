@@ -20,6 +20,7 @@ from app.data.writer import write_tfrecords
 from app.errors import UserError
 from app.export.layout import read_metadata
 from app.export.run_export import export_run
+from app.inference.batch_predict import predict_files
 from app.inference.host_runtimes import host_decoder
 
 # Its run with side features trains both phases and exports: the slow tier, so the fast tier stays
@@ -363,3 +364,13 @@ def test_side_features_that_carry_nothing_are_left_out_and_the_export_ignores_th
         return serve(**inputs)["probabilities"].numpy()
 
     np.testing.assert_array_equal(answer(-3.0, "north"), answer(3.0, "east"))
+    assert meta["side_features_used"] is False  # so predict answers photo files, with the columns missing
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "a.jpg").write_bytes(jpeg())
+    summary = predict_files(metrics["export"], str(tmp_path / "new"), tmp_path / "answers.csv")  # runtime auto
+    row = next(csv.DictReader((tmp_path / "answers.csv").open()))
+    assert summary.predicted == 1 and not row["error"]
+    top = int(answer(0.0, "north")[0].argmax())
+    assert row["label_1"] == meta["classes"][top] and float(row["score_1"]) == pytest.approx(
+        float(answer(0.0, "north")[0, top]), abs=1e-5
+    )

@@ -118,7 +118,7 @@ def test_the_side_path_stays_open_only_where_the_side_features_lower_the_probes_
     else:  # the noise column did not lower the log loss by the 2% the side path must earn
         assert with_side > without * 0.98
         said = path.left_out()
-        assert said.startswith("the side features were left out of the model (the served model still takes them)")
+        assert said.startswith("the side features were left out of the model (it still takes them and ignores them;")
         assert f"val log loss {without:.4f} (accuracy {acc_without:.4f}) without them and {with_side:.4f}" in said
     assert path.record() == {
         "open": kept,
@@ -148,6 +148,7 @@ def test_a_run_resumed_past_phase_1_reads_the_decision_from_the_gate_its_weights
     path = SidePath(encoding, 3)  # nothing judged in this process
     assert not path.open and path.record() == {"open": False}
     assert path.left_out() == (
-        "the side features were left out of the model (the served model still takes them): judged before phase 1 of"
-        " this run, which resumed past it; side_path = on keeps them (docs/side-features.md)"
+        "the side features were left out of the model (it still takes them and ignores them; predict answers photo"
+        " files): judged before phase 1 of this run, which resumed past it; side_path = on keeps them"
+        " (docs/side-features.md)"
     )
