@@ -72,8 +72,8 @@ def test_phase1_landing_either_side_of_a_threshold_gets_the_same_phase2(tiny_con
     real, seen = train_module.run_phase1, []
 
     def run(accuracy: float) -> dict:
-        def forced_phase1(ctx, frozen=None):
-            return dataclasses.replace(real(ctx, frozen), val_accuracy=accuracy)
+        def forced_phase1(*args, **kwargs):
+            return dataclasses.replace(real(*args, **kwargs), val_accuracy=accuracy)
 
         monkeypatch.setattr(train_module, "run_phase1", forced_phase1)
         out = f"{tiny_config.out}-{accuracy}"
