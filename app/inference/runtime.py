@@ -75,36 +75,25 @@ def tiny_jpeg() -> bytes:
     return tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
 
 
-def missing_side_inputs(runtime: TFRuntime | HostRuntime, count: int) -> dict[str, np.ndarray]:
-    """Every serving_default input besides the image (a side-features model's columns), given
-    as missing: NaN for a number, "" for a category."""
-    specs = runtime.signatures()["serving_default"][0]
-    return side_arrays(
-        runtime,
-        {
-            name: [np.nan if spec.dtype == tf.float32 else ""] * count
-            for name, spec in specs.items()
-            if name != "image_bytes"
-        },
-    )
-
-
 def warm_up(runtime: TFRuntime | HostRuntime) -> None:
     """One call before the first request, which would otherwise pay for tracing."""
     runtime.run(
-        "serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object), **missing_side_inputs(runtime, 1)}
+        "serving_default", {"image_bytes": np.array([tiny_jpeg()], dtype=object), **side_arrays(runtime, {}, 1)}
     )
 
 
-def side_arrays(runtime: TFRuntime | HostRuntime, side: dict[str, list]) -> dict[str, np.ndarray]:
-    """Raw side-feature values (numbers, category names) → the arrays serving_default takes."""
-    specs = runtime.signatures()["serving_default"][0]
-    return {
-        name: np.array(values, np.float32)
-        if specs[name].dtype == tf.float32
-        else np.array([str(v).encode() for v in values], dtype=object)
-        for name, values in side.items()
-    }
+def side_arrays(runtime: TFRuntime | HostRuntime, side: dict[str, list], count: int) -> dict[str, np.ndarray]:
+    """Raw side-feature values (numbers, category names) → the arrays serving_default takes, for
+    every side column it takes: one not in `side` is given as missing (NaN for a number, "" for a
+    category) for each of the `count` images."""
+    arrays = {}
+    for name, spec in runtime.signatures()["serving_default"][0].items():
+        if name == "image_bytes":
+            continue
+        number = spec.dtype == tf.float32
+        values = side.get(name, [np.nan if number else ""] * count)
+        arrays[name] = np.array(values, np.float32) if number else np.array([str(v).encode() for v in values], object)
+    return arrays
 
 
 ANSWER_KEYS = ("probabilities", "ood_score", "unknown")  # what offline work keeps of each image's outputs
@@ -116,8 +105,7 @@ def _answers(
     """The batch's probabilities (and, where the export has them, ood_score and unknown); side
     feature columns not in `side` are given as missing."""
     if tta == "none":
-        given = side_arrays(runtime, side or {})
-        inputs = {"image_bytes": np.array(images, dtype=object), **missing_side_inputs(runtime, len(images)), **given}
+        inputs = {"image_bytes": np.array(images, dtype=object), **side_arrays(runtime, side or {}, len(images))}
         outputs = runtime.run("serving_default", inputs)
         return {k: outputs[k] for k in ANSWER_KEYS if k in outputs}
     pixels = runtime.decode(np.array(images, dtype=object)).astype(np.float32)

@@ -204,7 +204,8 @@ def _side_warning(ctx: Context, frozen: FrozenBackbone, val_accuracy: float, sid
     features = frozen.gathered_phase1
     if not ctx.info.side_features or features is None:
         return None
-    image_only = val_probe(features, len(ctx.info.classes))[0]
+    judged = side_path and side_path.probes  # the same regression, fitted before phase 1
+    image_only = judged["image_only"][0] if judged else val_probe(features, len(ctx.info.classes))[0]
     return side_features_warning(val_accuracy, image_only, len(features.val_labels))
 
 
