@@ -74,9 +74,12 @@ def test_the_page_shows_the_models_label_for_an_uploaded_photo(browser, trained_
         server.stop()
 
 
-def test_a_side_features_model_gets_the_fields_typed_on_the_page(browser, tmp_path: Path):
+def test_a_side_features_model_gets_the_fields_typed_on_the_page_and_none_once_it_leaves_them_out(
+    browser, tmp_path: Path
+):
     """The page shows one field per side feature and sends them with the photo (as :classify
-    query parameters): the labels shown are those of the same request sent directly."""
+    query parameters): the labels shown are those of the same request sent directly. A model that
+    ignores its side features shows no fields, and its answer is that of the photo alone."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
@@ -117,8 +120,36 @@ def test_a_side_features_model_gets_the_fields_typed_on_the_page(browser, tmp_pa
             (r.find_element(By.CLASS_NAME, "label").text, r.find_element(By.CLASS_NAME, "score").text) for r in rows
         ]
         assert shown == shown_as(expected)
+
+        _publish_with_side_features_left_out(tmp_path / "shapes" / "export" / "shapes")
+        wait.until(lambda _: server.get("/v1/models/shapes")["model_version_status"][0]["version"] == "2")
+        browser.get(server.base + "/")  # the page of a model whose run left its side features out
+        wait.until(lambda b: "circle" in b.find_element(By.ID, "model").text)
+        assert not browser.find_element(By.ID, "side").is_displayed()
+        assert not browser.find_elements(By.NAME, "reading")  # no field for a column the model ignores
+        browser.find_element(By.ID, "files").send_keys(str(photo))
+        wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, ".card .row .label")))
+        labels = [
+            r.find_element(By.CLASS_NAME, "label").text for r in browser.find_elements(By.CSS_SELECTOR, ".card .row")
+        ]
+        assert labels == [p["label"] for p in without["predictions"]]  # the photo alone, its columns sent as missing
     finally:
         server.stop()
+
+
+def _publish_with_side_features_left_out(model_dir: Path) -> None:
+    """Version 1 again as version 2, its metadata saying what a run whose judge closed the side
+    path writes (`side_features_used: false`); copied under a temporary name, then renamed whole."""
+    import json
+    import shutil
+
+    from app.export import layout
+
+    staging = model_dir.parent / "staging"
+    shutil.copytree(model_dir / "1", staging)
+    metadata = layout.read_metadata(staging) | {"side_features_used": False}
+    layout.metadata_path(staging).write_text(json.dumps(metadata), encoding="utf-8")
+    staging.rename(model_dir / "2")
 
 
 def test_a_multi_label_model_s_labels_above_threshold_are_shown(browser, tmp_path: Path):
