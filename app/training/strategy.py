@@ -39,7 +39,8 @@ def make_strategy(cfg: TrainConfig) -> tf.distribute.Strategy:
 
 
 def set_precision(cfg: TrainConfig) -> str:
-    """auto: mixed_float16 on GPU, float32 on CPU (where float16 is slower, not faster)."""
+    """auto: mixed_float16 on GPU, float32 on CPU, where half precision is slower, not faster, even
+    bfloat16 on a CPU with AMX (benchmarks/README.md, "Device")."""
     on = cfg.mixed_precision == "on" or (cfg.mixed_precision == "auto" and tf.config.list_physical_devices("GPU"))
     policy = ("mixed_bfloat16" if cfg.strategy == "tpu" else "mixed_float16") if on else "float32"
     keras.mixed_precision.set_global_policy(policy)
