@@ -114,13 +114,15 @@ def load_label_map(path: str | Path | None) -> dict[str, str] | None:
     return mapping
 
 
-def _with_side_features(examples: Iterator[Example], model, tta: str) -> Iterator[Example]:
-    """The examples, checked first against what the model takes besides the image."""
+def _with_side_features(examples: Iterator[Example], model, tta: str, side_used: bool) -> Iterator[Example]:
+    """The examples, checked first against what the model takes besides the image. Photos alone
+    will do for a model whose run left its side features out (`side_used` False): the columns go
+    as missing, which it ignores."""
     needed = sorted(set(model.signatures()["serving_default"][0]) - {"image_bytes"})
     first = next(examples, None)
     if first is None:
         return iter(())
-    if needed and sorted(first[3]) != needed:
+    if needed and sorted(first[3]) != needed and (first[3] or side_used):
         raise UserError(
             f"the model takes side features {needed}; evaluate it on TFRecords written with"
             f" --feature-columns (this data has {sorted(first[3]) or 'none'})"
@@ -148,9 +150,11 @@ def predict(
     classes = layout.read_classes(version_dir)
     answers = _Answers(classes, label_mapping(data_classes, classes, label_map), keep_mistakes)
     model = load_runtime(version_dir, runtime, batch=batch_size) if isinstance(runtime, str) else runtime
-    limit = layout.read_metadata(version_dir).get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
+    metadata = layout.read_metadata(version_dir)
+    limit = metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
+    side_used = metadata.get("side_features_used", True)
     with progress_bar(total, "img", "Evaluating") as bar:
-        for batch in _batched(_with_side_features(examples, model, tta), batch_size):
+        for batch in _batched(_with_side_features(examples, model, tta, side_used), batch_size):
             side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}
             results = answers_or_reasons(model, [data for data, _, _, _ in batch], limit, tta, side)
             for example, answer in zip(batch, results):

@@ -116,8 +116,8 @@ class SidePath:
                    f" {acc_without:.4f}) without them and {with_side:.4f} ({acc_with:.4f}) with them, not"
                    f" {MIN_LOG_LOSS_GAIN:.0%} lower")  # fmt: skip
         return (
-            "the side features were left out of the model (it still takes them and ignores them; predict answers"
-            f" photo files): {why}; side_path = on keeps them (docs/side-features.md)"
+            "the side features were left out of the model (it still takes them and ignores them; predict and"
+            f" evaluate take photos alone): {why}; side_path = on keeps them (docs/side-features.md)"
         )
 
     def record(self) -> dict:

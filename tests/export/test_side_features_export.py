@@ -341,6 +341,7 @@ def test_side_features_that_carry_nothing_are_left_out_and_the_export_ignores_th
     """Columns drawn apart from the class do not lower the probe's val log loss: the gate closes
     before phase 1, and the export (every runtime file, checked) still takes them and ignores them."""
     from app.config import TrainConfig
+    from app.evaluation.evaluate import evaluate
     from app.training.train import train
 
     manifest = _noise_columns(generate_side_feature_dataset(tmp_path / "photos", per_class=12, image_size=48))
@@ -364,7 +365,7 @@ def test_side_features_that_carry_nothing_are_left_out_and_the_export_ignores_th
         return serve(**inputs)["probabilities"].numpy()
 
     np.testing.assert_array_equal(answer(-3.0, "north"), answer(3.0, "east"))
-    assert meta["side_features_used"] is False  # so predict answers photo files, with the columns missing
+    assert meta["side_features_used"] is False  # so predict and evaluate take photos alone, the columns missing
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "a.jpg").write_bytes(jpeg())
     summary = predict_files(metrics["export"], str(tmp_path / "new"), tmp_path / "answers.csv")  # runtime auto
@@ -374,3 +375,9 @@ def test_side_features_that_carry_nothing_are_left_out_and_the_export_ignores_th
     assert row["label_1"] == meta["classes"][top] and float(row["score_1"]) == pytest.approx(
         float(answer(0.0, "north")[0, top]), abs=1e-5
     )
+    for label in meta["classes"]:  # and evaluate takes a folder of class folders, photos alone
+        (tmp_path / "folders" / label).mkdir(parents=True)
+        (tmp_path / "folders" / label / "a.jpg").write_bytes(jpeg())
+    result = evaluate(metrics["export"], tmp_path / "folders", report_dir=tmp_path / "report", runtime="tf")
+    assert result.metrics["num_examples"] == len(meta["classes"])
+    assert result.metrics["accuracy"] == pytest.approx(1 / len(meta["classes"]))  # one photo, answered `top` in each

@@ -148,7 +148,7 @@ def test_a_run_resumed_past_phase_1_reads_the_decision_from_the_gate_its_weights
     path = SidePath(encoding, 3)  # nothing judged in this process
     assert not path.open and path.record() == {"open": False}
     assert path.left_out() == (
-        "the side features were left out of the model (it still takes them and ignores them; predict answers photo"
-        " files): judged before phase 1 of this run, which resumed past it; side_path = on keeps them"
+        "the side features were left out of the model (it still takes them and ignores them; predict and evaluate"
+        " take photos alone): judged before phase 1 of this run, which resumed past it; side_path = on keeps them"
         " (docs/side-features.md)"
     )
