@@ -152,7 +152,7 @@ def predict(
     model = load_runtime(version_dir, runtime, batch=batch_size) if isinstance(runtime, str) else runtime
     metadata = layout.read_metadata(version_dir)
     limit = metadata.get("max_megapixels", DEFAULT_MAX_MEGAPIXELS)
-    side_used = metadata.get("side_features_used", True)
+    side_used = layout.side_features_used(metadata)
     with progress_bar(total, "img", "Evaluating") as bar:
         for batch in _batched(_with_side_features(examples, model, tta, side_used), batch_size):
             side = {name: [ex[3][name] for ex in batch] for name in batch[0][3]}

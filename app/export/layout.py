@@ -181,13 +181,19 @@ def read_metadata(version: Path) -> dict:
     return storage.read_json_object(path) if path.exists() else {}
 
 
+def side_features_used(metadata: dict) -> bool:
+    """Whether the model's answers use its side features: not where its run left them out (an
+    export from before that choice was recorded uses them)."""
+    return bool(metadata.get("side_features")) and metadata.get("side_features_used", True)
+
+
 def check_takes_photos_alone(version: Path, metadata: dict | None = None) -> None:
     """Refuse photo files for a model whose answers use side features (files do not carry them; a
     run that left its side features out answers without them): read from metadata.json, so a
     command says so before TensorFlow's import."""
     metadata = read_metadata(version) if metadata is None else metadata
-    side = [c["name"] for c in metadata.get("side_features", [])]
-    if side and metadata.get("side_features_used", True):
+    if side_features_used(metadata):
+        side = [c["name"] for c in metadata["side_features"]]
         raise UserError(
             f"{version} also takes side features ({', '.join(side)}), which image files do not carry;"
             " send them to the server's :predict, or evaluate TFRecords written with --feature-columns"
